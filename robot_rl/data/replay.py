@@ -1,0 +1,121 @@
+"""Replay memory: a ring buffer of transitions and the RLPD half-demo/half-online sampler."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+# Field name -> (shape per transition, dtype). obs/next_obs shapes are filled in per task.
+TRANSITION_FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated", "intervention")
+
+
+def transition_layout(obs_dim: int, action_dim: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Storage layout of flat-vector transitions."""
+    return {
+        "obs": ((obs_dim,), np.dtype(np.float32)),
+        "action": ((action_dim,), np.dtype(np.float32)),
+        "reward": ((), np.dtype(np.float32)),
+        "next_obs": ((obs_dim,), np.dtype(np.float32)),
+        "terminated": ((), np.dtype(np.bool_)),
+        "truncated": ((), np.dtype(np.bool_)),
+        "intervention": ((), np.dtype(np.bool_)),
+    }
+
+
+class ReplayBuffer:
+    """Fixed-capacity ring buffer; the oldest transitions are overwritten first."""
+
+    def __init__(self, capacity: int, layout: Mapping[str, tuple[tuple[int, ...], np.dtype]]):
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        self.capacity = capacity
+        self.layout = dict(layout)
+        self.storage = {name: np.zeros((capacity, *shape), dtype=dtype) for name, (shape, dtype) in layout.items()}
+        self.size = 0
+        self.cursor = 0
+        self.total_added = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def validate(self, batch: Mapping[str, np.ndarray]) -> int:
+        """Checks field names, shapes and finiteness; returns the batch length. Raises ValueError."""
+        missing = set(self.layout) - set(batch)
+        if missing:
+            raise ValueError(f"transition batch lacks fields {sorted(missing)}")
+        n = None
+        for name, (shape, _) in self.layout.items():
+            arr = np.asarray(batch[name])
+            if arr.ndim == 0 or arr.shape[1:] != shape:
+                raise ValueError(f"field {name!r} has shape {arr.shape}, expected (N, {', '.join(map(str, shape))})")
+            if n is None:
+                n = arr.shape[0]
+            elif arr.shape[0] != n:
+                raise ValueError(f"field {name!r} has {arr.shape[0]} rows, others have {n}")
+            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                raise ValueError(f"field {name!r} contains NaN or Inf")
+        return int(n or 0)
+
+    def add_batch(self, batch: Mapping[str, np.ndarray]) -> int:
+        """Appends N transitions (validated first, so a bad batch changes nothing)."""
+        n = self.validate(batch)
+        if n == 0:
+            return 0
+        if n > self.capacity:  # only the newest `capacity` rows can survive anyway
+            batch = {k: np.asarray(v)[-self.capacity:] for k, v in batch.items()}
+            self.total_added += n - self.capacity
+            n = self.capacity
+        idx = (self.cursor + np.arange(n)) % self.capacity
+        for name in self.layout:
+            self.storage[name][idx] = batch[name]
+        self.cursor = int((self.cursor + n) % self.capacity)
+        self.size = min(self.size + n, self.capacity)
+        self.total_added += n
+        return n
+
+    def sample_indices(self, count: int, rng: np.random.Generator) -> np.ndarray:
+        if self.size == 0:
+            raise ValueError("cannot sample from an empty buffer")
+        return rng.integers(0, self.size, size=count)
+
+    def gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        return {name: arr[indices] for name, arr in self.storage.items()}
+
+    def sample(self, count: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        return self.gather(self.sample_indices(count, rng))
+
+    def ordered(self) -> dict[str, np.ndarray]:
+        """All stored transitions, oldest first (for persistence and inspection)."""
+        order = (self.cursor - self.size + np.arange(self.size)) % self.capacity
+        return self.gather(order)
+
+
+class MixedSampler:
+    """RLPD sampling: a fixed fraction of every batch from the demonstration buffer.
+
+    Falls back to the online buffer alone while there are no demonstrations, and to the
+    demonstrations alone before the first online transition arrives.
+    """
+
+    def __init__(self, online: ReplayBuffer, demos: ReplayBuffer, demo_fraction: float = 0.5):
+        if not 0.0 <= demo_fraction <= 1.0:
+            raise ValueError("demo_fraction must be in [0, 1]")
+        self.online, self.demos, self.demo_fraction = online, demos, demo_fraction
+
+    def sample(self, count: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        n_demo = int(round(count * self.demo_fraction)) if len(self.demos) else 0
+        if len(self.online) == 0:
+            n_demo = count
+        parts = []
+        if n_demo:
+            parts.append(self.demos.sample(n_demo, rng))
+        if count - n_demo:
+            parts.append(self.online.sample(count - n_demo, rng))
+        if len(parts) == 1:
+            batch = parts[0]
+        else:
+            batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        # Shuffle so the utd minibatch split sees the same mix in every minibatch.
+        perm = rng.permutation(count)
+        return {k: v[perm] for k, v in batch.items()}

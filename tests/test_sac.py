@@ -1,0 +1,148 @@
+"""SAC math pinned with tiny sizes against hand-computed values."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from robot_rl.agents.networks import CriticEnsemble, EnsembleLinear, squashed_gaussian_log_prob
+from robot_rl.agents.policy import Policy, PolicySpec
+from robot_rl.agents.sac import SAC, SACConfig
+
+
+def test_ensemble_linear_matches_separate_layers():
+    torch.manual_seed(0)
+    layer = EnsembleLinear(3, 4, 2)
+    x = torch.randn(3, 5, 4)
+    out = layer(x)
+    for e in range(3):
+        expected = x[e] @ layer.weight[e] + layer.bias[e]
+        torch.testing.assert_close(out[e], expected)
+
+
+def test_critic_members_are_independent():
+    torch.manual_seed(0)
+    critic = CriticEnsemble(3, 2, (8, 8), num_critics=4)
+    obs, act = torch.randn(6, 3), torch.randn(6, 2)
+    q = critic(obs, act)
+    assert q.shape == (4, 6)
+    # gradient of member 1's output touches only member 1's slice of the stacked weights
+    q[1].sum().backward()
+    grad = critic.net[0].weight.grad
+    assert grad[1].abs().sum() > 0
+    assert grad[[0, 2, 3]].abs().sum() == 0
+
+
+def test_critic_target_subsample_min_and_termination():
+    sac = SAC(3, 2, SACConfig(num_critics=4, critic_subsample=2, discount=0.9, hidden_dims=(8,)))
+    next_q = torch.tensor([[1.0, 5.0], [2.0, 3.0], [0.5, 9.0], [4.0, 4.0]])  # (E=4, B=2)
+    reward = torch.tensor([1.0, 2.0])
+    terminated = torch.tensor([0.0, 1.0])
+    logp = torch.zeros(2)
+    target = sac.critic_target(reward, terminated, next_q, logp, torch.tensor([1, 3]))
+    # member rows 1 and 3: min -> [2.0, 3.0]; second transition terminated -> no bootstrap
+    torch.testing.assert_close(target, torch.tensor([1.0 + 0.9 * 2.0, 2.0]))
+    full = sac.critic_target(reward, terminated, next_q, logp, None)
+    torch.testing.assert_close(full, torch.tensor([1.0 + 0.9 * 0.5, 2.0]))
+
+
+def test_backup_entropy_term():
+    cfg = SACConfig(num_critics=2, discount=0.5, backup_entropy=True, init_temperature=0.2, hidden_dims=(8,))
+    sac = SAC(3, 2, cfg)
+    next_q = torch.tensor([[3.0], [2.0]])
+    target = sac.critic_target(torch.tensor([1.0]), torch.tensor([0.0]), next_q, torch.tensor([-1.5]), None)
+    torch.testing.assert_close(target, torch.tensor([1.0 + 0.5 * (2.0 - 0.2 * -1.5)]))
+
+
+def test_temperature_loss_and_gradient_direction():
+    sac = SAC(3, 4, SACConfig(init_temperature=0.5, hidden_dims=(8,)))
+    assert sac.target_entropy == -2.0  # -|A|/2
+    log_prob = torch.tensor([1.0, 3.0])  # entropy -1, -3 : below target -> alpha must grow
+    loss = sac.temperature_loss(log_prob)
+    torch.testing.assert_close(loss, torch.tensor(0.5 * ((-1.0 + 2.0) + (-3.0 + 2.0)) / 2))
+    loss = sac.temperature_loss(torch.tensor([3.0, 3.0]))
+    loss.backward()
+    assert sac.log_alpha.grad < 0  # gradient descent raises alpha
+
+
+def test_squashed_log_prob_matches_change_of_variables():
+    mean, log_std = torch.tensor([[0.3, -0.2]]), torch.tensor([[-0.5, 0.1]])
+    u = torch.tensor([[0.7, -1.9]])
+    normal = torch.distributions.Normal(mean, log_std.exp())
+    expected = (normal.log_prob(u) - torch.log(1 - torch.tanh(u) ** 2)).sum(-1)
+    torch.testing.assert_close(squashed_gaussian_log_prob(u, mean, log_std), expected)
+
+
+def test_soft_update_is_polyak():
+    sac = SAC(2, 1, SACConfig(tau=0.25, hidden_dims=(4,)))
+    for p in sac.critic.parameters():
+        p.data.fill_(1.0)
+    for p in sac.target_critic.parameters():
+        p.data.fill_(0.0)
+    sac.soft_update_targets()
+    for p in sac.target_critic.parameters():
+        torch.testing.assert_close(p, torch.full_like(p, 0.25))
+
+
+def _batch(n, obs_dim=3, act_dim=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {"obs": torch.randn(n, obs_dim, generator=g), "action": torch.rand(n, act_dim, generator=g) * 2 - 1,
+            "reward": torch.randn(n, generator=g), "next_obs": torch.randn(n, obs_dim, generator=g),
+            "terminated": torch.zeros(n)}
+
+
+def test_update_counts_and_rejects_wrong_batch_size():
+    sac = SAC(3, 2, SACConfig(utd_ratio=3, batch_size=4, hidden_dims=(8,)))
+    metrics = sac.update(_batch(12))
+    assert sac.num_updates == 1 and math.isfinite(metrics["critic_loss"])
+    with pytest.raises(ValueError, match="utd_ratio"):
+        sac.update(_batch(8))
+
+
+def test_checkpoint_resume_reproduces_next_update_exactly(tmp_path):
+    torch.manual_seed(1)
+    a = SAC(3, 2, SACConfig(num_critics=4, critic_subsample=2, batch_size=8, hidden_dims=(16, 16)))
+    for i in range(3):
+        a.update(_batch(8, seed=i))
+    torch.save(a.state_dict(), tmp_path / "ckpt.pt")
+    state = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    b = SAC(3, 2, SACConfig(num_critics=4, critic_subsample=2, batch_size=8, hidden_dims=(16, 16)))
+    b.load_state_dict(state)
+    rng_state = torch.get_rng_state()
+    a.update(_batch(8, seed=9))
+    torch.set_rng_state(rng_state)
+    b.update(_batch(8, seed=9))
+    for pa, pb in zip(a.critic.parameters(), b.critic.parameters()):
+        torch.testing.assert_close(pa, pb)
+    for pa, pb in zip(a.actor.parameters(), b.actor.parameters()):
+        torch.testing.assert_close(pa, pb)
+    assert b.num_updates == 4
+
+
+def test_sac_solves_one_step_bandit():
+    """Learning, not just running: reward -(a - 0.5)^2, one-step episodes."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    sac = SAC(1, 1, SACConfig(batch_size=64, hidden_dims=(32, 32), init_temperature=0.05))
+    for _ in range(1500):
+        a = torch.from_numpy(rng.uniform(-1, 1, (64, 1)).astype(np.float32))
+        batch = {"obs": torch.zeros(64, 1), "action": a, "reward": -((a[:, 0] - 0.5) ** 2),
+                 "next_obs": torch.zeros(64, 1), "terminated": torch.ones(64)}
+        sac.update(batch)
+    action = sac.policy.act(np.zeros(1, np.float32), deterministic=True)
+    assert abs(float(action[0]) - 0.5) < 0.1
+
+
+def test_policy_validates_inputs_and_weights():
+    spec = PolicySpec(obs_dim=3, action_dim=2, hidden_dims=(8,))
+    policy = Policy(spec)
+    assert policy.act(np.zeros(3)).shape == (2,)
+    assert policy.act(np.zeros((5, 3))).shape == (5, 2)
+    with pytest.raises(ValueError, match="shape"):
+        policy.act(np.zeros(4))
+    with pytest.raises(ValueError, match="NaN"):
+        policy.act(np.array([0.0, np.nan, 0.0]))
+    with pytest.raises(ValueError, match="do not match"):
+        policy.load_state_dict({"net.0.weight": torch.zeros(1)})
+    assert PolicySpec.from_json(spec.to_json()) == spec
