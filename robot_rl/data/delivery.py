@@ -23,16 +23,19 @@ class SequenceTracker:
 
     def add(self, actor_id: str, seq: int) -> bool:
         """Records seq; returns False if it was already received (a duplicate)."""
+        if self.seen(actor_id, seq):
+            return False
         mark = self._watermark.get(actor_id, 0)
         ahead = self._ahead.setdefault(actor_id, set())
-        if seq < mark or seq in ahead:
-            return False
         ahead.add(seq)
         while mark in ahead:
             ahead.remove(mark)
             mark += 1
         self._watermark[actor_id] = mark
         return True
+
+    def seen(self, actor_id: str, seq: int) -> bool:
+        return seq < self._watermark.get(actor_id, 0) or seq in self._ahead.get(actor_id, ())
 
     def received(self, actor_id: str) -> int:
         return self._watermark.get(actor_id, 0) + len(self._ahead.get(actor_id, ()))

@@ -6,7 +6,7 @@ from typing import Mapping
 
 import numpy as np
 
-# Field name -> (shape per transition, dtype). obs/next_obs shapes are filled in per task.
+# The fields of one transition, in storage order.
 TRANSITION_FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated", "intervention")
 
 

@@ -1,0 +1,55 @@
+"""Train a robot_rl task: `ros2 launch robot_rl train.launch.py task:=arm_lift backend:=sim`.
+
+The nodes and their parameters come from the package's graph spec (robot_rl/ros/graph.py),
+the same one `robot-rl train` uses, built from config/<task>.yaml or `config:=<file>`.
+A critical node that exits ends the whole launch, with the reason.
+"""
+
+import time
+from pathlib import Path
+
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler, SetEnvironmentVariable
+from launch.event_handlers import OnProcessExit
+from launch.events import Shutdown
+from launch.substitutions import EnvironmentVariable, LaunchConfiguration
+from launch_ros.actions import Node
+
+from robot_rl.ros.graph import build_graph, config_path, load_config, prepare_run
+
+
+def _nodes(context, *args, **kwargs):
+    task = LaunchConfiguration("task").perform(context)
+    backend = LaunchConfiguration("backend").perform(context)
+    config_file = LaunchConfiguration("config").perform(context) or str(config_path(task))
+    namespace = LaunchConfiguration("namespace").perform(context)
+    run_dir = LaunchConfiguration("run_dir").perform(context) or f"runs/{task}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = str(Path(run_dir).resolve())
+    config = prepare_run(load_config(config_file), run_dir)
+    actions = []
+    for spec in build_graph(config, backend, run_dir, namespace):
+        node = Node(package="robot_rl", executable=spec.kind.executable, name=spec.name,
+                    namespace=spec.namespace or None, parameters=[spec.parameters], output="screen",
+                    emulate_tty=True)
+        actions.append(node)
+        if spec.kind.critical or spec.kind.finishes_run:
+            reason = f"{spec.name} finished" if spec.kind.finishes_run else f"critical node {spec.name} exited"
+            actions.append(RegisterEventHandler(OnProcessExit(
+                target_action=node, on_exit=[EmitEvent(event=Shutdown(reason=reason))])))
+    return actions
+
+
+def generate_launch_description():
+    return LaunchDescription([
+        DeclareLaunchArgument("task", default_value="arm_lift", description="Task name (config/<task>.yaml)."),
+        DeclareLaunchArgument("backend", default_value="sim", choices=["sim", "real"],
+                              description="sim: MuJoCo simulator node; real: hardware drivers publish the topics."),
+        DeclareLaunchArgument("config", default_value="", description="Task config YAML overriding the packaged one."),
+        DeclareLaunchArgument("namespace", default_value="", description="Namespace for every node."),
+        DeclareLaunchArgument("run_dir", default_value="", description="Checkpoints, logs and results."),
+        # Simulation stays on this machine unless the user decides otherwise (backend:=real with
+        # actor and learner on different machines: export ROS_AUTOMATIC_DISCOVERY_RANGE=SUBNET).
+        SetEnvironmentVariable("ROS_AUTOMATIC_DISCOVERY_RANGE",
+                               EnvironmentVariable("ROS_AUTOMATIC_DISCOVERY_RANGE", default_value="LOCALHOST")),
+        OpaqueFunction(function=_nodes),
+    ])

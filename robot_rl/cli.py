@@ -1,0 +1,231 @@
+"""The `robot-rl` command.
+
+  robot-rl train [--task arm_lift] [--steps N] ...   start the task's node graph and train
+  robot-rl node NAME [--ros-args ...]                run one node (what `ros2 run` would)
+  robot-rl demos --task arm_lift --episodes 20 --out demos.zarr
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+
+def _parse_overrides(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set expects node.param=value, got {item!r}")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def _default_domain_id() -> int:
+    # A fresh id per run keeps concurrent runs (and CI) from seeing each other's topics.
+    return random.SystemRandom().randint(1, 101)
+
+
+class Monitor:
+    """Reads /diagnostics from the graph and renders live progress (rich on a terminal,
+    periodic plain lines otherwise, e.g. in CI logs)."""
+
+    def __init__(self, total_steps: int, eval_episodes: int):
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+
+        self.total_steps, self.eval_episodes = total_steps, eval_episodes
+        self.values: dict[str, dict[str, str]] = {}
+        rclpy.init(args=[])
+        self.rclpy = rclpy
+        self.node = rclpy.create_node("robot_rl_monitor")
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
+        self.started = time.monotonic()
+        self.last_plain = 0.0
+
+    def _on_diagnostics(self, msg) -> None:
+        for status in msg.status:
+            name = status.name.rsplit("/", 1)[-1]
+            self.values[name] = {kv.key: kv.value for kv in status.values}
+
+    def spin_once(self) -> None:
+        self.rclpy.spin_once(self.node, timeout_sec=0.1)
+
+    def line(self) -> str:
+        a, l = self.values.get("actor", {}), self.values.get("learner", {})
+        elapsed = time.monotonic() - self.started
+        if a.get("evaluating") == "True":
+            phase = f"evaluating {a.get('eval_done', 0)}/{self.eval_episodes}  success {a.get('eval_success_rate', '-')}"
+        else:
+            phase = (f"step {a.get('train_steps', 0)}/{self.total_steps}  episodes {a.get('episodes', 0)}  "
+                     f"success(last20) {a.get('success_rate_last20', '-')}")
+        return (f"[{elapsed:6.0f}s] {phase}  policy v{a.get('policy_version', 0)}  "
+                f"updates {l.get('updates', 0)} ({l.get('updates_per_s', '-')}/s)  "
+                f"buffer {l.get('online_size', 0)}+{l.get('demo_size', 0)} demo  "
+                f"unacked {a.get('outbox_pending', 0)}")
+
+    def close(self) -> None:
+        self.node.destroy_node()
+        self.rclpy.shutdown()
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from robot_rl.ros.graph import (apply_overrides, build_graph, config_path, load_config, loopback_environment,
+                                    params_file, prepare_run)
+    from robot_rl.ros.supervisor import Supervisor
+
+    config = load_config(args.config or config_path(args.task))
+    overrides = _parse_overrides(args.set)
+    if args.steps is not None:
+        overrides["actor.total_steps"] = args.steps
+    if args.eval_episodes is not None:
+        overrides["actor.eval_episodes"] = args.eval_episodes
+    if args.seed is not None:
+        overrides.update({f"{n}.seed": args.seed for n in config["robot_rl"]["nodes"]})
+    config = apply_overrides(config, overrides)
+    run_dir = Path(args.run_dir or f"runs/{config['robot_rl']['task']}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    domain_id = args.domain_id if args.domain_id is not None else _default_domain_id()
+    env = loopback_environment(domain_id)
+    os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_LOCALHOST_ONLY", "ROS_DOMAIN_ID",
+                                           "MUJOCO_GL", "PYOPENGL_PLATFORM")})
+    print(f"robot_rl: task {config['robot_rl']['task']}, backend {args.backend}, run dir {run_dir}, "
+          f"ROS_DOMAIN_ID={domain_id} (discovery on localhost only)", flush=True)
+    if int((config["robot_rl"].get("demos") or {}).get("episodes", 0)) > 0:
+        print("robot_rl: generating scripted demonstrations ...", flush=True)
+    config = prepare_run(config, run_dir)
+    specs = build_graph(config, args.backend, str(run_dir), args.namespace)
+    params_path = params_file(specs, run_dir / "params.yaml")
+    actor_params = next((s.parameters for s in specs if s.name == "actor"), {})
+    eval_path = run_dir / "eval.json"
+    eval_path.unlink(missing_ok=True)
+
+    supervisor = Supervisor(specs, params_path, run_dir / "logs", env)
+    monitor = Monitor(int(actor_params.get("total_steps", 0)), int(actor_params.get("eval_episodes", 0)))
+    interrupted = {"flag": False}
+    signal.signal(signal.SIGINT, lambda *_: interrupted.update(flag=True))
+    signal.signal(signal.SIGTERM, lambda *_: interrupted.update(flag=True))
+    supervisor.start()
+    print(f"robot_rl: started {', '.join(s.name for s in specs)} as separate processes; logs in {run_dir / 'logs'}",
+          flush=True)
+    reason, code = "", 0
+    live = None
+    try:
+        if sys.stdout.isatty() and not args.plain:
+            from rich.live import Live
+
+            live = Live(monitor.line(), refresh_per_second=4, transient=False)
+            live.start()
+        while not reason:
+            monitor.spin_once()
+            if live is not None:
+                live.update(monitor.line())
+            elif time.monotonic() - monitor.last_plain >= args.status_period:
+                monitor.last_plain = time.monotonic()
+                print(monitor.line(), flush=True)
+            if interrupted["flag"]:
+                reason, code = "interrupted by the user (Ctrl-C)", 130
+            for node, exit_code in supervisor.exited():
+                if node.spec.kind.finishes_run and exit_code == 0:
+                    reason = f"{node.spec.name} finished"
+                elif node.spec.kind.critical or exit_code != 0:
+                    reason, code = f"critical node {node.spec.name!r} exited with code {exit_code}", 1
+                    print(f"--- last lines of {node.log_path} ---\n{supervisor.log_tail(node)}", file=sys.stderr)
+    finally:
+        if live is not None:
+            live.stop()
+        print(f"robot_rl: shutting down the graph: {reason or 'error'}", flush=True)
+        codes = supervisor.stop()
+        monitor.close()
+    if codes:
+        print("robot_rl: exit codes " + ", ".join(f"{n}={c}" for n, c in codes.items()), flush=True)
+    if eval_path.exists():
+        result = json.loads(eval_path.read_text())
+        print(f"robot_rl: evaluation success rate {result['success_rate'] * 100:.1f}% over {result['episodes']} "
+              f"episodes (policy v{result['policy_version']}, {result['train_steps']} training steps)", flush=True)
+        print(json.dumps(result), flush=True)
+        if not result.get("transitions_acked_all", True):
+            code = code or 3
+    elif code == 0:
+        code = 1
+        print("robot_rl: no evaluation result was produced", file=sys.stderr)
+    return code
+
+
+def cmd_node(args: argparse.Namespace, rest: list[str]) -> int:
+    from robot_rl.ros.graph import NODE_KINDS
+
+    if args.name not in NODE_KINDS:
+        raise SystemExit(f"unknown node {args.name!r}; known: {sorted(NODE_KINDS)}")
+    import importlib
+
+    module = importlib.import_module(NODE_KINDS[args.name].module)
+    return module.main([sys.argv[0], *rest])
+
+
+def cmd_demos(args: argparse.Namespace) -> int:
+    from robot_rl.data.dataset import save_transitions
+    from robot_rl.envs.arm import ArmSim
+    from robot_rl.tasks import get_task
+    from robot_rl.training.local import collect_demonstrations
+
+    task = get_task(args.task)
+    robot = ArmSim()
+    try:
+        arrays, info = collect_demonstrations(task, robot, args.episodes, args.seed, args.noise)
+    finally:
+        robot.close()
+    save_transitions(args.out, arrays, {"task": task.name, "source": "scripted_expert", **info})
+    print(f"wrote {len(arrays['reward'])} transitions from {info['episodes']} episodes to {args.out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="robot-rl", description="Reinforcement learning on robots over ROS 2.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="start the task's node graph (sim, actor, learner) and train")
+    train.add_argument("--task", default="arm_lift")
+    train.add_argument("--config", help="task config YAML (default: config/<task>.yaml of the package)")
+    train.add_argument("--backend", default="sim", choices=["sim", "real"])
+    train.add_argument("--namespace", default="", help="namespace for every node of the graph")
+    train.add_argument("--run-dir", help="where checkpoints, logs and results go (default: runs/<task>-<time>)")
+    train.add_argument("--steps", type=int, help="training environment steps (actor.total_steps)")
+    train.add_argument("--eval-episodes", type=int, help="evaluation episodes after training")
+    train.add_argument("--seed", type=int)
+    train.add_argument("--domain-id", type=int, help="ROS_DOMAIN_ID (default: a random free one)")
+    train.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
+                       help="override a node parameter, e.g. --set learner.utd_ratio=2")
+    train.add_argument("--plain", action="store_true", help="plain status lines instead of a live display")
+    train.add_argument("--status-period", type=float, default=10.0, help="seconds between plain status lines")
+    node = sub.add_parser("node", help="run one node of the package (ROS arguments follow)")
+    node.add_argument("name")
+    demos = sub.add_parser("demos", help="record scripted demonstrations to a zarr dataset")
+    demos.add_argument("--task", default="arm_lift")
+    demos.add_argument("--episodes", type=int, default=20)
+    demos.add_argument("--noise", type=float, default=0.1)
+    demos.add_argument("--seed", type=int, default=0)
+    demos.add_argument("--out", required=True)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "node":
+        return cmd_node(args, rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return {"train": cmd_train, "demos": cmd_demos}[args.command](args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,603 @@
+"""Simulated 7-DoF arm pick/lift task (pure Python + MuJoCo, no ROS).
+
+Layers:
+
+* :class:`ArmSim` -- physics (``sim/arm/arm_scene.xml``), an operational-space controller
+  that tracks an end-effector position target at a fixed top-down orientation, and
+  offscreen rendering of the ``front`` / ``wrist`` cameras.
+* Task functions that only take the ``state`` dict (so a ROS actor can rebuild the same
+  state from messages): :func:`lift_observation`, :func:`lift_reward`, :func:`lift_success`,
+  :func:`cube_grasped` and the scripted expert :func:`scripted_lift_action`.
+* :class:`ArmLiftEnv` -- a gymnasium environment (registered as ``robot_rl/ArmLift-v0``).
+
+Action (4,) in [-1, 1]: ``dx, dy, dz`` (scaled by ``action_scale``; the EE target moves by
+that delta and is clamped to the workspace box) and ``gripper`` (> 0 close, <= 0 open).
+
+Headless rendering: if ``MUJOCO_GL`` is unset and there is no display, ``osmesa`` is selected
+before MuJoCo is imported (set ``MUJOCO_GL=egl`` yourself on a GPU machine).
+"""
+
+from __future__ import annotations
+
+import os
+
+if "MUJOCO_GL" not in os.environ and not (
+    os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+):
+    os.environ["MUJOCO_GL"] = "osmesa"
+
+import math  # noqa: E402
+from dataclasses import dataclass, replace  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import gymnasium as gym  # noqa: E402
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+from gymnasium import spaces  # noqa: E402
+
+from robot_rl.control.osc import TOP_DOWN_QUAT, OperationalSpaceController, OSCGains  # noqa: E402
+
+__all__ = [
+    "ARM_JOINT_NAMES",
+    "CUBE_REST_Z",
+    "CUBE_SIZE",
+    "DEFAULT_SCENE_XML",
+    "HOME_QPOS",
+    "LIFT_OBS_DIM",
+    "LIFT_OBS_LAYOUT",
+    "LIFT_HEIGHT",
+    "ArmLiftEnv",
+    "ArmSim",
+    "ArmSimConfig",
+    "cube_grasped",
+    "lift_observation",
+    "lift_reward",
+    "lift_success",
+    "scripted_lift_action",
+]
+
+# --------------------------------------------------------------------------- constants
+
+ARM_JOINT_NAMES: tuple[str, ...] = tuple(f"joint{i}" for i in range(1, 8))
+ARM_ACTUATOR_NAMES: tuple[str, ...] = tuple(f"j{i}" for i in range(1, 8))
+FINGER_JOINT_NAMES: tuple[str, str] = ("finger_left", "finger_right")
+
+#: Home joint configuration: EE at (0.5, 0, 0.19) pointing straight down (solved by IK).
+HOME_QPOS = np.array([0.0, 0.0664, 0.0, -2.3825, 0.0, 2.4489, 0.7854])
+
+#: Full side length of the cube [m].
+CUBE_SIZE = 0.04
+#: Height of the cube centre when resting on the table [m] (table top at z = 0; includes
+#: the ~0.1 mm soft-contact penetration measured in simulation).
+CUBE_REST_Z = 0.01997
+#: Lift height above ``CUBE_REST_Z`` that counts as success [m].
+LIFT_HEIGHT = 0.05
+#: Maximum gripper opening (finger pad distance) [m].
+GRIPPER_MAX_OPENING = 0.08
+
+_GRIPPER_OPEN = GRIPPER_MAX_OPENING
+_GRIPPER_CLOSED = 0.0
+
+
+def _find_scene_xml() -> Path:
+    env = os.environ.get("ROBOT_RL_ARM_XML")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve()
+    candidates = [here.parents[2] / "sim" / "arm" / "arm_scene.xml"]
+    try:  # installed ROS 2 package
+        from ament_index_python.packages import get_package_share_directory
+
+        candidates.append(Path(get_package_share_directory("robot_rl")) / "sim" / "arm" / "arm_scene.xml")
+    except Exception:  # pragma: no cover - ament not available / package not installed
+        pass
+    for c in candidates:
+        if c.is_file():
+            return c
+    return candidates[0]
+
+
+#: Path of the MJCF scene (override with the ``ROBOT_RL_ARM_XML`` environment variable).
+DEFAULT_SCENE_XML: Path = _find_scene_xml()
+
+
+# --------------------------------------------------------------------------- config
+
+
+@dataclass
+class ArmSimConfig:
+    """Configuration of :class:`ArmSim` / :class:`ArmLiftEnv`."""
+
+    control_hz: float = 10.0
+    """Rate of ``ArmSim.step`` calls (agent actions) [Hz]."""
+    physics_dt: float = 0.002
+    """MuJoCo integration timestep [s]; ``1/control_hz`` must be a multiple of it."""
+    action_scale: float = 0.03
+    """EE target displacement per step at action 1.0 [m]."""
+    workspace_low: tuple[float, float, float] = (0.30, -0.22, 0.015)
+    """Lower corner of the box the EE target is clamped to (world frame) [m]."""
+    workspace_high: tuple[float, float, float] = (0.70, 0.22, 0.35)
+    """Upper corner of the box the EE target is clamped to (world frame) [m]."""
+    cube_xy_nominal: tuple[float, float] = (0.5, 0.0)
+    """Nominal cube xy position on the table (world frame) [m]."""
+    cube_xy_range: float = 0.05
+    """Half-width of the uniform random cube xy offset around ``cube_xy_nominal`` [m]."""
+    cube_random_yaw: bool = True
+    """Randomise the cube yaw uniformly on reset."""
+    image_size: int = 128
+    """Height and width of rendered camera images [px]."""
+    cameras: tuple[str, ...] = ("front", "wrist")
+    """Cameras rendered for image observations (names in the MJCF)."""
+    render: bool = False
+    """``ArmLiftEnv`` adds camera images to observations (unless ``image_obs`` overrides it);
+    ``ArmSim.render`` works either way."""
+    osc_decimation: int = 2
+    """Physics substeps per OSC torque update (torques held in between); 1 = every substep."""
+    settle_steps: int = 25
+    """Physics steps run at reset so contacts settle (arm held at home)."""
+
+
+# --------------------------------------------------------------------------- simulator
+
+
+class ArmSim:
+    """Physics + OSC + rendering of the arm/cube scene.
+
+    Attributes ``target_pos`` (EE position target, world frame, clamped to the workspace by
+    :meth:`step`) and ``target_quat`` (wxyz, default top-down) are what the OSC tracks.
+
+    Args:
+        config: simulation configuration.
+        xml_path: MJCF file (defaults to :data:`DEFAULT_SCENE_XML`).
+        osc_gains: controller gains (defaults to :class:`OSCGains`).
+    """
+
+    def __init__(
+        self,
+        config: ArmSimConfig | None = None,
+        xml_path: str | os.PathLike | None = None,
+        osc_gains: OSCGains | None = None,
+    ) -> None:
+        self.config = cfg = config if config is not None else ArmSimConfig()
+        if cfg.control_hz <= 0 or cfg.physics_dt <= 0:
+            raise ValueError("control_hz and physics_dt must be positive")
+        n_sub = (1.0 / cfg.control_hz) / cfg.physics_dt
+        if abs(n_sub - round(n_sub)) > 1e-6 or round(n_sub) < 1:
+            raise ValueError(
+                f"1/control_hz ({1.0 / cfg.control_hz}) must be a multiple of physics_dt ({cfg.physics_dt})"
+            )
+        if cfg.osc_decimation < 1:
+            raise ValueError("osc_decimation must be >= 1")
+        if cfg.image_size < 1:
+            raise ValueError("image_size must be >= 1")
+        self.n_substeps = int(round(n_sub))
+        self._low = np.asarray(cfg.workspace_low, dtype=np.float64)
+        self._high = np.asarray(cfg.workspace_high, dtype=np.float64)
+        if self._low.shape != (3,) or self._high.shape != (3,) or np.any(self._low >= self._high):
+            raise ValueError("workspace_low/high must be 3-vectors with low < high")
+
+        path = Path(xml_path) if xml_path is not None else DEFAULT_SCENE_XML
+        self.model = m = mujoco.MjModel.from_xml_path(str(path))
+        m.opt.timestep = cfg.physics_dt
+        self.data = mujoco.MjData(m)
+
+        self.joint_names: list[str] = list(ARM_JOINT_NAMES)
+        self._jnt = np.array([m.joint(n).id for n in ARM_JOINT_NAMES])
+        self._qadr = m.jnt_qposadr[self._jnt]
+        self._dadr = m.jnt_dofadr[self._jnt]
+        if not np.all(np.diff(self._qadr) == 1) or not np.all(np.diff(self._dadr) == 1):
+            raise ValueError("arm joints must be contiguous in qpos/qvel")
+        self._q = slice(int(self._qadr[0]), int(self._qadr[0]) + 7)
+        self._v = slice(int(self._dadr[0]), int(self._dadr[0]) + 7)
+        self._act = np.array([m.actuator(n).id for n in ARM_ACTUATOR_NAMES])
+        self._act_sl = slice(int(self._act[0]), int(self._act[0]) + 7)
+        self._grip_act = m.actuator("gripper").id
+        self._finger_q = np.array([m.jnt_qposadr[m.joint(n).id] for n in FINGER_JOINT_NAMES])
+        self._finger_v = np.array([m.jnt_dofadr[m.joint(n).id] for n in FINGER_JOINT_NAMES])
+        self._site = m.site("ee").id
+        cube_j = m.joint("cube").id
+        self._cube_q = int(m.jnt_qposadr[cube_j])
+        self._cube_v = int(m.jnt_dofadr[cube_j])
+        for cam in cfg.cameras:
+            if mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_CAMERA, cam) < 0:
+                raise ValueError(f"unknown camera {cam!r}")
+
+        self.controller = OperationalSpaceController(
+            m, self._site, self._jnt, self._act, home_qpos=HOME_QPOS, gains=osc_gains
+        )
+        self.target_quat = TOP_DOWN_QUAT.copy()
+        self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
+        self._ee_quat = np.empty(4)
+
+        # Home EE position from forward kinematics.
+        self._set_home()
+        mujoco.mj_kinematics(m, self.data)
+        self.home_ee_pos = self.data.site_xpos[self._site].copy()
+        self.target_pos = np.clip(self.home_ee_pos, self._low, self._high)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def time(self) -> float:
+        """Simulation time [s]."""
+        return float(self.data.time)
+
+    @property
+    def control_dt(self) -> float:
+        """Duration of one :meth:`step` [s]."""
+        return self.n_substeps * self.model.opt.timestep
+
+    # ------------------------------------------------------------------ core API
+
+    def _set_home(self) -> None:
+        d = self.data
+        mujoco.mj_resetData(self.model, d)
+        d.qpos[self._q] = HOME_QPOS
+        d.qpos[self._finger_q] = _GRIPPER_OPEN / 2
+        d.ctrl[self._grip_act] = _GRIPPER_OPEN
+
+    def reset(self, rng: np.random.Generator | None = None) -> None:
+        """Arm to home (EE ~17 cm above the cube), gripper open, cube at a random pose."""
+        if rng is None:
+            rng = np.random.default_rng()
+        cfg = self.config
+        m, d = self.model, self.data
+        self._set_home()
+        xy = np.asarray(cfg.cube_xy_nominal, dtype=np.float64) + rng.uniform(
+            -cfg.cube_xy_range, cfg.cube_xy_range, size=2
+        )
+        yaw = rng.uniform(-math.pi, math.pi) if cfg.cube_random_yaw else 0.0
+        c = self._cube_q
+        d.qpos[c : c + 3] = (xy[0], xy[1], CUBE_SIZE / 2)
+        d.qpos[c + 3 : c + 7] = (math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2))
+        self.target_pos = np.clip(self.home_ee_pos, self._low, self._high)
+        for _ in range(cfg.settle_steps):
+            self._substep()
+        d.time = 0.0
+        self._refresh()
+
+    def step(self, action: np.ndarray) -> None:
+        """Apply one action (4,) in [-1, 1] for ``1/control_hz`` seconds of simulation.
+
+        Values outside [-1, 1] are clipped; wrong shapes or non-finite values raise
+        ``ValueError``.
+        """
+        a = np.asarray(action, dtype=np.float64)
+        if a.shape != (4,):
+            raise ValueError(f"action must have shape (4,), got {a.shape}")
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"action must be finite, got {a}")
+        a = np.clip(a, -1.0, 1.0)
+        self.target_pos = np.clip(
+            self.target_pos + a[:3] * self.config.action_scale, self._low, self._high
+        )
+        self.data.ctrl[self._grip_act] = _GRIPPER_CLOSED if a[3] > 0.0 else _GRIPPER_OPEN
+        k = self.config.osc_decimation
+        n = self.n_substeps
+        while n > 0:
+            n -= self._substep(min(k, n))
+        self._refresh()
+
+    def _substep(self, nstep: int = 1) -> int:
+        """One OSC update followed by ``nstep`` physics steps with torques held."""
+        m, d = self.model, self.data
+        mujoco.mj_step1(m, d)
+        d.ctrl[self._act_sl] = self.controller.compute(d, self.target_pos, self.target_quat)
+        mujoco.mj_step2(m, d)
+        if nstep > 1:
+            mujoco.mj_step(m, d, nstep - 1)
+        return nstep
+
+    def _refresh(self) -> None:
+        """Make positions, site frames and cameras consistent with qpos (for state/render)."""
+        m, d = self.model, self.data
+        mujoco.mj_kinematics(m, d)
+        mujoco.mj_comPos(m, d)
+        mujoco.mj_camlight(m, d)
+
+    def set_cube_pose(self, pos: np.ndarray, quat: np.ndarray | None = None) -> None:
+        """Teleport the cube (world position (3,), optional wxyz quaternion) and zero its velocity."""
+        c, v = self._cube_q, self._cube_v
+        self.data.qpos[c : c + 3] = np.asarray(pos, dtype=np.float64)
+        if quat is not None:
+            q = np.asarray(quat, dtype=np.float64)
+            self.data.qpos[c + 3 : c + 7] = q / np.linalg.norm(q)
+        self.data.qvel[v : v + 6] = 0.0
+        self._refresh()
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Current state as float64 arrays.
+
+        ``joint_pos`` (7) [rad], ``joint_vel`` (7) [rad/s], ``gripper`` (1) finger-pad
+        opening [m], ``ee_pos`` (3) [m], ``ee_quat`` (4, wxyz), ``cube_pos`` (3) [m],
+        ``cube_quat`` (4, wxyz), ``time`` (scalar) [s].  World frame, table top at z = 0.
+        """
+        d = self.data
+        mujoco.mju_mat2Quat(self._ee_quat, d.site_xmat[self._site])
+        c = self._cube_q
+        return {
+            "joint_pos": d.qpos[self._q].copy(),
+            "joint_vel": d.qvel[self._v].copy(),
+            "gripper": np.array([d.qpos[self._finger_q].sum()]),
+            "ee_pos": d.site_xpos[self._site].copy(),
+            "ee_quat": self._ee_quat.copy(),
+            "cube_pos": d.qpos[c : c + 3].copy(),
+            "cube_quat": d.qpos[c + 3 : c + 7].copy(),
+            "time": np.array(d.time, dtype=np.float64),
+        }
+
+    def render(self, camera: str, size: int | None = None) -> np.ndarray:
+        """RGB image (size, size, 3) uint8, C-contiguous, from the named camera."""
+        if mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, camera) < 0:
+            raise ValueError(f"unknown camera {camera!r}")
+        s = int(size) if size is not None else self.config.image_size
+        r = self._renderers.get((s, s))
+        if r is None:
+            r = mujoco.Renderer(self.model, height=s, width=s)
+            self._renderers[(s, s)] = r
+        r.update_scene(self.data, camera=camera)
+        return np.ascontiguousarray(r.render())
+
+    def render_all(self) -> dict[str, np.ndarray]:
+        """Images of all ``config.cameras``."""
+        return {cam: self.render(cam) for cam in self.config.cameras}
+
+    def close(self) -> None:
+        """Release rendering contexts."""
+        for r in self._renderers.values():
+            r.close()
+        self._renderers.clear()
+
+    def __del__(self) -> None:  # best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# --------------------------------------------------------------------------- task functions
+
+#: Layout of :func:`lift_observation` (name -> slice).
+LIFT_OBS_LAYOUT: dict[str, slice] = {
+    "ee_pos": slice(0, 3),
+    "ee_quat": slice(3, 7),
+    "gripper": slice(7, 8),
+    "cube_pos": slice(8, 11),
+    "cube_quat": slice(11, 15),
+    "cube_rel": slice(15, 18),
+    "cube_lift": slice(18, 19),
+    "joint_pos": slice(19, 26),
+    "joint_vel": slice(26, 33),
+}
+#: Length of the :func:`lift_observation` vector.
+LIFT_OBS_DIM = 33
+
+
+def _canon_quat(q: np.ndarray) -> np.ndarray:
+    q = np.asarray(q, dtype=np.float64)
+    return -q if q[0] < 0 else q
+
+
+def lift_observation(state: dict[str, np.ndarray]) -> np.ndarray:
+    """State vector (float32, ``LIFT_OBS_DIM`` = 33) for the lift task.
+
+    Layout (``LIFT_OBS_LAYOUT``): ``ee_pos`` [0:3], ``ee_quat`` (wxyz, w >= 0) [3:7],
+    ``gripper`` opening [7], ``cube_pos`` [8:11], ``cube_quat`` (wxyz, w >= 0) [11:15],
+    ``cube_pos - ee_pos`` [15:18], cube height above rest ``cube_z - CUBE_REST_Z`` [18],
+    ``joint_pos`` [19:26], ``joint_vel`` [26:33].  Metres / radians / rad/s, world frame.
+    """
+    ee = np.asarray(state["ee_pos"], dtype=np.float64)
+    cube = np.asarray(state["cube_pos"], dtype=np.float64)
+    return np.concatenate(
+        [
+            ee,
+            _canon_quat(state["ee_quat"]),
+            np.asarray(state["gripper"], dtype=np.float64).reshape(1),
+            cube,
+            _canon_quat(state["cube_quat"]),
+            cube - ee,
+            [cube[2] - CUBE_REST_Z],
+            np.asarray(state["joint_pos"], dtype=np.float64),
+            np.asarray(state["joint_vel"], dtype=np.float64),
+        ]
+    ).astype(np.float32)
+
+
+def _quat_to_mat(q: np.ndarray) -> np.ndarray:
+    mat = np.empty(9)
+    mujoco.mju_quat2Mat(mat, np.asarray(q, dtype=np.float64))
+    return mat.reshape(3, 3)
+
+
+def _grasp_geometry(state: dict[str, np.ndarray]) -> tuple[np.ndarray, float]:
+    """(cube offset in the EE frame, cube width along the finger closing axis)."""
+    r_ee = _quat_to_mat(state["ee_quat"])
+    r_cube = _quat_to_mat(state["cube_quat"])
+    rel_local = r_ee.T @ (np.asarray(state["cube_pos"]) - np.asarray(state["ee_pos"]))
+    width = CUBE_SIZE * float(np.abs(r_cube.T @ r_ee[:, 1]).sum())
+    return rel_local, width
+
+
+def cube_grasped(state: dict[str, np.ndarray]) -> bool:
+    """True if the cube sits between the finger pads and the fingers are closed on it."""
+    rel, width = _grasp_geometry(state)
+    opening = float(np.asarray(state["gripper"]).reshape(-1)[0])
+    return bool(
+        abs(rel[0]) < 0.02
+        and abs(rel[1]) < 0.012
+        and abs(rel[2]) < 0.015
+        and CUBE_SIZE - 0.006 < opening < width + 0.004
+    )
+
+
+def lift_success(state: dict[str, np.ndarray]) -> bool:
+    """Cube lifted >= ``LIFT_HEIGHT`` above its resting height and held by the gripper."""
+    cube = np.asarray(state["cube_pos"])
+    held = np.linalg.norm(cube - np.asarray(state["ee_pos"])) < 0.03
+    return bool(cube[2] - CUBE_REST_Z >= LIFT_HEIGHT and held)
+
+
+def lift_reward(state: dict[str, np.ndarray]) -> float:
+    """Dense staged reward in [0, 1]: 0.1 reach + 0.25 grasp + 0.65 lift progress."""
+    cube = np.asarray(state["cube_pos"], dtype=np.float64)
+    dist = float(np.linalg.norm(cube - np.asarray(state["ee_pos"], dtype=np.float64)))
+    reach = 1.0 - math.tanh(10.0 * dist)
+    grasp = 1.0 if cube_grasped(state) else 0.0
+    lift = min(max((cube[2] - CUBE_REST_Z) / LIFT_HEIGHT, 0.0), 1.0)
+    return float(0.1 * reach + 0.25 * grasp + 0.65 * lift)
+
+
+def scripted_lift_action(
+    state: dict[str, np.ndarray],
+    rng: np.random.Generator | None = None,
+    noise: float = 0.0,
+    action_scale: float = 0.03,
+) -> np.ndarray:
+    """Stateless scripted expert: hover over the cube, descend, close, wait for grip, lift.
+
+    Works from the ``state`` dict alone.  ``noise`` adds N(0, noise^2) to the motion
+    components (needs ``rng`` or uses a fresh generator).  Returns float32 (4,) in [-1, 1].
+    """
+    ee = np.asarray(state["ee_pos"], dtype=np.float64)
+    cube = np.asarray(state["cube_pos"], dtype=np.float64)
+    opening = float(np.asarray(state["gripper"]).reshape(-1)[0])
+    rel, width = _grasp_geometry(state)
+    xy_err = float(np.linalg.norm(cube[:2] - ee[:2]))
+    # Contact with the cube established: fingers closed down to the cube's width.
+    gripping = (
+        CUBE_SIZE - 0.006 < opening < width + 0.003
+        and abs(rel[0]) < 0.02
+        and abs(rel[1]) < 0.012
+        and abs(rel[2]) < 0.015
+    )
+    at_grasp = xy_err < 0.012 and abs(ee[2] - cube[2]) < 0.01
+
+    if gripping:
+        goal = np.array([ee[0], ee[1], CUBE_REST_Z + 0.12])
+        grip = 1.0
+    elif at_grasp and opening > CUBE_SIZE - 0.006:
+        goal = np.array([cube[0], cube[1], cube[2]])
+        grip = 1.0
+    else:
+        # Stay high enough above the cube while misaligned so the fingers clear it.
+        clearance = min(max(3.0 * (xy_err - 0.006), 0.0), 0.08)
+        goal = np.array([cube[0], cube[1], cube[2] + clearance])
+        grip = -1.0
+        if opening < width - 0.01 and ee[2] < cube[2] + 0.05:
+            goal[2] = max(goal[2], ee[2] + 0.02)  # missed grasp: back off while reopening
+    a = np.empty(4)
+    a[:3] = np.clip((goal - ee) / action_scale, -1.0, 1.0)
+    a[3] = grip
+    if noise > 0.0:
+        if rng is None:
+            rng = np.random.default_rng()
+        a[:3] += rng.normal(0.0, noise, size=3)
+    return np.clip(a, -1.0, 1.0).astype(np.float32)
+
+
+# --------------------------------------------------------------------------- gymnasium env
+
+
+class ArmLiftEnv(gym.Env):
+    """Pick-and-lift a cube with the simulated 7-DoF arm.
+
+    Observation: ``Box(LIFT_OBS_DIM,)`` float32 (``image_obs=False``) or ``Dict`` with
+    ``state`` and one uint8 ``(H, W, 3)`` image per camera in ``config.cameras``
+    (``image_obs=True``; ``None`` follows ``config.render``).
+    Action: ``Box(-1, 1, (4,))`` = (dx, dy, dz, gripper).  Reward: :func:`lift_reward`.
+    Episodes are truncated after ``max_episode_steps``; with ``terminate_on_success`` they
+    terminate on the first successful step.  ``info`` has ``success``/``is_success``.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(
+        self,
+        config: ArmSimConfig | None = None,
+        image_obs: bool | None = None,
+        max_episode_steps: int = 50,
+        terminate_on_success: bool = False,
+        render_mode: str | None = None,
+        render_camera: str = "front",
+    ) -> None:
+        super().__init__()
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"unsupported render_mode {render_mode!r}")
+        cfg = config if config is not None else ArmSimConfig()
+        if image_obs is None:
+            image_obs = cfg.render
+        if image_obs and not cfg.render:
+            cfg = replace(cfg, render=True)
+        self.config = cfg
+        self.image_obs = bool(image_obs)
+        self.max_episode_steps = int(max_episode_steps)
+        self.terminate_on_success = bool(terminate_on_success)
+        self.render_mode = render_mode
+        self.render_camera = render_camera
+        self.metadata = {**self.metadata, "render_fps": cfg.control_hz}
+        self.sim = ArmSim(cfg)
+        state_space = spaces.Box(-np.inf, np.inf, shape=(LIFT_OBS_DIM,), dtype=np.float32)
+        if self.image_obs:
+            s = cfg.image_size
+            self.observation_space = spaces.Dict(
+                {
+                    "state": state_space,
+                    **{
+                        cam: spaces.Box(0, 255, shape=(s, s, 3), dtype=np.uint8)
+                        for cam in cfg.cameras
+                    },
+                }
+            )
+        else:
+            self.observation_space = state_space
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
+        self._steps = 0
+        self._state: dict[str, np.ndarray] | None = None
+
+    def _obs(self, state: dict[str, np.ndarray]) -> Any:
+        vec = lift_observation(state)
+        if not self.image_obs:
+            return vec
+        return {"state": vec, **self.sim.render_all()}
+
+    def _info(self, state: dict[str, np.ndarray]) -> dict[str, Any]:
+        ok = lift_success(state)
+        return {
+            "success": ok,
+            "is_success": ok,
+            "grasped": cube_grasped(state),
+            "cube_height": float(state["cube_pos"][2] - CUBE_REST_Z),
+        }
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.sim.reset(self.np_random)
+        self._steps = 0
+        self._state = self.sim.state()
+        return self._obs(self._state), self._info(self._state)
+
+    def step(self, action):
+        if self._state is None:
+            raise RuntimeError("call reset() before step()")
+        self.sim.step(action)
+        self._steps += 1
+        self._state = state = self.sim.state()
+        reward = lift_reward(state)
+        info = self._info(state)
+        terminated = bool(self.terminate_on_success and info["success"])
+        truncated = self._steps >= self.max_episode_steps
+        return self._obs(state), reward, terminated, truncated, info
+
+    @property
+    def state(self) -> dict[str, np.ndarray] | None:
+        """Last state dict (for scripted experts)."""
+        return self._state
+
+    def render(self):
+        if self.render_mode == "rgb_array":
+            return self.sim.render(self.render_camera)
+        return None
+
+    def close(self) -> None:
+        self.sim.close()

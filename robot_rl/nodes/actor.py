@@ -1,0 +1,277 @@
+"""Actor node: synchronized observations in, policy actions out, transitions to the learner.
+
+It acts once per new synchronized observation set (`control_mode: on_observation`, the
+lockstep simulator and any robot publishing at the control rate) or on a timer at the
+control rate with the freshest set (`control_mode: timer`, cameras faster than control).
+Weights are decoded on a worker thread and swapped in between steps. Unacknowledged
+transition batches are kept (spilling to disk) and resent until the learner has them.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from pathlib import Path
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from geometry_msgs.msg import PoseStamped, TwistStamped
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float32, UInt8MultiArray
+from std_srvs.srv import Trigger
+
+from robot_rl.data.delivery import Outbox
+from robot_rl.envs.arm import ArmSimConfig
+from robot_rl.ros import codec, qos
+from robot_rl.ros.arm_io import action_to_msgs, msgs_to_state
+from robot_rl.ros.messages import bytes_to_uint8_multiarray, stamp_to_ns, uint8_multiarray_view
+from robot_rl.ros.node_utils import Param, declare_params, diagnostics, run_node
+from robot_rl.ros.sync import StampSynchronizer
+from robot_rl.tasks import get_task, task_names
+from robot_rl.training.actor import ActorConfig, ActorCore
+
+PARAMS = [
+    Param("task", "arm_lift", "Task name.", choices=task_names()),
+    Param("actor_id", "actor0", "Unique id of this actor among those feeding one learner."),
+    Param("run_dir", "runs/default", "Directory for the outbox spill and the evaluation result."),
+    Param("total_steps", 10_000, "Training steps before evaluation (0: train forever).", 0, 1_000_000_000),
+    Param("eval_episodes", 50, "Deterministic evaluation episodes after training.", 0, 100_000),
+    Param("sync_updates_per_step", 0.0, "Simulation: wait for this many learner updates per step (0: run free).",
+          0.0, 1000.0),
+    Param("sync_slack_steps", 500, "Steps the actor may run ahead of the learner when synchronized.", 0, 10_000_000),
+    Param("random_steps", 0, "Uniform random actions before using the policy.", 0, 100_000_000),
+    Param("batch_transitions", 50, "Transitions per payload to the learner.", 1, 100_000),
+    Param("action_scale", ArmSimConfig.action_scale, "End-effector metres per step at action 1.", 1e-4, 1.0),
+    Param("control_hz", 10.0, "Control rate (timer mode) and velocity scaling.", 0.1, 1000.0),
+    Param("control_mode", "on_observation", "When to act.", choices=["on_observation", "timer"]),
+    Param("obs_slop_s", 0.0, "Max stamp difference within one observation set.", 0.0, 1.0),
+    Param("max_obs_age_s", 0.5, "Timer mode: observation sets older than this are not acted on.", 0.001, 10.0),
+    Param("reset_service", "/sim/reset", "std_srvs/Trigger service that resets the robot or simulator."),
+    Param("send_period_s", 0.05, "Period of the outbox (re)send check.", 0.001, 10.0),
+    Param("resend_after_s", 2.0, "Resend a batch not acknowledged within this time.", 0.05, 600.0),
+    Param("outbox_max_mb", 256, "Unacknowledged batches held in memory before spilling to disk.", 1, 65536),
+    Param("drain_timeout_s", 60.0, "After evaluation, wait this long for the learner to acknowledge.", 0.0, 3600.0),
+    Param("seed", 0, "Random seed.", 0, 2**31 - 1),
+]
+
+TOPICS = ("joint_states", "arm/ee_pose", "cube/pose")
+
+
+class ActorNode(Node):
+    def __init__(self):
+        super().__init__("actor")
+        p = self.params = declare_params(self, PARAMS)
+        self.task = get_task(p["task"])
+        self.run_dir = Path(p["run_dir"])
+        outbox = Outbox(self.run_dir / f"outbox-{p['actor_id']}", p["outbox_max_mb"] << 20, p["resend_after_s"])
+        self.core = ActorCore(self.task, ActorConfig(
+            p["actor_id"], p["batch_transitions"], p["total_steps"], p["random_steps"], p["eval_episodes"],
+            p["sync_updates_per_step"], p["sync_slack_steps"], p["seed"]), outbox)
+        self.core_lock = threading.Lock()
+        self.sync = StampSynchronizer(TOPICS, int(p["obs_slop_s"] * 1e9))
+        self.latest: tuple[int, dict] | None = None
+        self.acted_stamp = -1
+        self.episode_start_stamp: int | None = None
+        self.last_command: tuple[TwistStamped, Float32] | None = None
+        self.invalid_messages = 0
+        self.learner_waits = 0
+        self.draining_since: float | None = None
+
+        self.cmd_pub = self.create_publisher(TwistStamped, "arm/cmd", qos.COMMAND)
+        self.gripper_pub = self.create_publisher(Float32, "arm/gripper", qos.COMMAND)
+        self.transitions_pub = self.create_publisher(UInt8MultiArray, "rl/transitions", qos.TRANSITIONS)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        for topic, msg_type in zip(TOPICS, (JointState, PoseStamped, PoseStamped)):
+            self.create_subscription(msg_type, topic, lambda m, t=topic: self._on_observation(t, m), qos.SENSOR)
+        self.create_subscription(UInt8MultiArray, "rl/policy", self._on_policy, qos.POLICY)
+        self.create_subscription(UInt8MultiArray, "rl/acks", self._on_ack, qos.EVENTS)
+        self.reset_client = self.create_client(Trigger, p["reset_service"])
+        self.policy_inbox: queue.Queue[bytes] = queue.Queue(maxsize=1)
+        self._stop = threading.Event()
+        self._policy_thread = threading.Thread(target=self._policy_loop, name="actor-policy", daemon=True)
+        self._policy_thread.start()
+        # Transport and diagnostics run on wall time even when the node follows /clock (use_sim_time):
+        # draining to the learner must go on after the simulator stops stepping.
+        self.wall_clock = Clock(clock_type=ClockType.STEADY_TIME)
+        self.create_timer(p["send_period_s"], self._send_due, clock=self.wall_clock)
+        self.create_timer(1.0, self._publish_diagnostics, clock=self.wall_clock)
+        if p["control_mode"] == "timer":
+            self.create_timer(1.0 / p["control_hz"], self._on_control_tick)
+        self._request_reset()
+
+    # ---- observations and acting --------------------------------------------------------------
+
+    def _on_observation(self, topic: str, msg) -> None:
+        stamp = stamp_to_ns(msg.header.stamp)
+        if topic == TOPICS[0] and stamp == self.acted_stamp and self.last_command is not None:
+            # The lockstep simulator repeats an observation when our command went missing.
+            self._publish_command(*self.last_command)
+            return
+        complete = self.sync.add(topic, stamp, msg)
+        if complete is not None:
+            self.latest = complete
+        # Also on repeats: a step deferred while waiting for the learner is taken on the next one.
+        if self.params["control_mode"] == "on_observation" and self.latest is not None:
+            self._act()
+
+    def _on_control_tick(self) -> None:
+        if self.latest is not None:
+            age = self.get_clock().now().nanoseconds - self.latest[0]
+            if age <= self.params["max_obs_age_s"] * 1e9:
+                self._act()
+
+    def _act(self) -> None:
+        stamp, msgs = self.latest
+        if self.episode_start_stamp is None or stamp < self.episode_start_stamp or stamp <= self.acted_stamp:
+            return
+        try:
+            state = msgs_to_state(msgs[TOPICS[0]], msgs[TOPICS[1]], msgs[TOPICS[2]])
+        except ValueError as exc:
+            self.invalid_messages += 1
+            self.get_logger().warning(f"invalid observation: {exc}", throttle_duration_sec=5.0)
+            return
+        with self.core_lock:
+            if self.core.in_episode and self.core.waiting_for_learner():
+                self.learner_waits += 1
+                return
+            self.acted_stamp = stamp
+            result = self.core.step(state)
+        if result.action is not None:
+            self._publish_command(*action_to_msgs(result.action, stamp, self.params["action_scale"],
+                                                  self.params["control_hz"]))
+            return
+        self._on_episode_end(result.episode)
+
+    def _publish_command(self, twist: TwistStamped, gripper: Float32) -> None:
+        self.last_command = (twist, gripper)
+        self.gripper_pub.publish(gripper)
+        self.cmd_pub.publish(twist)
+
+    def _on_episode_end(self, episode) -> None:
+        self.last_command = None
+        self.episode_start_stamp = None
+        text = (f"episode {episode.index}: return {episode.ret:.2f}, success {episode.success}, "
+                f"policy v{episode.policy_version}")
+        if episode.evaluation:
+            self.get_logger().info(f"evaluation {text}")
+        else:
+            self.get_logger().info(f"training {text}", throttle_duration_sec=5.0)
+        if self.core.finished:
+            self.draining_since = time.monotonic()
+            return
+        self._request_reset()
+
+    def _request_reset(self) -> None:
+        if not self.reset_client.wait_for_service(timeout_sec=0.0):
+            self.create_timer_once(0.2, self._request_reset)
+            return
+        self.reset_client.call_async(Trigger.Request()).add_done_callback(self._on_reset_done)
+
+    def create_timer_once(self, period: float, callback) -> None:
+        def fire():
+            timer.cancel()
+            self.destroy_timer(timer)
+            callback()
+        timer = self.create_timer(period, fire, clock=self.wall_clock)
+
+    def _on_reset_done(self, future) -> None:
+        response = future.result()
+        try:
+            stamp = int(json.loads(response.message)["stamp_ns"]) if response.success else None
+        except (ValueError, KeyError, TypeError):
+            stamp = None
+        if stamp is None:
+            self.get_logger().warning(f"reset failed ({response.message!r}); retrying")
+            self.create_timer_once(0.5, self._request_reset)
+            return
+        with self.core_lock:
+            self.core.start_episode()
+        self.episode_start_stamp = stamp
+        if self.latest is not None and self.params["control_mode"] == "on_observation":
+            self._act()
+
+    # ---- learner link -------------------------------------------------------------------------
+
+    def _on_policy(self, msg: UInt8MultiArray) -> None:
+        data = bytes(uint8_multiarray_view(msg))
+        try:  # keep only the newest weights waiting
+            self.policy_inbox.get_nowait()
+        except queue.Empty:
+            pass
+        self.policy_inbox.put_nowait(data)
+
+    def _policy_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self.policy_inbox.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            try:
+                payload = codec.decode(data, expect_kind="policy")
+                with self.core_lock:
+                    self.core.load_policy(payload)
+            except (codec.PayloadError, ValueError, KeyError) as exc:
+                self.invalid_messages += 1
+                self.get_logger().warning(f"rejected policy payload: {exc}", throttle_duration_sec=5.0)
+
+    def _on_ack(self, msg: UInt8MultiArray) -> None:
+        try:
+            payload = codec.decode(uint8_multiarray_view(msg), expect_kind="ack")
+        except codec.PayloadError as exc:
+            self.invalid_messages += 1
+            self.get_logger().warning(f"rejected ack: {exc}", throttle_duration_sec=5.0)
+            return
+        with self.core_lock:
+            self.core.handle_ack(payload)
+
+    def _send_due(self) -> None:
+        with self.core_lock:
+            due = self.core.outbox.due()
+        for _, data in due:
+            self.transitions_pub.publish(bytes_to_uint8_multiarray(data))
+        if self.draining_since is not None:
+            drained = len(self.core.outbox) == 0
+            if drained or time.monotonic() - self.draining_since > self.params["drain_timeout_s"]:
+                self._finish(drained)
+
+    def _finish(self, drained: bool) -> None:
+        summary = self.core.eval_summary() | {"transitions_sent": self.core.transitions_sent,
+                                              "transitions_acked_all": drained,
+                                              "unacked_payloads": len(self.core.outbox)}
+        path = self.run_dir / "eval.json"
+        path.write_text(json.dumps(summary, indent=2))
+        self.get_logger().info(f"evaluation: success rate {summary['success_rate']:.2f} over "
+                               f"{summary['episodes']} episodes -> {path}")
+        self.draining_since = None
+        self.exit_code = 0 if drained else 3
+        self.request_shutdown()
+
+    def _publish_diagnostics(self) -> None:
+        c = self.core
+        values = {
+            "episodes": c.episode_index, "train_steps": c.train_steps, "policy_version": c.policy_version,
+            "success_rate_last20": round(c.success_rate(20), 3), "evaluating": c.evaluating,
+            "eval_done": len(c.eval_results), "eval_success_rate": round(c.success_rate(10_000, True), 3),
+            "transitions_sent": c.transitions_sent, "payloads_sent": c.payloads_sent, "payloads_acked": c.acked,
+            "outbox_pending": len(c.outbox), "outbox_spilled": c.outbox.spilled, "resends": c.outbox.resends,
+            "sync_dropped": self.sync.dropped, "invalid_messages": self.invalid_messages,
+            "learner_waits": self.learner_waits, "learner_updates_seen": c.learner_updates,
+        }
+        level = DiagnosticStatus.WARN if len(c.outbox) > 100 else DiagnosticStatus.OK
+        self.diag_pub.publish(diagnostics(self, values, level, "learner not acknowledging" if level != DiagnosticStatus.OK
+                                          else "ok"))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._policy_thread.join(timeout=5)
+
+
+def main(args=None) -> int:
+    return run_node(ActorNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

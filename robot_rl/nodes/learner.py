@@ -1,0 +1,189 @@
+"""Learner node: transitions in, SAC updates, policy weights out, checkpoints and logs.
+
+All learning state is owned by one training thread; the executor thread only copies
+received payload bytes into a queue, so decoding, journaling and updates never block
+ROS callbacks.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from pathlib import Path
+
+import torch
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.node import Node
+from std_msgs.msg import UInt8MultiArray
+
+from robot_rl.agents.sac import SACConfig
+from robot_rl.data.dataset import load_transitions
+from robot_rl.ros import codec, qos
+from robot_rl.ros.messages import bytes_to_uint8_multiarray, uint8_multiarray_view
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.tasks import get_task, task_names
+from robot_rl.training.learner import LearnerConfig, LearnerCore
+
+PARAMS = [
+    Param("task", "arm_lift", "Task name (decides observation and action sizes).", choices=task_names()),
+    Param("run_dir", "runs/default", "Directory for checkpoints, the transition journal and TensorBoard logs."),
+    Param("demos", "", "Path of a zarr demonstration dataset loaded into the demo buffer ('' for none)."),
+    Param("hidden_dims", [256, 256], "Hidden layer widths of actor and critics."),
+    Param("num_critics", 2, "Critic ensemble size.", 1, 32),
+    Param("critic_subsample", 0, "Critics sampled for the target min (0: all).", 0, 32),
+    Param("utd_ratio", 1, "Critic updates per actor update.", 1, 64),
+    Param("batch_size", 256, "Transitions per critic update.", 1, 8192),
+    Param("discount", 0.99, "Discount factor.", 0.0, 1.0),
+    Param("tau", 0.005, "Target network Polyak rate.", 1e-6, 1.0),
+    Param("lr", 3e-4, "Learning rate of actor, critics and temperature.", 1e-7, 1.0),
+    Param("init_temperature", 1e-2, "Initial entropy temperature.", 1e-6, 10.0),
+    Param("backup_entropy", False, "Entropy term in the critic target."),
+    Param("buffer_capacity", 200_000, "Online replay capacity (transitions).", 1, 50_000_000),
+    Param("demo_fraction", 0.5, "Share of each batch from demonstrations.", 0.0, 1.0),
+    Param("warmup_transitions", 256, "Online transitions before the first update.", 0, 10_000_000),
+    Param("max_update_ratio", 0.0, "Max updates per received transition (0: unbounded).", 0.0, 1000.0),
+    Param("publish_period_s", 1.0, "Seconds between policy publications.", 0.01, 3600.0),
+    Param("checkpoint_period_s", 30.0, "Seconds between checkpoints.", 0.5, 86400.0),
+    Param("device", "auto", "Training device.", choices=["auto", "cpu", "cuda"]),
+    Param("torch_threads", 1, "CPU threads for torch (leave cores for the robot side).", 1, 256),
+    Param("seed", 0, "Random seed.", 0, 2**31 - 1),
+]
+
+
+class LearnerNode(Node):
+    def __init__(self):
+        super().__init__("learner")
+        p = declare_params(self, PARAMS)
+        torch.set_num_threads(p["torch_threads"])
+        task = get_task(p["task"])
+        if p["critic_subsample"] > p["num_critics"]:
+            raise ParameterError(f"critic_subsample={p['critic_subsample']} exceeds num_critics={p['num_critics']}")
+        try:
+            sac = SACConfig(hidden_dims=tuple(p["hidden_dims"]), num_critics=p["num_critics"],
+                            critic_subsample=p["critic_subsample"] or None, utd_ratio=p["utd_ratio"],
+                            batch_size=p["batch_size"], discount=p["discount"], tau=p["tau"], actor_lr=p["lr"],
+                            critic_lr=p["lr"], temperature_lr=p["lr"], init_temperature=p["init_temperature"],
+                            backup_entropy=p["backup_entropy"])
+            config = LearnerConfig(task.obs_dim, task.action_dim, sac, p["buffer_capacity"], p["demo_fraction"],
+                                   p["warmup_transitions"], p["max_update_ratio"], p["seed"], p["device"])
+            self.core = LearnerCore(config, p["run_dir"])
+        except ValueError as exc:
+            raise ParameterError(str(exc)) from None
+        self.params = p
+        if self.core.restore():
+            self.get_logger().info(f"resumed from {p['run_dir']}: {self.core.agent.num_updates} updates, "
+                                   f"{len(self.core.online)} transitions in the buffer")
+        if p["demos"]:
+            arrays, attrs = load_transitions(p["demos"])
+            if attrs.get("task") != task.name:
+                raise ParameterError(f"demos {p['demos']} are for task {attrs.get('task')!r}, not {task.name!r}")
+            self.get_logger().info(f"loaded {self.core.load_demonstrations(arrays)} demonstration transitions")
+
+        self.inbox: queue.Queue[bytes] = queue.Queue()
+        self.ack_pub = self.create_publisher(UInt8MultiArray, "rl/acks", qos.EVENTS)
+        self.policy_pub = self.create_publisher(UInt8MultiArray, "rl/policy", qos.POLICY)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_subscription(UInt8MultiArray, "rl/transitions", self._on_transitions, qos.TRANSITIONS)
+        self.stats = {"updates_per_s": 0.0, "last_metrics": {}}
+        self.writer = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._train_loop, name="learner-train", daemon=True)
+        self._thread.start()
+        self.create_timer(1.0, self._publish_diagnostics)
+
+    def _on_transitions(self, msg: UInt8MultiArray) -> None:
+        self.inbox.put(bytes(uint8_multiarray_view(msg)))
+
+    # ---- training thread ----------------------------------------------------------------------
+
+    def _drain_inbox(self) -> None:
+        acks: dict[str, list[int]] = {}
+        while True:
+            try:
+                data = self.inbox.get_nowait()
+            except queue.Empty:
+                break
+            try:
+                result = self.core.ingest(data)
+            except (codec.PayloadError, ValueError) as exc:
+                self.get_logger().warning(f"rejected transition payload ({len(data)} bytes): {exc}",
+                                          throttle_duration_sec=5.0)
+                continue
+            acks.setdefault(result.actor_id, []).append(result.seq)
+            for episode in self.core.episode_stats:
+                self._log_episode(episode)
+            self.core.episode_stats.clear()
+        for actor_id, seqs in acks.items():
+            self.ack_pub.publish(bytes_to_uint8_multiarray(self.core.ack_payload(actor_id, seqs)))
+
+    def _train_loop(self) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(Path(self.params["run_dir"]) / "tensorboard"))
+        last_publish = last_checkpoint = last_rate = time.monotonic()
+        updates_at_last_rate = self.core.agent.num_updates
+        if self.core.agent.num_updates:
+            self._publish_policy()
+        while not self._stop.is_set():
+            self._drain_inbox()
+            if self.core.ready():
+                metrics = self.core.train_step()
+                n = self.core.agent.num_updates
+                if n % 100 == 0:
+                    self.stats["last_metrics"] = metrics
+                    for key, value in metrics.items():
+                        self.writer.add_scalar(f"train/{key}", value, n)
+            else:
+                time.sleep(0.005)
+            now = time.monotonic()
+            if now - last_publish >= self.params["publish_period_s"] and self.core.agent.num_updates:
+                self._publish_policy()
+                last_publish = now
+            if now - last_checkpoint >= self.params["checkpoint_period_s"]:
+                self.core.save_checkpoint()
+                last_checkpoint = now
+            if now - last_rate >= 1.0:
+                n = self.core.agent.num_updates
+                self.stats["updates_per_s"] = (n - updates_at_last_rate) / (now - last_rate)
+                updates_at_last_rate, last_rate = n, now
+        self.core.save_checkpoint()
+
+    def _publish_policy(self) -> None:
+        self.policy_pub.publish(bytes_to_uint8_multiarray(self.core.policy_payload()))
+
+    def _log_episode(self, episode: dict) -> None:
+        step = self.core.transitions_received
+        self.writer.add_scalar("episode/return", episode["return"], step)
+        self.writer.add_scalar("episode/success", float(episode["success"]), step)
+        self.writer.add_scalar("episode/interventions", episode["interventions"], step)
+
+    # ---- executor thread ----------------------------------------------------------------------
+
+    def _publish_diagnostics(self) -> None:
+        s = self.core.summary()
+        values = {k: s[k] for k in ("updates", "policy_version", "online_size", "demo_size",
+                                    "transitions_received", "duplicates", "rejected", "resumed")}
+        values["updates_per_s"] = round(self.stats["updates_per_s"], 2)
+        values["inbox"] = self.inbox.qsize()
+        values["rejected_by_reason"] = json.dumps(self.core.rejected)
+        values.update({k: round(v, 5) for k, v in self.stats["last_metrics"].items()})
+        self.diag_pub.publish(diagnostics(self, values))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        if self.writer is not None:
+            self.writer.close()
+        self.core.close()
+        summary = self.core.summary() | {"rejected_by_reason": self.core.rejected}
+        (Path(self.params["run_dir"]) / "learner_summary.json").write_text(json.dumps(summary, indent=2, default=str))
+
+
+def main(args=None) -> int:
+    return run_node(LearnerNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,194 @@
+"""Simulated arm node: publishes exactly what the real arm and cameras publish and obeys the
+same command topics, so the actor cannot tell the two apart.
+
+Clock modes:
+- `lockstep` (training, CI): the simulation advances one control period when the command
+  answering the current observation arrives, and publishes `/clock`; training runs as fast
+  as the actor and simulator can go, not at wall-clock speed. If no command arrives within
+  `republish_period_s`, the current observation is published again (best-effort sensor
+  topics may drop a message; the actor answers a repeat by resending its command).
+- `realtime` (people in the loop): a wall-clock timer steps at the control rate with the
+  latest command; a command older than `command_timeout_s` is replaced by "hold still".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import PoseStamped, TwistStamped
+from rclpy.node import Node
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import CameraInfo, Image, JointState
+from std_msgs.msg import Float32
+from std_srvs.srv import Trigger
+
+from robot_rl.envs.arm import ArmSim, ArmSimConfig
+from robot_rl.ros import qos
+from robot_rl.ros.arm_io import msgs_to_action, state_to_msgs
+from robot_rl.ros.messages import image_to_msg, ns_to_stamp, stamp_to_ns
+from robot_rl.ros.node_utils import Param, declare_params, diagnostics, run_node
+
+PARAMS = [
+    Param("clock_mode", "lockstep", "Simulated-time lockstep or wall-clock real time.",
+          choices=["lockstep", "realtime"]),
+    Param("control_hz", 10.0, "Control rate.", 1.0, 1000.0),
+    Param("action_scale", ArmSimConfig.action_scale, "End-effector metres per step at action 1.", 1e-4, 1.0),
+    Param("cube_xy_range", ArmSimConfig.cube_xy_range, "Half-width of the random cube position.", 0.0, 0.2),
+    Param("cameras", ["front", "wrist"], "Cameras to publish when publish_images is set."),
+    Param("publish_images", False, "Render and publish camera images."),
+    Param("image_size", 128, "Rendered image height and width.", 16, 1024),
+    Param("command_timeout_s", 0.3, "Realtime mode: hold still when the last command is older.", 0.01, 10.0),
+    Param("republish_period_s", 0.2, "Lockstep mode: republish the observation if no command came.", 0.01, 10.0),
+    Param("seed", 0, "Random seed of the cube placement.", 0, 2**31 - 1),
+]
+
+
+class SimNode(Node):
+    def __init__(self):
+        super().__init__("sim")
+        p = self.params = declare_params(self, PARAMS)
+        self.control_period_ns = int(round(1e9 / p["control_hz"]))
+        self.sim = ArmSim(ArmSimConfig(control_hz=p["control_hz"], action_scale=p["action_scale"],
+                                       cube_xy_range=p["cube_xy_range"], image_size=p["image_size"],
+                                       cameras=tuple(p["cameras"]), render=p["publish_images"]))
+        self.rng = np.random.default_rng(p["seed"])
+        self.lockstep = p["clock_mode"] == "lockstep"
+        # Simulated time never goes back, across resets too, so stamps stay unique.
+        self.clock_ns = self.control_period_ns
+        self.gripper_cmd = 0.0
+        self.gripper_fresh = False
+        self.last_cmd: tuple[TwistStamped, float] | None = None  # message, wall time received
+        self.last_publish_wall = 0.0
+        self.counters = {"steps": 0, "resets": 0, "rejected_commands": 0, "stale_commands": 0, "republished": 0}
+
+        self.joint_pub = self.create_publisher(JointState, "joint_states", qos.SENSOR)
+        self.ee_pub = self.create_publisher(PoseStamped, "arm/ee_pose", qos.SENSOR)
+        self.cube_pub = self.create_publisher(PoseStamped, "cube/pose", qos.SENSOR)
+        self.image_pubs = {}
+        if p["publish_images"]:
+            for cam in p["cameras"]:
+                self.image_pubs[cam] = (self.create_publisher(Image, f"{cam}/color/image_raw", qos.SENSOR),
+                                        self.create_publisher(CameraInfo, f"{cam}/color/camera_info", qos.SENSOR),
+                                        self._camera_info(cam))
+        self.clock_pub = self.create_publisher(Clock, "/clock", 10) if self.lockstep else None
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_subscription(TwistStamped, "arm/cmd", self._on_cmd, qos.COMMAND)
+        self.create_subscription(Float32, "arm/gripper", self._on_gripper, qos.COMMAND)
+        self.create_service(Trigger, "~/reset", self._on_reset)
+        if self.lockstep:
+            self.create_timer(p["republish_period_s"], self._republish_if_idle)
+        else:
+            self.create_timer(1.0 / p["control_hz"], self._realtime_step)
+        self.create_timer(1.0, lambda: self.diag_pub.publish(diagnostics(self, dict(self.counters))))
+        self.sim.reset(self.rng)
+        self._publish_observation()
+
+    # ---- commands -----------------------------------------------------------------------------
+
+    def _on_gripper(self, msg: Float32) -> None:
+        if not math.isfinite(msg.data):
+            self.counters["rejected_commands"] += 1
+            self.get_logger().warning("rejected non-finite gripper command", throttle_duration_sec=5.0)
+            return
+        self.gripper_cmd = min(max(float(msg.data), 0.0), 1.0)
+        self.gripper_fresh = True
+        self._maybe_lockstep()
+
+    def _on_cmd(self, msg: TwistStamped) -> None:
+        try:
+            msgs_to_action(msg, self.gripper_cmd, self.params["action_scale"], self.params["control_hz"])
+        except ValueError as exc:
+            self.counters["rejected_commands"] += 1
+            self.get_logger().warning(f"rejected arm command: {exc}", throttle_duration_sec=5.0)
+            return
+        self.last_cmd = (msg, time.monotonic())
+        self._maybe_lockstep()
+
+    def _maybe_lockstep(self) -> None:
+        if not self.lockstep or self.last_cmd is None or not self.gripper_fresh:
+            return
+        if stamp_to_ns(self.last_cmd[0].header.stamp) != self.clock_ns:
+            return  # answers an older observation (a resend): already applied
+        self._step(self.last_cmd[0])
+
+    def _realtime_step(self) -> None:
+        cmd = self.last_cmd
+        if cmd is None or time.monotonic() - cmd[1] > self.params["command_timeout_s"]:
+            if cmd is not None:
+                self.counters["stale_commands"] += 1
+            cmd = (TwistStamped(), 0.0)  # zero velocity: hold the current target
+        self._step(cmd[0])
+
+    def _step(self, twist: TwistStamped) -> None:
+        action = msgs_to_action(twist, self.gripper_cmd, self.params["action_scale"], self.params["control_hz"])
+        self.sim.step(action)
+        self.gripper_fresh = False
+        self.clock_ns += self.control_period_ns
+        self.counters["steps"] += 1
+        self._publish_observation()
+
+    # ---- observations -------------------------------------------------------------------------
+
+    def _publish_observation(self) -> None:
+        stamp = ns_to_stamp(self.clock_ns)
+        if self.clock_pub is not None:
+            self.clock_pub.publish(Clock(clock=stamp))
+        for cam, (image_pub, info_pub, info) in self.image_pubs.items():
+            image_pub.publish(image_to_msg(self.sim.render(cam), stamp, f"{cam}_color_optical_frame"))
+            info.header.stamp = stamp
+            info_pub.publish(info)
+        joints, ee, cube = state_to_msgs(self.sim.state(), self.sim.joint_names, self.clock_ns)
+        self.ee_pub.publish(ee)
+        self.cube_pub.publish(cube)
+        self.joint_pub.publish(joints)  # last: the actor treats a repeat of this one as "command lost"
+        self.last_publish_wall = time.monotonic()
+
+    def _republish_if_idle(self) -> None:
+        if time.monotonic() - self.last_publish_wall >= self.params["republish_period_s"]:
+            self.counters["republished"] += 1
+            self._publish_observation()
+
+    def _camera_info(self, camera: str) -> CameraInfo:
+        import mujoco
+
+        size = self.params["image_size"]
+        cam_id = mujoco.mj_name2id(self.sim.model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+        if cam_id < 0:
+            raise ValueError(f"the simulated scene has no camera {camera!r}")
+        f = 0.5 * size / math.tan(math.radians(self.sim.model.cam_fovy[cam_id]) / 2)
+        c = (size - 1) / 2
+        info = CameraInfo(height=size, width=size, distortion_model="plumb_bob")
+        info.header.frame_id = f"{camera}_color_optical_frame"
+        info.d = [0.0] * 5
+        info.k = [f, 0.0, c, 0.0, f, c, 0.0, 0.0, 1.0]
+        info.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+        info.p = [f, 0.0, c, 0.0, 0.0, f, c, 0.0, 0.0, 0.0, 1.0, 0.0]
+        return info
+
+    # ---- reset --------------------------------------------------------------------------------
+
+    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        self.sim.reset(self.rng)
+        self.clock_ns += self.control_period_ns
+        self.last_cmd = None
+        self.gripper_fresh = False
+        self.counters["resets"] += 1
+        self._publish_observation()
+        response.success = True
+        response.message = json.dumps({"stamp_ns": self.clock_ns})
+        return response
+
+    def close(self) -> None:
+        self.sim.close()
+
+
+def main(args=None) -> int:
+    return run_node(SimNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""Arm state and commands <-> standard ROS messages, in one place for the sim node, the real
+arm node and the actor, so what a robot publishes is exactly what the actor rebuilds.
+
+Topics: `joint_states` (JointState: arm joints plus a `gripper` joint whose position is
+the finger opening in metres), `arm/ee_pose` and `cube/pose` (PoseStamped, world frame),
+`arm/cmd` (TwistStamped: end-effector linear velocity in m/s, stamped with the
+observation it answers) and `arm/gripper` (Float32: 0 open .. 1 closed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from geometry_msgs.msg import PoseStamped, TwistStamped
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float32
+
+from robot_rl.ros.messages import ns_to_stamp
+
+GRIPPER_JOINT = "gripper"
+WORLD_FRAME = "world"
+
+
+def _pose(stamp_ns: int, pos: np.ndarray, quat_wxyz: np.ndarray) -> PoseStamped:
+    msg = PoseStamped()
+    msg.header.stamp = ns_to_stamp(stamp_ns)
+    msg.header.frame_id = WORLD_FRAME
+    p, q = msg.pose.position, msg.pose.orientation
+    p.x, p.y, p.z = (float(v) for v in pos)
+    q.w, q.x, q.y, q.z = (float(v) for v in quat_wxyz)
+    return msg
+
+
+def state_to_msgs(state: dict[str, np.ndarray], joint_names: list[str], stamp_ns: int
+                  ) -> tuple[JointState, PoseStamped, PoseStamped]:
+    joints = JointState()
+    joints.header.stamp = ns_to_stamp(stamp_ns)
+    joints.name = [*joint_names, GRIPPER_JOINT]
+    joints.position = [*map(float, state["joint_pos"]), float(state["gripper"][0])]
+    joints.velocity = [*map(float, state["joint_vel"]), 0.0]
+    return joints, _pose(stamp_ns, state["ee_pos"], state["ee_quat"]), _pose(stamp_ns, state["cube_pos"],
+                                                                              state["cube_quat"])
+
+
+def _pose_arrays(msg: PoseStamped, what: str) -> tuple[np.ndarray, np.ndarray]:
+    p, q = msg.pose.position, msg.pose.orientation
+    pos = np.array([p.x, p.y, p.z])
+    quat = np.array([q.w, q.x, q.y, q.z])
+    if not (np.isfinite(pos).all() and np.isfinite(quat).all()):
+        raise ValueError(f"{what} pose contains NaN or Inf")
+    return pos, quat
+
+
+def msgs_to_state(joints: JointState, ee_pose: PoseStamped, cube_pose: PoseStamped, num_arm_joints: int = 7
+                  ) -> dict[str, np.ndarray]:
+    """Rebuilds the task's state dict; raises ValueError on malformed messages."""
+    names = list(joints.name)
+    if GRIPPER_JOINT not in names or len(names) != num_arm_joints + 1:
+        raise ValueError(f"joint_states must name {num_arm_joints} arm joints and {GRIPPER_JOINT!r}, got {names}")
+    if len(joints.position) != len(names) or len(joints.velocity) != len(names):
+        raise ValueError("joint_states position/velocity lengths do not match its names")
+    pos, vel = np.asarray(joints.position, float), np.asarray(joints.velocity, float)
+    if not (np.isfinite(pos).all() and np.isfinite(vel).all()):
+        raise ValueError("joint_states contains NaN or Inf")
+    g = names.index(GRIPPER_JOINT)
+    arm = [i for i in range(len(names)) if i != g]
+    ee_pos, ee_quat = _pose_arrays(ee_pose, "end-effector")
+    cube_pos, cube_quat = _pose_arrays(cube_pose, "cube")
+    return {"joint_pos": pos[arm], "joint_vel": vel[arm], "gripper": pos[[g]], "ee_pos": ee_pos,
+            "ee_quat": ee_quat, "cube_pos": cube_pos, "cube_quat": cube_quat}
+
+
+def action_to_msgs(action: np.ndarray, stamp_ns: int, action_scale: float, control_hz: float
+                   ) -> tuple[TwistStamped, Float32]:
+    """Normalised action [dx, dy, dz, grip] in [-1, 1] -> EE velocity (m/s) and gripper closure."""
+    twist = TwistStamped()
+    twist.header.stamp = ns_to_stamp(stamp_ns)
+    twist.header.frame_id = WORLD_FRAME
+    v = np.clip(action[:3], -1.0, 1.0) * action_scale * control_hz
+    twist.twist.linear.x, twist.twist.linear.y, twist.twist.linear.z = (float(x) for x in v)
+    return twist, Float32(data=float((np.clip(action[3], -1.0, 1.0) + 1.0) / 2.0))
+
+
+def msgs_to_action(twist: TwistStamped, gripper: float, action_scale: float, control_hz: float) -> np.ndarray:
+    """Inverse of action_to_msgs, clamped to the action box; raises ValueError on NaN/Inf."""
+    lin = twist.twist.linear
+    v = np.array([lin.x, lin.y, lin.z, gripper], dtype=float)
+    if not np.isfinite(v).all():
+        raise ValueError("arm command contains NaN or Inf")
+    action = np.empty(4, dtype=np.float32)
+    action[:3] = np.clip(v[:3] / (action_scale * control_hz), -1.0, 1.0)
+    action[3] = np.clip(2.0 * v[3] - 1.0, -1.0, 1.0)
+    return action

@@ -1,0 +1,171 @@
+"""The node graph of a task, defined once: `launch/train.launch.py` and `robot-rl train` both
+build their processes from `build_graph`, so the two can never start different graphs.
+
+A task config (config/<task>.yaml) has one `ros__parameters` section per node plus a
+`robot_rl` section naming the task, the nodes to start and how demonstrations are made.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+PACKAGE = "robot_rl"
+
+
+@dataclass(frozen=True)
+class NodeKind:
+    executable: str
+    """Console script (`ros2 run robot_rl <executable>`)."""
+    module: str
+    """Python module with main(), for starting the node without the ROS CLI."""
+    critical: bool
+    """The graph shuts down when this node dies unexpectedly."""
+    finishes_run: bool = False
+    """A clean exit of this node means the run is complete (the actor after evaluation)."""
+
+
+NODE_KINDS: dict[str, NodeKind] = {
+    "sim": NodeKind("sim", "robot_rl.nodes.sim", critical=True),
+    "actor": NodeKind("actor", "robot_rl.nodes.actor", critical=True, finishes_run=True),
+    "learner": NodeKind("learner", "robot_rl.nodes.learner", critical=True),
+}
+
+# Real-robot nodes take the simulator's place with `backend: real` (see hardware/).
+BACKEND_REPLACEMENTS = {"real": {"sim": None}}
+
+
+@dataclass
+class NodeSpec:
+    name: str
+    kind: NodeKind
+    parameters: dict[str, Any] = field(default_factory=dict)
+    namespace: str = ""
+
+
+def share_dir() -> Path:
+    """Where config/, sim/, hardware/ and policies/ are: the ament share directory of an
+    installed package, the venv's share/ of a pip install, or the source tree."""
+    candidates = []
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        candidates.append(Path(get_package_share_directory(PACKAGE)))
+    except Exception:  # not a colcon install (ament index absent or package not registered)
+        pass
+    candidates += [Path(__file__).resolve().parents[2], Path(sys.prefix) / "share" / PACKAGE]
+    for candidate in candidates:
+        if (candidate / "config").is_dir():
+            return candidate
+    raise FileNotFoundError(f"cannot find the robot_rl config directory in {[str(c) for c in candidates]}")
+
+
+def config_path(task: str) -> Path:
+    path = share_dir() / "config" / f"{task}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in (share_dir() / "config").glob("*.yaml"))
+        raise FileNotFoundError(f"no config for task {task!r} at {path}; available: {known}")
+    return path
+
+
+def load_config(path: str | os.PathLike) -> dict[str, Any]:
+    with open(path) as f:
+        config = yaml.safe_load(f)
+    if not isinstance(config, dict) or not isinstance(config.get("robot_rl"), dict):
+        raise ValueError(f"{path}: a task config needs a 'robot_rl' section")
+    for name in config["robot_rl"].get("nodes", []):
+        if name not in NODE_KINDS:
+            raise ValueError(f"{path}: unknown node {name!r}; known: {sorted(NODE_KINDS)}")
+    return config
+
+
+def apply_overrides(config: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """`{"actor.total_steps": 500}` sets actor's ros__parameters.total_steps; `robot_rl.x` the graph section."""
+    config = copy.deepcopy(config)
+    for key, value in overrides.items():
+        node, _, param = key.partition(".")
+        if not param:
+            raise ValueError(f"override {key!r} must look like node.parameter")
+        if node == "robot_rl":
+            config["robot_rl"][param] = value
+        else:
+            if node not in NODE_KINDS:
+                raise ValueError(f"override {key!r}: unknown node {node!r}")
+            config.setdefault(node, {}).setdefault("ros__parameters", {})[param] = value
+    return config
+
+
+def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | None = None,
+                namespace: str = "") -> list[NodeSpec]:
+    if backend not in ("sim", "real"):
+        raise ValueError(f"backend must be 'sim' or 'real', not {backend!r}")
+    graph = config["robot_rl"]
+    specs = []
+    for name in graph.get("nodes", []):
+        kind_name = BACKEND_REPLACEMENTS.get(backend, {}).get(name, name)
+        if kind_name is None:
+            continue  # the real robot's own drivers publish these topics
+        params = dict(config.get(name, {}).get("ros__parameters", {}))
+        if run_dir is not None and name in ("actor", "learner"):
+            params["run_dir"] = str(run_dir)
+        if name == "actor" and namespace:
+            params["reset_service"] = f"/{namespace.strip('/')}{params.get('reset_service', '/sim/reset')}"
+        specs.append(NodeSpec(name, NODE_KINDS[kind_name], params, namespace))
+    return specs
+
+
+def params_file(specs: list[NodeSpec], path: str | os.PathLike) -> Path:
+    """Writes the graph's parameters in ros__parameters YAML (what --params-file reads)."""
+    data = {spec.name: {"ros__parameters": spec.parameters} for spec in specs}
+    path = Path(path)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def loopback_environment(domain_id: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment that keeps DDS discovery and traffic on this machine."""
+    env = dict(os.environ if base is None else base)
+    env.update({
+        "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+        "ROS_LOCALHOST_ONLY": "1",  # pre-Jazzy distributions
+        "ROS_DOMAIN_ID": str(domain_id),
+        "MUJOCO_GL": env.get("MUJOCO_GL", "osmesa"),
+        "PYOPENGL_PLATFORM": env.get("PYOPENGL_PLATFORM", env.get("MUJOCO_GL", "osmesa")),
+        "PYTHONUNBUFFERED": "1",
+    })
+    return env
+
+
+def prepare_run(config: Mapping[str, Any], run_dir: str | os.PathLike) -> dict[str, Any]:
+    """Creates what the nodes need before they start: the scripted demonstration dataset named by
+    the `robot_rl.demos` section (made once per run directory). Returns the config to launch."""
+    config = copy.deepcopy(dict(config))
+    demos = config["robot_rl"].get("demos") or {}
+    if int(demos.get("episodes", 0)) <= 0:
+        return config
+    path = Path(run_dir) / "demos.zarr"
+    if not path.exists():
+        from robot_rl.data.dataset import save_transitions
+        from robot_rl.envs.arm import ArmSim, ArmSimConfig
+        from robot_rl.tasks import get_task
+        from robot_rl.training.local import collect_demonstrations
+
+        task = get_task(config["robot_rl"]["task"])
+        sim_params = config.get("sim", {}).get("ros__parameters", {})
+        robot = ArmSim(ArmSimConfig(**{k: sim_params[k] for k in ("control_hz", "action_scale", "cube_xy_range")
+                                       if k in sim_params}))
+        try:
+            arrays, info = collect_demonstrations(task, robot, int(demos["episodes"]), int(demos.get("seed", 0)),
+                                                  float(demos.get("noise", 0.0)))
+        finally:
+            robot.close()
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        save_transitions(path, arrays, {"task": task.name, "source": "scripted_expert", **info})
+    config.setdefault("learner", {}).setdefault("ros__parameters", {})["demos"] = str(path)
+    return config

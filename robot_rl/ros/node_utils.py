@@ -1,0 +1,102 @@
+"""What every robot_rl node shares: range-checked parameters, diagnostics, a clean main()."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.exceptions import InvalidParameterValueException, ParameterException
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+
+
+class ParameterError(ValueError):
+    """A parameter value the node refuses; the node exits with a clear message."""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: Any
+    description: str
+    low: float | int | None = None
+    high: float | int | None = None
+    choices: Sequence[str] | None = None
+
+    def descriptor(self) -> ParameterDescriptor:
+        extra = f" One of: {', '.join(self.choices)}." if self.choices else ""
+        d = ParameterDescriptor(description=self.description + extra)
+        if self.low is not None and self.high is not None:
+            if isinstance(self.default, bool):
+                raise TypeError(f"{self.name}: a bool parameter cannot have a range")
+            if isinstance(self.default, int):
+                d.integer_range = [IntegerRange(from_value=int(self.low), to_value=int(self.high), step=0)]
+            else:
+                d.floating_point_range = [FloatingPointRange(from_value=float(self.low), to_value=float(self.high),
+                                                             step=0.0)]
+        return d
+
+
+def declare_params(node: Node, params: Sequence[Param]) -> dict[str, Any]:
+    """Declares all parameters with descriptors; raises ParameterError naming the bad value and its range."""
+    values = {}
+    for p in params:
+        try:
+            value = node.declare_parameter(p.name, p.default, p.descriptor()).value
+        except (InvalidParameterValueException, ParameterException) as exc:
+            bounds = f" (allowed range [{p.low}, {p.high}])" if p.low is not None else ""
+            raise ParameterError(f"parameter {p.name!r} refused{bounds}: {exc}") from None
+        if p.choices is not None and value not in p.choices:
+            raise ParameterError(f"parameter {p.name!r}={value!r} is not one of {list(p.choices)}")
+        values[p.name] = value
+    return values
+
+
+def diagnostics(node: Node, values: dict[str, Any], level: bytes = DiagnosticStatus.OK,
+                message: str = "ok") -> DiagnosticArray:
+    msg = DiagnosticArray()
+    msg.header.stamp = node.get_clock().now().to_msg()
+    status = DiagnosticStatus(level=level, name=node.get_fully_qualified_name(), message=message,
+                              hardware_id="robot_rl")
+    status.values = [KeyValue(key=str(k), value=str(v)) for k, v in values.items()]
+    msg.status = [status]
+    return msg
+
+
+def run_node(factory: Callable[[], Node], args: list[str] | None = None, threads: int = 2) -> int:
+    """Initialises rclpy, spins the node until Ctrl-C/SIGTERM or until it calls `request_shutdown`,
+    and returns a process exit code (2 for refused parameters)."""
+    rclpy.init(args=args if args is not None else sys.argv)
+    node = None
+    code = 0
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        node = factory()
+        node.exit_code = getattr(node, "exit_code", 0)
+        node.request_shutdown = stop.set  # nodes end themselves (e.g. actor after evaluation)
+        executor = MultiThreadedExecutor(num_threads=threads)
+        executor.add_node(node)
+        while rclpy.ok() and not stop.is_set():
+            executor.spin_once(timeout_sec=0.1)
+        code = node.exit_code
+    except ParameterError as exc:
+        print(f"[robot_rl] {exc}", file=sys.stderr, flush=True)
+        code = 2
+    except (KeyboardInterrupt, ExternalShutdownException):
+        code = 0
+    finally:
+        if node is not None:
+            close = getattr(node, "close", None)
+            if close is not None:
+                close()
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return code

@@ -1,0 +1,58 @@
+"""Task registry: one place that says what a task observes, how it is rewarded and when it succeeds.
+
+The simulator env, the ROS actor (which rebuilds the same state dict from topics) and
+the learner all read the task from here, so the three can never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+State = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    obs_dim: int
+    """Length of the flat observation vector built by `observation`."""
+    action_dim: int
+    max_episode_steps: int
+    """Horizon; reaching it truncates the episode (bootstrapped, not terminal)."""
+    control_hz: float
+    observation: Callable[[State], np.ndarray]
+    reward: Callable[[State], float]
+    success: Callable[[State], bool]
+    terminate_on_success: bool
+    expert: Callable[..., np.ndarray] | None
+    """Scripted expert (state, rng, noise) -> action, for demonstrations and scripted humans."""
+    env_id: str
+    """Gymnasium id of the matching simulated environment."""
+
+
+def _arm_lift() -> TaskSpec:
+    from robot_rl.envs import arm
+
+    return TaskSpec(
+        name="arm_lift", obs_dim=arm.LIFT_OBS_DIM, action_dim=4, max_episode_steps=50, control_hz=10.0,
+        observation=arm.lift_observation, reward=arm.lift_reward, success=arm.lift_success,
+        terminate_on_success=False, expert=arm.scripted_lift_action, env_id="robot_rl/ArmLift-v0",
+    )
+
+
+_TASKS: dict[str, Callable[[], TaskSpec]] = {"arm_lift": _arm_lift}
+
+
+def get_task(name: str) -> TaskSpec:
+    try:
+        factory = _TASKS[name]
+    except KeyError:
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(_TASKS))}") from None
+    return factory()
+
+
+def task_names() -> list[str]:
+    return sorted(_TASKS)

@@ -1,0 +1,252 @@
+"""The actor's logic without ROS: episodes, transitions, batching, policy swaps, evaluation.
+
+The node feeds it one synchronized robot state per control step and executes the action it
+returns; everything else (what a transition is, when an episode ends, what goes to the
+learner and when) is decided here, so it is testable with a plain gymnasium env.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from robot_rl.agents.policy import Policy, PolicySpec
+from robot_rl.data.delivery import Outbox
+from robot_rl.data.replay import TRANSITION_FIELDS
+from robot_rl.ros import codec
+from robot_rl.tasks import State, TaskSpec
+from robot_rl.training.learner import ACK, POLICY, TRANSITIONS
+
+
+@dataclass
+class ActorConfig:
+    """Actor settings (node parameters map one to one onto these fields)."""
+
+    actor_id: str = "actor0"
+    """Unique per actor feeding a learner; part of every payload's identity."""
+    batch_transitions: int = 50
+    """Transitions per payload sent to the learner (an episode end also flushes)."""
+    total_steps: int = 10_000
+    """Training environment steps before evaluation starts (0: train forever)."""
+    random_steps: int = 0
+    """Uniform random actions for the first steps (exploration before the first policy)."""
+    eval_episodes: int = 50
+    """Deterministic evaluation episodes after training."""
+    sync_updates_per_step: float = 0.0
+    """Simulation only: before each training step, wait until the learner has made this many
+    updates per step taken (beyond sync_slack_steps), so the update-to-data ratio does not depend
+    on how fast this machine is. 0 runs free, as a real robot must."""
+    sync_slack_steps: int = 500
+    """Steps the actor may run ahead of the learner's update count."""
+    seed: int = 0
+
+
+@dataclass
+class EpisodeStats:
+    index: int
+    steps: int = 0
+    ret: float = 0.0
+    success: bool = False
+    interventions: int = 0
+    evaluation: bool = False
+    policy_version: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "steps": self.steps, "return": round(self.ret, 4), "success": self.success,
+                "interventions": self.interventions, "evaluation": self.evaluation,
+                "policy_version": self.policy_version}
+
+
+@dataclass
+class StepResult:
+    action: np.ndarray | None
+    """Action to execute now; None when the episode just ended (reset the robot)."""
+    episode: EpisodeStats | None = None
+    """The finished episode when action is None."""
+
+
+@dataclass
+class _Pending:
+    fields: dict[str, list] = field(default_factory=lambda: {k: [] for k in TRANSITION_FIELDS})
+    episodes: list[dict[str, Any]] = field(default_factory=list)
+
+
+class ActorCore:
+    def __init__(self, task: TaskSpec, config: ActorConfig, outbox: Outbox):
+        self.task, self.config, self.outbox = task, config, outbox
+        self.rng = np.random.default_rng(config.seed)
+        self.policy: Policy | None = None
+        self.policy_version = 0
+        self.learner_updates = 0
+        self.train_steps = 0
+        self.episode_index = 0
+        self.evaluating = False
+        self.finished = False
+        self.eval_results: list[EpisodeStats] = []
+        self.history: list[EpisodeStats] = []
+        self.transitions_sent = 0
+        self.payloads_sent = 0
+        self.acked = 0
+        self._episode: EpisodeStats | None = None
+        self._prev: tuple[np.ndarray, np.ndarray, bool] | None = None  # obs, action, intervention
+        self._pending = _Pending()
+
+    # ---- policy -------------------------------------------------------------------------------
+
+    def load_policy(self, payload: codec.Payload) -> bool:
+        """Swaps in newer weights; returns False for an old version. Raises ValueError if malformed."""
+        if payload.kind != POLICY:
+            raise ValueError(f"expected a {POLICY!r} payload, got {payload.kind!r}")
+        version = payload.meta.get("version")
+        if not isinstance(version, int):
+            raise ValueError("policy payload without an integer version")
+        if version <= self.policy_version:
+            return False
+        spec = PolicySpec.from_json(payload.meta["spec"])
+        if (spec.obs_dim, spec.action_dim) != (self.task.obs_dim, self.task.action_dim):
+            raise ValueError(f"policy for obs_dim={spec.obs_dim}, action_dim={spec.action_dim} does not fit "
+                             f"task {self.task.name} ({self.task.obs_dim}, {self.task.action_dim})")
+        weights = codec.arrays_to_state_dict(payload.arrays)
+        policy = self.policy if self.policy is not None and self.policy.spec == spec else Policy(spec)
+        policy.load_state_dict(weights)
+        self.policy, self.policy_version = policy, version
+        self.learner_updates = int(payload.meta.get("num_updates", self.learner_updates))
+        return True
+
+    def waiting_for_learner(self) -> bool:
+        """True while a training step must wait for the learner (see sync_updates_per_step)."""
+        ratio = self.config.sync_updates_per_step
+        if ratio <= 0 or self.evaluating:
+            return False
+        return (self.train_steps - self.config.sync_slack_steps) * ratio > self.learner_updates
+
+    # ---- episodes -----------------------------------------------------------------------------
+
+    def start_episode(self) -> None:
+        if self.finished:
+            raise RuntimeError("actor finished: training and evaluation are done")
+        self._prev = None
+        self._episode = EpisodeStats(self.episode_index, evaluation=self.evaluating,
+                                     policy_version=self.policy_version)
+        self.episode_index += 1
+
+    @property
+    def in_episode(self) -> bool:
+        return self._episode is not None
+
+    def step(self, state: State, human_action: np.ndarray | None = None) -> StepResult:
+        """Consumes the state reached after the previous action; returns the next action.
+
+        human_action: the teleoperator's action when a person has taken over; it is executed
+        instead of the policy's and the transition is flagged as an intervention.
+        """
+        if self._episode is None:
+            raise RuntimeError("step() outside an episode: call start_episode() after the reset")
+        episode = self._episode
+        obs = np.asarray(self.task.observation(state), dtype=np.float32)
+        if obs.shape != (self.task.obs_dim,) or not np.isfinite(obs).all():
+            raise ValueError(f"task observation has shape {obs.shape} or non-finite values")
+        if self._prev is not None:
+            reward = float(self.task.reward(state))
+            success = bool(self.task.success(state))
+            terminated = success and self.task.terminate_on_success
+            episode.steps += 1
+            episode.ret += reward
+            truncated = not terminated and episode.steps >= self.task.max_episode_steps
+            if not episode.evaluation:
+                self._record(self._prev, reward, obs, terminated, truncated)
+                self.train_steps += 1
+            if terminated or truncated:
+                episode.success = success
+                return StepResult(None, self._end_episode())
+        action, intervention = self._choose_action(obs, human_action, episode.evaluation)
+        episode.interventions += int(intervention)
+        self._prev = (obs, action, intervention)
+        return StepResult(action)
+
+    def _choose_action(self, obs: np.ndarray, human_action: np.ndarray | None,
+                       evaluation: bool) -> tuple[np.ndarray, bool]:
+        if human_action is not None:
+            action = np.asarray(human_action, dtype=np.float32)
+            if action.shape != (self.task.action_dim,) or not np.isfinite(action).all():
+                raise ValueError(f"human action has shape {action.shape} or non-finite values")
+            return np.clip(action, -1.0, 1.0), True
+        if self.policy is None or (not evaluation and self.train_steps < self.config.random_steps):
+            return self.rng.uniform(-1.0, 1.0, self.task.action_dim).astype(np.float32), False
+        action = self.policy.act(obs, deterministic=evaluation)
+        if not np.isfinite(action).all():  # never send a NaN to a robot
+            raise ValueError("policy produced a non-finite action")
+        return np.clip(action, -1.0, 1.0).astype(np.float32), False
+
+    def _record(self, prev, reward, next_obs, terminated, truncated) -> None:
+        obs, action, intervention = prev
+        f = self._pending.fields
+        for name, value in (("obs", obs), ("action", action), ("reward", reward), ("next_obs", next_obs),
+                            ("terminated", terminated), ("truncated", truncated), ("intervention", intervention)):
+            f[name].append(value)
+        if len(f["reward"]) >= self.config.batch_transitions:
+            self.flush()
+
+    def _end_episode(self) -> EpisodeStats:
+        episode, self._episode, self._prev = self._episode, None, None
+        self.history.append(episode)
+        if episode.evaluation:
+            self.eval_results.append(episode)
+            if len(self.eval_results) >= self.config.eval_episodes:
+                self.finished = True
+        else:
+            self._pending.episodes.append(episode.as_dict())
+            if self.config.total_steps and self.train_steps >= self.config.total_steps:
+                self.evaluating = True
+                self.finished = self.config.eval_episodes == 0
+        self.flush()
+        return episode
+
+    # ---- transport ----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Packs pending transitions into one payload in the outbox."""
+        f = self._pending.fields
+        n = len(f["reward"])
+        if n == 0 and not self._pending.episodes:
+            return
+        arrays = {
+            "obs": np.asarray(f["obs"], np.float32).reshape(n, self.task.obs_dim),
+            "action": np.asarray(f["action"], np.float32).reshape(n, self.task.action_dim),
+            "reward": np.asarray(f["reward"], np.float32), "next_obs": np.asarray(f["next_obs"], np.float32).reshape(
+                n, self.task.obs_dim),
+            "terminated": np.asarray(f["terminated"], bool), "truncated": np.asarray(f["truncated"], bool),
+            "intervention": np.asarray(f["intervention"], bool),
+        }
+        seq = self.outbox.allocate_seq()
+        payload = codec.encode(TRANSITIONS, arrays, {
+            "actor_id": self.config.actor_id, "seq": seq, "task": self.task.name,
+            "policy_version": self.policy_version, "episodes": self._pending.episodes, "sent_at": time.time(),
+        })
+        self.outbox.put(seq, payload)
+        self.transitions_sent += n
+        self.payloads_sent += 1
+        self._pending = _Pending()
+
+    def handle_ack(self, payload: codec.Payload) -> int:
+        """Drops acknowledged payloads from the outbox; returns how many were ours and new."""
+        if payload.kind != ACK or payload.meta.get("actor_id") != self.config.actor_id:
+            return 0
+        acked = sum(self.outbox.ack(int(s)) for s in payload.arrays.get("seqs", ()))
+        self.acked += acked
+        return acked
+
+    # ---- reporting ----------------------------------------------------------------------------
+
+    def success_rate(self, last: int = 20, evaluation: bool = False) -> float:
+        episodes = [e for e in self.history if e.evaluation == evaluation][-last:]
+        return float(np.mean([e.success for e in episodes])) if episodes else 0.0
+
+    def eval_summary(self) -> dict[str, Any]:
+        successes = [e.success for e in self.eval_results]
+        return {"episodes": len(successes), "success_rate": float(np.mean(successes)) if successes else 0.0,
+                "mean_return": float(np.mean([e.ret for e in self.eval_results])) if successes else 0.0,
+                "train_steps": self.train_steps, "policy_version": self.policy_version}

@@ -1,0 +1,217 @@
+"""The learner's logic without ROS: ingest transition payloads, train SAC, publish policies,
+checkpoint and resume.
+
+Durability: every accepted payload is appended to the journal before it is acknowledged,
+and the journal is the replay memory's persistent form. A restarted learner loads its last
+checkpoint (networks, optimizers, temperature, counters) and replays the journal, so the
+buffer and the duplicate tracker come back exactly; resends from actors are recognised as
+duplicates and acknowledged again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from robot_rl.agents.sac import SAC, SACConfig
+from robot_rl.data.delivery import SequenceTracker
+from robot_rl.data.journal import PayloadJournal
+from robot_rl.data.replay import MixedSampler, ReplayBuffer, transition_layout
+from robot_rl.ros import codec
+
+TRANSITIONS = "transitions"
+POLICY = "policy"
+ACK = "ack"
+
+
+@dataclass
+class LearnerConfig:
+    """Learner settings (node parameters map one to one onto these fields)."""
+
+    obs_dim: int
+    action_dim: int
+    sac: SACConfig = field(default_factory=SACConfig)
+    buffer_capacity: int = 200_000
+    """Online replay capacity in transitions."""
+    demo_fraction: float = 0.5
+    """Share of each batch drawn from demonstrations/interventions (RLPD: 0.5)."""
+    warmup_transitions: int = 256
+    """Online transitions required before the first update."""
+    max_update_ratio: float = 0.0
+    """Cap on updates per received online transition (0: unbounded, train as fast as possible)."""
+    seed: int = 0
+    device: str = "auto"
+    """'auto' (CUDA when present), 'cpu' or 'cuda'."""
+
+
+@dataclass
+class IngestResult:
+    actor_id: str
+    seq: int
+    transitions: int
+    duplicate: bool
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} requested but CUDA is not available on this machine")
+    return torch.device(name)
+
+
+class LearnerCore:
+    def __init__(self, config: LearnerConfig, run_dir: str | os.PathLike):
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.device = resolve_device(config.device)
+        torch.manual_seed(config.seed)
+        self.rng = np.random.default_rng(config.seed)
+        self.agent = SAC(config.obs_dim, config.action_dim, config.sac, self.device)
+        layout = transition_layout(config.obs_dim, config.action_dim)
+        self.online = ReplayBuffer(config.buffer_capacity, layout)
+        self.demos = ReplayBuffer(config.buffer_capacity, layout)
+        self.sampler = MixedSampler(self.online, self.demos, config.demo_fraction)
+        self.tracker = SequenceTracker()
+        self.journal = PayloadJournal(self.run_dir / "journal")
+        self.policy_version = 0
+        self.rejected: dict[str, int] = {}
+        self.duplicates = 0
+        self.resumed = False
+        self.episode_stats: list[dict[str, Any]] = []
+
+    # ---- data in ------------------------------------------------------------------------------
+
+    def load_demonstrations(self, arrays: dict[str, np.ndarray]) -> int:
+        return self.demos.add_batch(arrays)
+
+    def ingest(self, data: bytes | memoryview) -> IngestResult:
+        """Validates, journals and stores one transition payload. Raises codec.PayloadError or
+        ValueError (counted in `rejected`) and then leaves every structure unchanged."""
+        try:
+            return self._ingest(data, journal=True)
+        except (codec.PayloadError, ValueError) as exc:
+            reason = getattr(exc, "reason", "bad_transitions")
+            self.rejected[reason] = self.rejected.get(reason, 0) + 1
+            raise
+
+    def _ingest(self, data: bytes | memoryview, journal: bool) -> IngestResult:
+        payload = codec.decode(data, expect_kind=TRANSITIONS)
+        actor_id, seq = payload.meta.get("actor_id"), payload.meta.get("seq")
+        if not isinstance(actor_id, str) or not actor_id or not isinstance(seq, int) or seq < 0:
+            raise codec.PayloadError("missing_field", "transition payload needs meta actor_id (str) and seq (int >= 0)")
+        batch = payload.arrays
+        n = self.online.validate(batch)
+        if self.tracker.seen(actor_id, seq):
+            self.duplicates += 1
+            return IngestResult(actor_id, seq, n, duplicate=True)
+        if journal:
+            self.journal.append(bytes(data) if not isinstance(data, bytes) else data, n)
+            self.journal.prune(self.config.buffer_capacity)
+        self.tracker.add(actor_id, seq)
+        self._store(batch)
+        for episode in payload.meta.get("episodes", []):
+            self.episode_stats.append(episode)
+        return IngestResult(actor_id, seq, n, duplicate=False)
+
+    def _store(self, batch: dict[str, np.ndarray]) -> None:
+        self.online.add_batch(batch)
+        # HIL-SERL: human interventions are demonstrations too.
+        intervened = np.asarray(batch["intervention"], dtype=bool)
+        if intervened.any():
+            self.demos.add_batch({k: np.asarray(v)[intervened] for k, v in batch.items()})
+
+    # ---- training -----------------------------------------------------------------------------
+
+    @property
+    def transitions_received(self) -> int:
+        return self.online.total_added
+
+    def ready(self) -> bool:
+        """Enough online data to start, and under the update-to-data cap if one is set."""
+        if len(self.online) < self.config.warmup_transitions:
+            return False
+        if self.config.max_update_ratio > 0:
+            return self.agent.num_updates < self.config.max_update_ratio * self.online.total_added
+        return True
+
+    def train_step(self) -> dict[str, float]:
+        cfg = self.config.sac
+        batch = self.sampler.sample(cfg.utd_ratio * cfg.batch_size, self.rng)
+        tensors = {
+            "obs": batch["obs"], "action": batch["action"], "reward": batch["reward"],
+            "next_obs": batch["next_obs"], "terminated": batch["terminated"].astype(np.float32),
+        }
+        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device, non_blocking=True)
+                   for k, v in tensors.items()}
+        return self.agent.update(tensors)
+
+    # ---- data out -----------------------------------------------------------------------------
+
+    def policy_payload(self) -> bytes:
+        self.policy_version += 1
+        arrays = codec.state_dict_to_arrays(self.agent.actor.state_dict())
+        return codec.encode(POLICY, arrays, {
+            "version": self.policy_version, "spec": self.agent.policy.spec.to_json(),
+            "num_updates": self.agent.num_updates, "transitions": self.transitions_received,
+        })
+
+    @staticmethod
+    def ack_payload(actor_id: str, seqs: list[int]) -> bytes:
+        return codec.encode(ACK, {"seqs": np.asarray(seqs, dtype=np.int64)}, {"actor_id": actor_id})
+
+    # ---- checkpoints --------------------------------------------------------------------------
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.run_dir / "checkpoint.pt"
+
+    def save_checkpoint(self) -> None:
+        """Atomic: a learner killed mid-save leaves the previous checkpoint intact."""
+        state = {"agent": self.agent.state_dict(), "policy_version": self.policy_version,
+                 "rng": json.dumps(self.rng.bit_generator.state), "torch_rng": torch.get_rng_state(),
+                 "saved_at": time.time()}
+        tmp = self.checkpoint_path.with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, self.checkpoint_path)
+
+    def restore(self) -> bool:
+        """Loads the last checkpoint and replays the journal; returns True if anything was restored."""
+        restored = False
+        if self.checkpoint_path.exists():
+            state = torch.load(self.checkpoint_path, weights_only=True, map_location=self.device)
+            self.agent.load_state_dict(state["agent"])
+            self.policy_version = int(state["policy_version"])
+            self.rng.bit_generator.state = json.loads(state["rng"])
+            torch.set_rng_state(state["torch_rng"])
+            restored = True
+        for segment, data in self.journal.replay():
+            try:
+                result = self._ingest(data, journal=False)
+            except (codec.PayloadError, ValueError):
+                continue  # written by an incompatible version: skip, never crash on old data
+            if not result.duplicate:
+                self.journal.note_replayed(segment, result.transitions)
+                restored = True
+        self.resumed = restored
+        return restored
+
+    def close(self) -> None:
+        self.journal.close()
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "updates": self.agent.num_updates, "policy_version": self.policy_version,
+            "online_size": len(self.online), "demo_size": len(self.demos),
+            "transitions_received": self.transitions_received, "duplicates": self.duplicates,
+            "rejected": sum(self.rejected.values()), "resumed": self.resumed,
+            "config": asdict(self.config),
+        }

@@ -1,0 +1,101 @@
+"""The actor/learner pair in one process, with the same cores and payloads as the ROS graph.
+
+Used for demonstration collection, quick experiments and learning tests; the ROS graph
+adds only transport and process boundaries around exactly these calls.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+import numpy as np
+
+from robot_rl.ros import codec
+from robot_rl.tasks import State, TaskSpec
+from robot_rl.training.actor import ActorCore, EpisodeStats
+from robot_rl.training.learner import LearnerCore
+
+
+class Robot(Protocol):
+    """What the loop needs from a simulator (ArmSim fits): reset, step, state."""
+
+    def reset(self, rng: np.random.Generator) -> None: ...
+    def step(self, action: np.ndarray) -> None: ...
+    def state(self) -> State: ...
+
+
+def collect_demonstrations(task: TaskSpec, robot: Robot, episodes: int, seed: int = 0, noise: float = 0.0,
+                           successful_only: bool = True) -> tuple[dict[str, np.ndarray], dict]:
+    """Runs the task's scripted expert; returns stacked transitions and episode statistics."""
+    if task.expert is None:
+        raise ValueError(f"task {task.name} has no scripted expert")
+    rng = np.random.default_rng(seed)
+    fields: dict[str, list] = {k: [] for k in ("obs", "action", "reward", "next_obs", "terminated", "truncated",
+                                               "intervention")}
+    kept = attempted = 0
+    while kept < episodes:
+        attempted += 1
+        if attempted > 10 * episodes + 10:
+            raise RuntimeError(f"scripted expert succeeded in only {kept} of {attempted} episodes")
+        robot.reset(rng)
+        state = robot.state()
+        episode = {k: [] for k in fields}
+        for t in range(task.max_episode_steps):
+            obs = task.observation(state)
+            action = task.expert(state, rng, noise)
+            robot.step(action)
+            state = robot.state()
+            success = task.success(state)
+            terminated = success and task.terminate_on_success
+            for name, value in (("obs", obs), ("action", action), ("reward", task.reward(state)),
+                                ("next_obs", task.observation(state)), ("terminated", terminated),
+                                ("truncated", not terminated and t == task.max_episode_steps - 1),
+                                ("intervention", False)):
+                episode[name].append(value)
+            if terminated:
+                break
+        if success or not successful_only:
+            kept += 1
+            for name in fields:
+                fields[name].extend(episode[name])
+    arrays = {
+        "obs": np.asarray(fields["obs"], np.float32), "action": np.asarray(fields["action"], np.float32),
+        "reward": np.asarray(fields["reward"], np.float32), "next_obs": np.asarray(fields["next_obs"], np.float32),
+        "terminated": np.asarray(fields["terminated"], bool), "truncated": np.asarray(fields["truncated"], bool),
+        "intervention": np.asarray(fields["intervention"], bool),
+    }
+    return arrays, {"episodes": kept, "attempted": attempted, "noise": noise, "seed": seed}
+
+
+def train_in_process(robot: Robot, actor: ActorCore, learner: LearnerCore, updates_per_step: float = 1.0,
+                     publish_every: int = 50, seed: int = 0,
+                     on_episode: Callable[[EpisodeStats], None] | None = None) -> dict:
+    """Runs training then evaluation until the actor is finished; returns the evaluation summary."""
+    rng = np.random.default_rng(seed)
+    last_published = -1
+    while not actor.finished:
+        robot.reset(rng)
+        actor.start_episode()
+        while True:
+            result = actor.step(robot.state())
+            if result.action is None:
+                break
+            robot.step(result.action)
+            _deliver(actor, learner)
+            target_updates = int(updates_per_step * learner.transitions_received)
+            while learner.ready() and learner.agent.num_updates < target_updates:
+                learner.train_step()
+            n = learner.agent.num_updates
+            if n and n // publish_every != last_published:
+                last_published = n // publish_every
+                actor.load_policy(codec.decode(learner.policy_payload()))
+        _deliver(actor, learner)
+        if on_episode is not None:
+            on_episode(result.episode)
+    return actor.eval_summary()
+
+
+def _deliver(actor: ActorCore, learner: LearnerCore) -> None:
+    for seq, payload in actor.outbox.due(limit=1 << 30):
+        result = learner.ingest(payload)
+        actor.handle_ack(codec.decode(learner.ack_payload(result.actor_id, [result.seq])))

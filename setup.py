@@ -1,0 +1,48 @@
+"""ament_python package setup: `colcon build` on a ROS 2 install, `pip install -e .` without one."""
+
+from glob import glob
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+PACKAGE = "robot_rl"
+NODES = ["sim", "actor", "learner"]
+
+
+def share_tree(folder: str) -> list[tuple[str, list[str]]]:
+    """data_files entries that install `folder/` recursively under share/robot_rl/."""
+    entries = {}
+    for path in Path(folder).rglob("*"):
+        if path.is_file() and "__pycache__" not in path.parts:
+            entries.setdefault(str(Path("share", PACKAGE, path.parent)), []).append(str(path))
+    return sorted(entries.items())
+
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=find_packages(exclude=["tests", "tests.*"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
+        *share_tree("config"),
+        *share_tree("sim"),
+        *share_tree("hardware"),
+        *share_tree("policies"),
+    ],
+    install_requires=["setuptools", "numpy", "pyyaml", "safetensors", "zarr", "mujoco", "gymnasium", "rich",
+                      "tensorboard"],
+    zip_safe=True,
+    maintainer="robot_rl developers",
+    maintainer_email="robot-rl@example.org",
+    description="Reinforcement learning on real robots over ROS 2: SERL/HIL-SERL, JuggleRL, FastRLAP, VLAC rewards.",
+    license="Apache-2.0",
+    extras_require={"test": ["pytest", "pytest-timeout", "matplotlib"]},
+    entry_points={
+        "console_scripts": [
+            "robot-rl = robot_rl.cli:main",
+            *[f"{node} = robot_rl.nodes.{node}:main" for node in NODES],
+        ],
+    },
+)

@@ -1,0 +1,180 @@
+"""Integration: sim, actor and learner as separate processes talking over DDS (loopback only,
+a domain id of their own), including malformed payloads and a learner killed with SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from std_msgs.msg import UInt8MultiArray  # noqa: E402
+
+from robot_rl.ros import codec, qos  # noqa: E402
+from robot_rl.ros.graph import apply_overrides, build_graph, config_path, load_config, loopback_environment, \
+    params_file  # noqa: E402
+from robot_rl.ros.messages import bytes_to_uint8_multiarray  # noqa: E402
+from robot_rl.ros.supervisor import Supervisor  # noqa: E402
+
+SMALL = {
+    "robot_rl.demos": {"episodes": 0},
+    "actor.eval_episodes": 2,
+    "actor.batch_transitions": 25,
+    "actor.resend_after_s": 1.0,
+    "learner.warmup_transitions": 100,
+    "learner.batch_size": 32,
+    "learner.hidden_dims": [64, 64],
+    "learner.publish_period_s": 0.5,
+    "learner.checkpoint_period_s": 1.0,
+    "learner.max_update_ratio": 0.0,
+}
+
+
+class Observer:
+    """A test-side node on the graph's domain: reads /diagnostics, can inject payloads."""
+
+    def __init__(self, domain_id: int):
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context, domain_id=domain_id)
+        self.node = rclpy.create_node("test_observer", context=self.context)
+        self.diag: dict[str, dict[str, str]] = {}
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
+        self.transitions_pub = self.node.create_publisher(UInt8MultiArray, "rl/transitions", qos.TRANSITIONS)
+        self.executor = rclpy.executors.SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+
+    def _on_diag(self, msg):
+        for status in msg.status:
+            self.diag[status.name.rsplit("/", 1)[-1]] = {kv.key: kv.value for kv in status.values}
+
+    def spin(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.executor.spin_once(timeout_sec=0.05)
+
+    def wait_for(self, predicate, timeout: float, what: str):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            self.executor.spin_once(timeout_sec=0.05)
+            if predicate():
+                return
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}; diagnostics: {self.diag}")
+
+    def value(self, node: str, key: str, default: float = -1) -> float:
+        try:
+            return float(self.diag.get(node, {}).get(key, default))
+        except ValueError:
+            return {"True": 1.0, "False": 0.0}.get(self.diag[node][key], default)
+
+    def close(self):
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.context)
+
+
+def _start_graph(tmp_path: Path, overrides: dict):
+    domain_id = random.randint(120, 200)
+    config = apply_overrides(load_config(config_path("arm_lift")), {**SMALL, **overrides})
+    specs = build_graph(config, "sim", str(tmp_path))
+    params = params_file(specs, tmp_path / "params.yaml")
+    env = loopback_environment(domain_id)
+    supervisor = Supervisor(specs, params, tmp_path / "logs", env)
+    supervisor.start()
+    return supervisor, Observer(domain_id), domain_id
+
+
+def _wait_exit(supervisor: Supervisor, name: str, timeout: float, observer: Observer) -> int:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        observer.spin(0.2)
+        for node, code in supervisor.exited():
+            if node.spec.name == name:
+                return code
+            raise AssertionError(f"{node.spec.name} exited with {code}:\n{supervisor.log_tail(node, 40)}")
+    raise AssertionError(f"{name} did not finish within {timeout}s")
+
+
+def _malformed_payloads() -> list[bytes]:
+    good = codec.encode("transitions", {"obs": np.zeros((2, 33), np.float32)}, {"actor_id": "x", "seq": 0})
+    nan_batch = codec.encode("transitions", {
+        "obs": np.full((1, 33), np.nan, np.float32), "action": np.zeros((1, 4), np.float32),
+        "reward": np.zeros(1, np.float32), "next_obs": np.zeros((1, 33), np.float32),
+        "terminated": np.zeros(1, bool), "truncated": np.zeros(1, bool), "intervention": np.zeros(1, bool),
+    }, {"actor_id": "intruder", "seq": 0})
+    rng = np.random.default_rng(0)
+    return [
+        b"", b"RRLP", rng.bytes(1000), good[:-7], b"XXXX" + good[4:],
+        good[:4] + b"\x63\x00" + good[6:],  # unknown codec version
+        codec.encode("policy", {"w": np.zeros(3, np.float32)}, {"version": 1}),  # wrong kind
+        good,  # missing fields
+        nan_batch,  # NaN observations
+    ] * 3
+
+
+def test_three_process_graph_delivers_everything_and_survives_garbage(tmp_path):
+    supervisor, observer, _ = _start_graph(tmp_path, {"actor.total_steps": 600})
+    try:
+        observer.wait_for(lambda: observer.value("learner", "transitions_received") > 0, 90, "first transitions")
+        garbage = _malformed_payloads()
+        for data in garbage:
+            observer.transitions_pub.publish(bytes_to_uint8_multiarray(data))
+        observer.wait_for(lambda: observer.value("learner", "rejected") >= len(garbage), 30, "rejections counted")
+        observer.wait_for(lambda: observer.value("actor", "policy_version") >= 2, 120, "policy updates reach actor")
+        assert _wait_exit(supervisor, "actor", 300, observer) == 0
+    finally:
+        codes = supervisor.stop()
+        observer.close()
+    assert codes.get("learner") == 0, codes
+    evaluation = json.loads((tmp_path / "eval.json").read_text())
+    learner = json.loads((tmp_path / "learner_summary.json").read_text())
+    assert evaluation["episodes"] == 2
+    assert evaluation["transitions_acked_all"] is True
+    assert evaluation["transitions_sent"] == evaluation["train_steps"] == 600
+    assert learner["transitions_received"] == evaluation["transitions_sent"]  # none lost, none twice
+    assert learner["rejected"] == len(_malformed_payloads())
+    assert learner["policy_version"] >= 2 and evaluation["policy_version"] >= 2
+
+
+def test_learner_killed_with_sigkill_resumes_and_loses_nothing(tmp_path):
+    supervisor, observer, _ = _start_graph(tmp_path, {"actor.total_steps": 1500})
+    try:
+        observer.wait_for(lambda: observer.value("learner", "updates") >= 50
+                          and (tmp_path / "checkpoint.pt").exists(), 120, "learner training and checkpointed")
+        observer.spin(1.5)  # at least one checkpoint after 50 updates
+        before_updates = observer.value("learner", "updates")
+        before_received = observer.value("learner", "transitions_received")
+        learner = supervisor.nodes["learner"]
+        os.killpg(learner.process.pid, signal.SIGKILL)
+        learner.process.wait()
+        del supervisor.nodes["learner"]
+        observer.diag.pop("learner", None)
+        observer.spin(3.0)  # the actor keeps acting meanwhile, holding what it cannot deliver
+        assert observer.value("actor", "outbox_pending") > 0
+        restarted = subprocess.Popen(learner.process.args, env=supervisor.env, start_new_session=True,
+                                     stdout=open(tmp_path / "logs" / "learner-restart.log", "wb"),
+                                     stderr=subprocess.STDOUT)
+        learner.process = restarted
+        supervisor.nodes["learner"] = learner
+        observer.wait_for(lambda: observer.value("learner", "resumed") == 1.0, 90, "restarted learner reports resume")
+        # step counter continues from the checkpoint, buffer restored from the journal
+        assert observer.value("learner", "updates") >= 50
+        assert observer.value("learner", "online_size") >= before_received
+        assert _wait_exit(supervisor, "actor", 400, observer) == 0
+    finally:
+        codes = supervisor.stop()
+        observer.close()
+    assert codes.get("learner") == 0, codes
+    evaluation = json.loads((tmp_path / "eval.json").read_text())
+    summary = json.loads((tmp_path / "learner_summary.json").read_text())
+    assert evaluation["transitions_acked_all"] is True
+    assert summary["transitions_received"] == evaluation["transitions_sent"] == 1500
+    assert summary["updates"] > before_updates * 0.5
+    assert summary["resumed"] is True
