@@ -1,0 +1,110 @@
+"""Actor logic without ROS: episodes, transitions, batching, policy swaps, synchronisation."""
+
+import numpy as np
+import pytest
+
+from robot_rl.agents.policy import Policy, PolicySpec
+from robot_rl.data.delivery import Outbox
+from robot_rl.ros import codec
+from robot_rl.ros.sync import StampSynchronizer
+from robot_rl.tasks import TaskSpec
+from robot_rl.training.actor import ActorConfig, ActorCore
+from robot_rl.training.learner import LearnerConfig, LearnerCore
+
+
+def _task(horizon=3, terminate=False):
+    return TaskSpec(name="toy", obs_dim=2, action_dim=1, max_episode_steps=horizon, control_hz=10.0,
+                    observation=lambda s: np.array([s["x"], 1.0], np.float32),
+                    reward=lambda s: float(s["x"]), success=lambda s: s["x"] >= 2,
+                    terminate_on_success=terminate, expert=None, env_id="none")
+
+
+def _run_episode(core, xs):
+    core.start_episode()
+    results = [core.step({"x": x}) for x in xs]
+    return results
+
+
+def test_episode_truncates_at_horizon_and_records_transitions(tmp_path):
+    core = ActorCore(_task(horizon=3), ActorConfig(batch_transitions=100, total_steps=0), Outbox(tmp_path))
+    results = _run_episode(core, [0, 1, 2, 3])
+    assert [r.action is None for r in results] == [False, False, False, True]
+    episode = results[-1].episode
+    assert episode.steps == 3 and episode.ret == 6.0 and episode.success  # success judged on the last state
+    (seq, data), = core.outbox.due(now=0.0)
+    batch = codec.decode(data).arrays
+    np.testing.assert_array_equal(batch["reward"], [1, 2, 3])
+    np.testing.assert_array_equal(batch["obs"][:, 0], [0, 1, 2])
+    np.testing.assert_array_equal(batch["next_obs"][:, 0], [1, 2, 3])
+    np.testing.assert_array_equal(batch["truncated"], [False, False, True])
+    assert not batch["terminated"].any()
+
+
+def test_termination_on_success(tmp_path):
+    core = ActorCore(_task(horizon=10, terminate=True), ActorConfig(total_steps=0), Outbox(tmp_path))
+    results = _run_episode(core, [0, 2])
+    assert results[-1].action is None and results[-1].episode.success
+    batch = codec.decode(core.outbox.due(now=0.0)[0][1]).arrays
+    assert batch["terminated"].tolist() == [True] and batch["truncated"].tolist() == [False]
+
+
+def test_batches_flush_by_size_and_sequence_numbers_increase(tmp_path):
+    core = ActorCore(_task(horizon=100), ActorConfig(batch_transitions=2, total_steps=0), Outbox(tmp_path))
+    _run_episode(core, [0, 0, 0, 0, 0])
+    seqs = [codec.decode(d).meta["seq"] for _, d in core.outbox.due(now=0.0)]
+    assert seqs == [0, 1]
+
+
+def test_human_action_overrides_policy_and_is_flagged(tmp_path):
+    core = ActorCore(_task(horizon=2), ActorConfig(total_steps=0), Outbox(tmp_path))
+    core.start_episode()
+    result = core.step({"x": 0}, human_action=np.array([0.7], np.float32))
+    assert result.action.tolist() == pytest.approx([0.7])
+    core.step({"x": 1})
+    core.step({"x": 1})
+    batch = codec.decode(core.outbox.due(now=0.0)[0][1]).arrays
+    assert batch["intervention"].tolist() == [True, False]
+    with pytest.raises(ValueError):
+        core.start_episode()
+        core.step({"x": 0}, human_action=np.array([np.nan], np.float32))
+
+
+def test_evaluation_after_training_is_deterministic_and_not_recorded(tmp_path):
+    core = ActorCore(_task(horizon=2), ActorConfig(total_steps=2, eval_episodes=2), Outbox(tmp_path))
+    _run_episode(core, [0, 1, 2])
+    assert core.evaluating and not core.finished
+    sent = core.transitions_sent
+    _run_episode(core, [0, 1, 2])
+    _run_episode(core, [0, 1, 0])
+    assert core.finished and core.transitions_sent == sent
+    assert core.eval_summary()["success_rate"] == 0.5
+
+
+def test_policy_swap_versions_and_learner_sync(tmp_path):
+    learner = LearnerCore(LearnerConfig(obs_dim=2, action_dim=1, warmup_transitions=1), tmp_path / "learner")
+    config = ActorConfig(total_steps=0, sync_updates_per_step=1.0, sync_slack_steps=2)
+    core = ActorCore(_task(horizon=100), config, Outbox(tmp_path / "outbox"))
+    assert core.load_policy(codec.decode(learner.policy_payload()))
+    old = codec.decode(learner.policy_payload())
+    assert core.load_policy(codec.decode(learner.policy_payload())) and not core.load_policy(old)
+    assert core.policy_version == 3
+    _run_episode(core, [0, 0, 0])
+    assert not core.waiting_for_learner()  # 2 steps taken, slack 2
+    core.step({"x": 0})
+    assert core.waiting_for_learner()  # 3 steps, learner has 0 updates
+    wrong = Policy(PolicySpec(obs_dim=5, action_dim=1, hidden_dims=(4,)))
+    payload = codec.encode("policy", codec.state_dict_to_arrays(wrong.network.state_dict()),
+                           {"version": 99, "spec": wrong.spec.to_json()})
+    with pytest.raises(ValueError, match="does not fit"):
+        core.load_policy(codec.decode(payload))
+
+
+def test_stamp_synchronizer_pairs_by_stamp_and_counts_drops():
+    sync = StampSynchronizer(["a", "b"], slop_ns=5)
+    assert sync.add("a", 100, "a100") is None
+    assert sync.add("a", 200, "a200") is None
+    stamp, msgs = sync.add("b", 203, "b203")
+    assert stamp == 203 and msgs == {"b": "b203", "a": "a200"}
+    assert sync.dropped == 1  # the set at 100 never completed
+    assert sync.add("b", 203, "again") is None and sync.dropped == 1  # a repeat is not a loss
+    assert sync.add("a", 150, "late") is None and sync.dropped == 2
