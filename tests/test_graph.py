@@ -36,6 +36,7 @@ SMALL = {
     "learner.publish_period_s": 0.5,
     "learner.checkpoint_period_s": 1.0,
     "learner.max_update_ratio": 0.0,
+    "actor.sync_updates_per_step": 0.0,  # run free: the actor must keep acting while the learner is down
 }
 
 

@@ -128,7 +128,6 @@ class OperationalSpaceController:
         self._rot_err = np.empty(3)
         self._err = np.empty(6)
         self._rhs = np.empty((6, 2))
-        self._reg = self.gains.regularization * np.eye(6)
         self._update_gain_vectors()
 
     @staticmethod
@@ -177,9 +176,8 @@ class OperationalSpaceController:
             err[:3] *= g.max_pos_error / pn
         mujoco.mju_mat2Quat(self._quat, data.site_xmat[self.site_id])
         mujoco.mju_negQuat(self._quat_inv, self._quat)
-        mujoco.mju_mulQuat(
-            self._quat_err, TOP_DOWN_QUAT if target_quat is None else target_quat, self._quat_inv
-        )
+        tq = TOP_DOWN_QUAT if target_quat is None else np.asarray(target_quat, dtype=np.float64)
+        mujoco.mju_mulQuat(self._quat_err, tq, self._quat_inv)
         mujoco.mju_quat2Vel(self._rot_err, self._quat_err, 1.0)
         rn = np.sqrt(self._rot_err @ self._rot_err)
         if rn > g.max_rot_error:

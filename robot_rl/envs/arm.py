@@ -27,6 +27,7 @@ if "MUJOCO_GL" not in os.environ and not (
     os.environ["MUJOCO_GL"] = "osmesa"
 
 import math  # noqa: E402
+import sys  # noqa: E402
 from dataclasses import dataclass, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -84,18 +85,21 @@ def _find_scene_xml() -> Path:
     env = os.environ.get("ROBOT_RL_ARM_XML")
     if env:
         return Path(env)
-    here = Path(__file__).resolve()
-    candidates = [here.parents[2] / "sim" / "arm" / "arm_scene.xml"]
-    try:  # installed ROS 2 package
-        from ament_index_python.packages import get_package_share_directory
-
-        candidates.append(Path(get_package_share_directory("robot_rl")) / "sim" / "arm" / "arm_scene.xml")
-    except Exception:  # pragma: no cover - ament not available / package not installed
-        pass
+    rel = Path("sim") / "arm" / "arm_scene.xml"
+    source_tree = Path(__file__).resolve().parents[2] / rel
+    candidates = [source_tree, Path(sys.prefix) / "share" / "robot_rl" / rel]
     for c in candidates:
         if c.is_file():
             return c
-    return candidates[0]
+    try:  # installed ROS 2 package (colcon)
+        from ament_index_python.packages import get_package_share_directory
+
+        c = Path(get_package_share_directory("robot_rl")) / rel
+        if c.is_file():
+            return c
+    except Exception:  # pragma: no cover - ament not available / package not installed
+        pass
+    return source_tree
 
 
 #: Path of the MJCF scene (override with the ``ROBOT_RL_ARM_XML`` environment variable).
@@ -242,7 +246,7 @@ class ArmSim:
         if rng is None:
             rng = np.random.default_rng()
         cfg = self.config
-        m, d = self.model, self.data
+        d = self.data
         self._set_home()
         xy = np.asarray(cfg.cube_xy_nominal, dtype=np.float64) + rng.uniform(
             -cfg.cube_xy_range, cfg.cube_xy_range, size=2

@@ -12,7 +12,7 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.exceptions import InvalidParameterValueException, ParameterException
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 
 
@@ -69,7 +69,7 @@ def diagnostics(node: Node, values: dict[str, Any], level: bytes = DiagnosticSta
     return msg
 
 
-def run_node(factory: Callable[[], Node], args: list[str] | None = None, threads: int = 2) -> int:
+def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> int:
     """Initialises rclpy, spins the node until Ctrl-C/SIGTERM or until it calls `request_shutdown`,
     and returns a process exit code (2 for refused parameters)."""
     rclpy.init(args=args if args is not None else sys.argv)
@@ -81,7 +81,9 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, threads
         node = factory()
         node.exit_code = getattr(node, "exit_code", 0)
         node.request_shutdown = stop.set  # nodes end themselves (e.g. actor after evaluation)
-        executor = MultiThreadedExecutor(num_threads=threads)
+        # Single-threaded on purpose: rclpy's MultiThreadedExecutor busy-polls its futures and
+        # slowed a lockstep sim step from ~3 ms to ~50 ms; long work runs on the nodes' own threads.
+        executor = SingleThreadedExecutor()
         executor.add_node(node)
         while rclpy.ok() and not stop.is_set():
             executor.spin_once(timeout_sec=0.1)

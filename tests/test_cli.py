@@ -1,0 +1,73 @@
+"""`robot-rl train` as a user runs it: process graph, Ctrl-C, and a critical node dying."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("rclpy")
+
+FAST = ["--steps", "100000", "--set", "robot_rl.demos={episodes: 0}", "--set", "learner.hidden_dims=[32]",
+        "--set", "learner.batch_size=16", "--set", "actor.sync_updates_per_step=0.0", "--plain", "--status-period", "1"]
+
+
+def _start(run_dir: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "train", "--run-dir", str(run_dir), *FAST],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _node_pids(run_dir: Path, node: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", f"robot_rl.nodes.{node} .*{run_dir}/params.yaml"], capture_output=True,
+                         text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _wait_for_steps(proc: subprocess.Popen, lines: list[str], timeout: float = 120) -> None:
+    end = time.monotonic() + timeout
+    for line in proc.stdout:
+        lines.append(line)
+        if "step " in line and not line.split("step ")[1].startswith("0/"):
+            return
+        if time.monotonic() > end:
+            break
+    raise AssertionError("training never started:\n" + "".join(lines))
+
+
+def test_ctrl_c_stops_every_node_in_order(tmp_path):
+    proc = _start(tmp_path)
+    lines: list[str] = []
+    try:
+        _wait_for_steps(proc, lines)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends on Ctrl-C
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = "".join(lines) + out
+    assert proc.returncode == 130, text
+    assert "interrupted by the user" in text
+    for node in ("sim", "actor", "learner"):
+        assert _node_pids(tmp_path, node) == []
+    assert (tmp_path / "checkpoint.pt").exists()  # the learner saved on its way out
+
+
+def test_a_dying_critical_node_shuts_the_graph_down_and_says_why(tmp_path):
+    proc = _start(tmp_path)
+    lines: list[str] = []
+    try:
+        _wait_for_steps(proc, lines)
+        for pid in _node_pids(tmp_path, "sim"):
+            os.kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = "".join(lines) + out
+    assert proc.returncode == 1, text
+    assert "critical node 'sim' exited with code -9" in text
+    for node in ("actor", "learner"):
+        assert _node_pids(tmp_path, node) == []
