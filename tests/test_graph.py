@@ -8,6 +8,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -179,3 +180,41 @@ def test_learner_killed_with_sigkill_resumes_and_loses_nothing(tmp_path):
     assert summary["transitions_received"] == evaluation["transitions_sent"] == 1500
     assert summary["updates"] > before_updates * 0.5
     assert summary["resumed"] is True
+
+
+def test_realtime_sim_publishes_images_on_wall_clock_and_holds_on_stale_commands(tmp_path):
+    from geometry_msgs.msg import TwistStamped
+    from sensor_msgs.msg import CameraInfo, Image, JointState
+
+    from robot_rl.ros.messages import msg_to_image
+
+    domain_id = random.randint(120, 200)
+    env = loopback_environment(domain_id)
+    sim = subprocess.Popen([sys.executable, "-m", "robot_rl.nodes.sim", "--ros-args", "-p", "clock_mode:=realtime",
+                            "-p", "publish_images:=true", "-p", "image_size:=64", "-p", "command_timeout_s:=0.3"],
+                           env=env, stdout=open(tmp_path / "sim.log", "wb"), stderr=subprocess.STDOUT)
+    observer = Observer(domain_id)
+    got = {"joints": [], "images": [], "info": []}
+    observer.node.create_subscription(JointState, "joint_states", lambda m: got["joints"].append(time.monotonic()),
+                                      qos.SENSOR)
+    observer.node.create_subscription(Image, "front/color/image_raw", lambda m: got["images"].append(m), qos.SENSOR)
+    observer.node.create_subscription(CameraInfo, "wrist/color/camera_info", lambda m: got["info"].append(m),
+                                      qos.SENSOR)
+    cmd = observer.node.create_publisher(TwistStamped, "arm/cmd", qos.COMMAND)
+    try:
+        observer.wait_for(lambda: len(got["joints"]) >= 5, 60, "realtime observations")
+        start = len(got["joints"])
+        observer.spin(2.0)
+        rate = (len(got["joints"]) - start) / 2.0
+        assert 7.0 <= rate <= 12.0  # 10 Hz on the wall clock, without any command
+        image = msg_to_image(got["images"][-1])
+        assert image.shape == (64, 64, 3) and image.std() > 5
+        assert got["info"][-1].width == 64 and got["info"][-1].k[0] > 0
+        twist = TwistStamped()
+        twist.twist.linear.x = 0.1
+        cmd.publish(twist)
+        observer.wait_for(lambda: observer.value("sim", "stale_commands") >= 1, 10, "stale command detected")
+    finally:
+        observer.close()
+        sim.send_signal(signal.SIGINT)
+        assert sim.wait(timeout=30) == 0
