@@ -23,6 +23,13 @@ def transition_layout(obs_dim: int, action_dim: int) -> dict[str, tuple[tuple[in
     }
 
 
+def stack_transitions(fields: Mapping[str, list], obs_dim: int, action_dim: int) -> dict[str, np.ndarray]:
+    """Per-step lists of transition fields -> arrays in the storage layout (empty lists allowed)."""
+    layout = transition_layout(obs_dim, action_dim)
+    return {name: np.asarray(fields[name], dtype=dtype).reshape(len(fields[name]), *shape)
+            for name, (shape, dtype) in layout.items()}
+
+
 class ReplayBuffer:
     """Fixed-capacity ring buffer; the oldest transitions are overwritten first."""
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from robot_rl.agents.policy import Policy, PolicySpec
 from robot_rl.data.delivery import Outbox
-from robot_rl.data.replay import TRANSITION_FIELDS
+from robot_rl.data.replay import TRANSITION_FIELDS, stack_transitions
 from robot_rl.ros import codec
 from robot_rl.tasks import State, TaskSpec
 from robot_rl.training.learner import ACK, POLICY, TRANSITIONS
@@ -213,14 +213,7 @@ class ActorCore:
         n = len(f["reward"])
         if n == 0 and not self._pending.episodes:
             return
-        arrays = {
-            "obs": np.asarray(f["obs"], np.float32).reshape(n, self.task.obs_dim),
-            "action": np.asarray(f["action"], np.float32).reshape(n, self.task.action_dim),
-            "reward": np.asarray(f["reward"], np.float32), "next_obs": np.asarray(f["next_obs"], np.float32).reshape(
-                n, self.task.obs_dim),
-            "terminated": np.asarray(f["terminated"], bool), "truncated": np.asarray(f["truncated"], bool),
-            "intervention": np.asarray(f["intervention"], bool),
-        }
+        arrays = stack_transitions(f, self.task.obs_dim, self.task.action_dim)
         seq = self.outbox.allocate_seq()
         payload = codec.encode(TRANSITIONS, arrays, {
             "actor_id": self.config.actor_id, "seq": seq, "task": self.task.name,

@@ -10,6 +10,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from robot_rl.data.replay import TRANSITION_FIELDS, stack_transitions
 from robot_rl.ros import codec
 from robot_rl.tasks import State, TaskSpec
 from robot_rl.training.actor import ActorCore, EpisodeStats
@@ -30,8 +31,7 @@ def collect_demonstrations(task: TaskSpec, robot: Robot, episodes: int, seed: in
     if task.expert is None:
         raise ValueError(f"task {task.name} has no scripted expert")
     rng = np.random.default_rng(seed)
-    fields: dict[str, list] = {k: [] for k in ("obs", "action", "reward", "next_obs", "terminated", "truncated",
-                                               "intervention")}
+    fields: dict[str, list] = {k: [] for k in TRANSITION_FIELDS}
     kept = attempted = 0
     while kept < episodes:
         attempted += 1
@@ -58,12 +58,7 @@ def collect_demonstrations(task: TaskSpec, robot: Robot, episodes: int, seed: in
             kept += 1
             for name in fields:
                 fields[name].extend(episode[name])
-    arrays = {
-        "obs": np.asarray(fields["obs"], np.float32), "action": np.asarray(fields["action"], np.float32),
-        "reward": np.asarray(fields["reward"], np.float32), "next_obs": np.asarray(fields["next_obs"], np.float32),
-        "terminated": np.asarray(fields["terminated"], bool), "truncated": np.asarray(fields["truncated"], bool),
-        "intervention": np.asarray(fields["intervention"], bool),
-    }
+    arrays = stack_transitions(fields, task.obs_dim, task.action_dim)
     return arrays, {"episodes": kept, "attempted": attempted, "noise": noise, "seed": seed}
 
 
