@@ -6,7 +6,7 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 PACKAGE = "robot_rl"
-NODES = ["sim", "actor", "learner"]
+NODES = ["sim", "actor", "learner", "camera"]
 
 
 def share_tree(folder: str) -> list[tuple[str, list[str]]]:
@@ -38,7 +38,13 @@ setup(
     maintainer_email="robot-rl@example.org",
     description="Reinforcement learning on real robots over ROS 2: SERL/HIL-SERL, JuggleRL, FastRLAP, VLAC rewards.",
     license="Apache-2.0",
-    extras_require={"test": ["pytest", "pytest-timeout", "matplotlib"]},
+    extras_require={
+        # real devices: RealSense and V4L2/OpenCV cameras, MCAP recording
+        "hardware": ["pyrealsense2", "opencv-python-headless", "mcap", "mcap-ros2-support"],
+        # the tests drive the hardware adapters through their real libraries
+        "test": ["pytest", "pytest-timeout", "matplotlib", "hypothesis", "pyrealsense2", "opencv-python-headless",
+                 "mcap", "mcap-ros2-support"],
+    },
     entry_points={
         "console_scripts": [
             "robot-rl = robot_rl.cli:main",

@@ -188,6 +188,20 @@ def cmd_demos(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_record_bag(args: argparse.Namespace) -> int:
+    from robot_rl.bag import record
+
+    try:
+        summary = record(args.topics, args.out, duration=args.duration, compression=args.compression,
+                         overwrite=args.force)
+    except (FileExistsError, ValueError) as exc:
+        print(f"record-bag: {exc}", file=sys.stderr)
+        return 2
+    print(f"record-bag: wrote {summary.messages} messages from {len(summary.topics)} topic(s) to {summary.path} "
+          f"in {summary.duration_s:.1f} s", flush=True)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="robot-rl", description="Reinforcement learning on robots over ROS 2.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -213,6 +227,13 @@ def build_parser() -> argparse.ArgumentParser:
     demos.add_argument("--noise", type=float, default=0.1)
     demos.add_argument("--seed", type=int, default=0)
     demos.add_argument("--out", required=True)
+    bag = sub.add_parser("record-bag", help="record topics to an MCAP file (ROS 2 profile) until Ctrl-C or "
+                                            "--duration")
+    bag.add_argument("--topics", nargs="+", required=True, metavar="TOPIC", help="topics to record (any types)")
+    bag.add_argument("--out", required=True, help="output .mcap file")
+    bag.add_argument("--duration", type=float, help="seconds to record (default: until Ctrl-C)")
+    bag.add_argument("--compression", default="zstd", choices=["zstd", "lz4", "none"], help="MCAP chunk compression")
+    bag.add_argument("--force", action="store_true", help="overwrite an existing output file")
     return parser
 
 
@@ -224,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_node(args, rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    return {"train": cmd_train, "demos": cmd_demos}[args.command](args)
+    return {"train": cmd_train, "demos": cmd_demos, "record-bag": cmd_record_bag}[args.command](args)
 
 
 if __name__ == "__main__":

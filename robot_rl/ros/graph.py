@@ -35,6 +35,7 @@ NODE_KINDS: dict[str, NodeKind] = {
     "sim": NodeKind("sim", "robot_rl.nodes.sim", critical=True),
     "actor": NodeKind("actor", "robot_rl.nodes.actor", critical=True, finishes_run=True),
     "learner": NodeKind("learner", "robot_rl.nodes.learner", critical=True),
+    "camera": NodeKind("camera", "robot_rl.nodes.camera", critical=False),
 }
 
 # Real-robot nodes take the simulator's place with `backend: real` (see hardware/).
