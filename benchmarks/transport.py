@@ -12,20 +12,27 @@ context, a fresh random ``ROS_DOMAIN_ID`` in 100..200, and
 ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` / ``ROS_LOCALHOST_ONLY=1`` so
 nothing leaves the machine. The parent process never initialises rclpy.
 
-Paths compared (same payloads, same sizes, same QoS):
+Paths compared (same payloads, same sizes, same QoS from robot_rl.ros.qos):
 
-* ``ours``      -- ``codec.encode`` -> ``bytes_to_uint8_multiarray`` (one
+* ``ours`` -- ``codec.encode`` -> ``bytes_to_uint8_multiarray`` (one
   ``array.array.frombytes`` memcpy), receiver decodes from the zero-copy
-  ``uint8_multiarray_view``; Fast DDS with
-  ``FASTDDS_BUILTIN_TRANSPORTS=LARGE_DATA`` (SHM + TCP data, UDP discovery).
+  ``uint8_multiarray_view``. DDS: ``FASTDDS_BUILTIN_TRANSPORTS=LARGE_DATA``
+  plus ``FASTDDS_DEFAULT_PROFILES_FILE`` pointing at
+  ``robot_rl.ros.qos.fastdds_profile_xml()`` (64 MiB shared-memory segment).
+  Why the profile: under ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``
+  rmw_fastrtps disables Fast DDS builtin transports and installs its own SHM
+  (512 KiB segment) + UDP, so LARGE_DATA alone is silently ignored; a 5 MB
+  sample overflows the small segment and is only completed by NACK repair.
 * ``reference`` -- the common naive idiom ``msg.data = ndarray.tolist()``
   (here ``np.frombuffer(payload, np.uint8).tolist()``), receiver
-  ``bytes(msg.data)`` then the same ``codec.decode``; Fast DDS default builtin
-  transports (``FASTDDS_BUILTIN_TRANSPORTS`` unset).
-* ``reference_bytes`` (extra, informational) -- ``msg.data = payload_bytes``
-  with default transports. With ``ROS_PYTHON_CHECK_FIELDS`` unset, the
-  generated setter turns bytes into ``array('B', bytes)`` which is a memcpy,
-  so this isolates the transport effect from the marshalling effect.
+  ``bytes(msg.data)`` then the same ``codec.decode``; Fast DDS defaults
+  (no transport env vars, no XML profile).
+* ``reference_bytes`` (full run only, informational) -- ``msg.data =
+  payload_bytes`` with Fast DDS defaults. With ``ROS_PYTHON_CHECK_FIELDS``
+  unset the generated setter does ``array('B', bytes)``, a memcpy, so this
+  isolates the transport effect from the marshalling effect.
+* ``ours_large_data_only`` (full run only, informational) -- our marshalling
+  with ``FASTDDS_BUILTIN_TRANSPORTS=LARGE_DATA`` but without the XML profile.
 
 Metrics:
 
@@ -44,7 +51,9 @@ Metrics:
 * ``image_128_codec_ms``: in-process ``image_to_msg`` + ``msg_to_image`` of a
   128x128 rgb8 frame, mean over many. Reference: ``Image`` built with
   ``msg.data = img.ravel().tolist()`` and decoded with
-  ``np.array(msg.data, dtype=np.uint8).reshape(h, w, 3)``.
+  ``np.array(msg.data, dtype=np.uint8).reshape(h, w, 3)``. Also reported:
+  ``msg.data = img.tobytes()`` (fast unless field checks are on) and the
+  same with ``check_fields=True`` (what ``ROS_PYTHON_CHECK_FIELDS=1`` does).
 
 The last line printed is one JSON object with all metrics and ratios.
 """
@@ -86,27 +95,36 @@ _used_domains: set[int] = set()
 # ==========================================================================
 
 
-def _make_msg(mode: str, payload: bytes):
+# mode -> (marshalling idiom, DDS transport setup)
+MODES: dict[str, tuple[str, str]] = {
+    "ours": ("ours", "shm_profile"),
+    "ours_large_data_only": ("ours", "large_data"),
+    "reference": ("tolist", "default"),
+    "reference_bytes": ("bytes", "default"),
+}
+
+
+def _make_msg(marshal: str, payload: bytes):
     from std_msgs.msg import UInt8MultiArray
 
     from robot_rl.ros.messages import bytes_to_uint8_multiarray
 
-    if mode == "ours":
+    if marshal == "ours":
         return bytes_to_uint8_multiarray(payload)
     msg = UInt8MultiArray()
-    if mode == "reference":
+    if marshal == "tolist":  # the common naive idiom: msg.data = arr.tolist()
         msg.data = np.frombuffer(payload, dtype=np.uint8).tolist()
-    elif mode == "reference_bytes":
+    elif marshal == "bytes":  # msg.data = arr.tobytes()
         msg.data = payload
     else:  # pragma: no cover
-        raise ValueError(mode)
+        raise ValueError(marshal)
     return msg
 
 
-def _msg_bytes(mode: str, msg):
+def _msg_bytes(marshal: str, msg):
     from robot_rl.ros.messages import uint8_multiarray_view
 
-    if mode == "ours":
+    if marshal == "ours":
         return uint8_multiarray_view(msg)
     return bytes(msg.data)
 
@@ -140,6 +158,7 @@ def child_main(args: argparse.Namespace) -> int:
     from robot_rl.ros.messages import bytes_to_uint8_multiarray
 
     mode, what, role = args.mode, args.what, args.role
+    marshal = MODES[mode][0]
     data_qos = qos.POLICY if what == "weights" else qos.TRANSITIONS
     deadline = time.monotonic() + args.hard_timeout
 
@@ -155,7 +174,7 @@ def child_main(args: argparse.Namespace) -> int:
 
             def on_data(msg) -> None:
                 t_cb = time.monotonic_ns()
-                p = decode(_msg_bytes(mode, msg))
+                p = decode(_msg_bytes(marshal, msg))
                 t_rx = time.monotonic_ns()
                 if p.kind == "stop":
                     state["stop"] = True
@@ -186,6 +205,7 @@ def _sender(args, node, executor, data_qos, deadline) -> dict:
     from robot_rl.ros.codec import decode, encode
 
     mode, what = args.mode, args.what
+    marshal = MODES[mode][0]
     acks: dict[int, dict] = {}
 
     def on_ack(msg) -> None:
@@ -221,7 +241,7 @@ def _sender(args, node, executor, data_qos, deadline) -> dict:
         while measured < args.n and time.monotonic() < deadline:
             t0 = time.monotonic_ns()
             payload = encode("weights", arrays, {"seq": seq, "t0": t0})
-            msg = _make_msg(mode, payload)
+            msg = _make_msg(marshal, payload)
             pub.publish(msg)
             t_pub = time.monotonic_ns()
             ok = wait_ack(seq, timeout=10.0)
@@ -264,7 +284,7 @@ def _sender(args, node, executor, data_qos, deadline) -> dict:
                 "done": rng.random(BATCH) < 0.01,
             }
             payload = encode("transitions", arrays, {"seq": s, "t0": time.monotonic_ns()})
-            pub.publish(_make_msg(mode, payload))
+            pub.publish(_make_msg(marshal, payload))
             return len(payload)
 
         batch_bytes = 0
@@ -305,7 +325,7 @@ def _sender(args, node, executor, data_qos, deadline) -> dict:
             batch_bytes=batch_bytes,
         )
     # tell the receiver to exit
-    pub.publish(_make_msg(mode, encode("stop", {})))
+    pub.publish(_make_msg(marshal, encode("stop", {})))
     executor.spin_once(timeout_sec=0.2)
     return out
 
@@ -322,16 +342,20 @@ def _fresh_domain() -> int:
     return d
 
 
-def _ros_env(mode: str) -> dict[str, str]:
+def _ros_env(mode: str, profile_path: str) -> dict[str, str]:
     env = dict(os.environ)
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     env["ROS_LOCALHOST_ONLY"] = "1"
     env["ROS_DOMAIN_ID"] = str(_fresh_domain())
-    env.pop("ROS_PYTHON_CHECK_FIELDS", None)
-    if mode == "ours":
-        env["FASTDDS_BUILTIN_TRANSPORTS"] = os.environ.get("RRL_BENCH_TRANSPORTS", "LARGE_DATA")
-    else:
-        env.pop("FASTDDS_BUILTIN_TRANSPORTS", None)
+    for k in ("ROS_PYTHON_CHECK_FIELDS", "FASTDDS_BUILTIN_TRANSPORTS",
+              "FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE",
+              "RMW_FASTRTPS_USE_QOS_FROM_XML", "RMW_FASTRTPS_PUBLICATION_MODE"):
+        env.pop(k, None)
+    transport = MODES[mode][1]
+    if transport in ("large_data", "shm_profile"):
+        env["FASTDDS_BUILTIN_TRANSPORTS"] = "LARGE_DATA"
+    if transport == "shm_profile":
+        env["FASTDDS_DEFAULT_PROFILES_FILE"] = profile_path
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
     )
@@ -339,8 +363,8 @@ def _ros_env(mode: str) -> dict[str, str]:
 
 
 def run_pair(what: str, mode: str, *, n: int, warmup: int, duration: float,
-             window: int, timeout: float) -> dict:
-    env = _ros_env(mode)
+             window: int, timeout: float, profile_path: str) -> dict:
+    env = _ros_env(mode, profile_path)
     common = [
         sys.executable, str(Path(__file__).resolve()),
         "--what", what, "--mode", mode, "--n", str(n), "--warmup", str(warmup),
@@ -433,6 +457,8 @@ def _fmt(x, unit="") -> str:
 
 
 def parent_main(args: argparse.Namespace) -> int:
+    from robot_rl.ros.qos import write_fastdds_profile
+
     quick = args.quick
     cfg = dict(
         n=5 if quick else 30,
@@ -441,10 +467,11 @@ def parent_main(args: argparse.Namespace) -> int:
         window=8,
         timeout=40.0 if quick else 120.0,
     )
-    modes = ["ours", "reference"] if quick else ["ours", "reference", "reference_bytes"]
+    modes = (["ours", "reference"] if quick
+             else ["ours", "reference", "reference_bytes", "ours_large_data_only"])
     t_all = time.monotonic()
     print(f"robot_rl transport benchmark ({'quick' if quick else 'full'}); "
-          f"python {sys.version.split()[0]}, pid {os.getpid()}", flush=True)
+          f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs", flush=True)
 
     img = bench_image_codec(300 if quick else 3000)
     print("image 128x128 rgb8 encode+decode (ms): " +
@@ -452,20 +479,23 @@ def parent_main(args: argparse.Namespace) -> int:
 
     weights: dict[str, dict] = {}
     trans: dict[str, dict] = {}
-    for mode in modes:
-        weights[mode] = run_pair("weights", mode, **cfg)
-        w = weights[mode]
-        print(f"weights[{mode}]: median one-way {_fmt(w.get('median_ms'), ' ms')} "
-              f"(rtt/2 {_fmt(w.get('rtt_half_median_ms'), ' ms')}, "
-              f"sender encode+publish {_fmt(w.get('publish_median_ms'), ' ms')}, "
-              f"rx callback entered {_fmt(w.get('callback_median_ms'), ' ms')}, "
-              f"n={w.get('n')}, lost={w.get('lost')}, {w.get('payload_bytes')} B)", flush=True)
-        trans[mode] = run_pair("transitions", mode, **cfg)
-        t = trans[mode]
-        print(f"transitions[{mode}]: {_fmt(t.get('transitions_per_s'), '/s')} "
-              f"({t.get('transitions')} transitions, {t.get('batches_acked')}/"
-              f"{t.get('batches_sent')} batches acked in {_fmt(t.get('wall_s'), ' s')})",
-              flush=True)
+    with tempfile.TemporaryDirectory(prefix="rrl_bench_") as tmp:
+        profile = str(write_fastdds_profile(Path(tmp) / "fastdds_large_payloads.xml"))
+        for mode in modes:
+            weights[mode] = run_pair("weights", mode, profile_path=profile, **cfg)
+            w = weights[mode]
+            print(f"weights[{mode}]: median one-way {_fmt(w.get('median_ms'), ' ms')} "
+                  f"(rtt/2 {_fmt(w.get('rtt_half_median_ms'), ' ms')}, "
+                  f"sender encode+publish {_fmt(w.get('publish_median_ms'), ' ms')}, "
+                  f"rx callback entered {_fmt(w.get('callback_median_ms'), ' ms')}, "
+                  f"n={w.get('n')}, lost={w.get('lost')}, {w.get('payload_bytes')} B)",
+                  flush=True)
+            trans[mode] = run_pair("transitions", mode, profile_path=profile, **cfg)
+            t = trans[mode]
+            print(f"transitions[{mode}]: {_fmt(t.get('transitions_per_s'), '/s')} "
+                  f"({t.get('transitions')} transitions, {t.get('batches_acked')}/"
+                  f"{t.get('batches_sent')} batches of {t.get('batch_bytes')} B acked in "
+                  f"{_fmt(t.get('wall_s'), ' s')})", flush=True)
 
     res = {
         "weights_5mb_ms": weights["ours"].get("median_ms"),
@@ -475,18 +505,21 @@ def parent_main(args: argparse.Namespace) -> int:
         "reference_transitions_per_s": trans["reference"].get("transitions_per_s"),
         "reference_image_128_codec_ms": img["reference"],
     }
-    if "reference_bytes" in weights:
-        res["reference_bytes_weights_5mb_ms"] = weights["reference_bytes"].get("median_ms")
-        res["reference_bytes_transitions_per_s"] = trans["reference_bytes"].get("transitions_per_s")
-    res["reference_bytes_image_128_codec_ms"] = img["reference_bytes"]
-    res["reference_bytes_checked_image_128_codec_ms"] = img["reference_bytes_checked"]
 
     def ratio(a, b):
         return round(a / b, 2) if a and b else None
 
     res["weights_speedup"] = ratio(res["reference_weights_5mb_ms"], res["weights_5mb_ms"])
-    res["transitions_speedup"] = ratio(res["transitions_per_s"], res["reference_transitions_per_s"])
-    res["image_codec_speedup"] = ratio(res["reference_image_128_codec_ms"], res["image_128_codec_ms"])
+    res["transitions_speedup"] = ratio(res["transitions_per_s"],
+                                       res["reference_transitions_per_s"])
+    res["image_codec_speedup"] = ratio(res["reference_image_128_codec_ms"],
+                                       res["image_128_codec_ms"])
+    # informational variants
+    for mode in modes[2:]:
+        res[f"{mode}_weights_5mb_ms"] = weights[mode].get("median_ms")
+        res[f"{mode}_transitions_per_s"] = trans[mode].get("transitions_per_s")
+    res["reference_bytes_image_128_codec_ms"] = img["reference_bytes"]
+    res["reference_bytes_checked_image_128_codec_ms"] = img["reference_bytes_checked"]
     res["targets_met"] = {
         "weights_5mb_ms": res["weights_5mb_ms"] is not None
         and res["weights_5mb_ms"] <= TARGETS["weights_5mb_ms"],
@@ -500,17 +533,17 @@ def parent_main(args: argparse.Namespace) -> int:
         if isinstance(v, float):
             res[k] = round(v, 4)
 
+    cols = modes
     print()
-    print(f"{'metric':<28}{'ours':>14}{'reference':>14}{'ref(bytes)':>14}{'target':>10}")
-    print(f"{'weights_5mb_ms':<28}{_fmt(res['weights_5mb_ms']):>14}"
-          f"{_fmt(res['reference_weights_5mb_ms']):>14}"
-          f"{_fmt(res.get('reference_bytes_weights_5mb_ms')):>14}{'<= 30':>10}")
-    print(f"{'transitions_per_s':<28}{_fmt(res['transitions_per_s']):>14}"
-          f"{_fmt(res['reference_transitions_per_s']):>14}"
-          f"{_fmt(res.get('reference_bytes_transitions_per_s')):>14}{'>= 200':>10}")
-    print(f"{'image_128_codec_ms':<28}{_fmt(res['image_128_codec_ms']):>14}"
-          f"{_fmt(res['reference_image_128_codec_ms']):>14}"
-          f"{_fmt(res['reference_bytes_image_128_codec_ms']):>14}{'<= 0.1':>10}")
+    print(f"{'metric':<22}" + "".join(f"{m:>22}" for m in cols) + f"{'target':>10}")
+    print(f"{'weights_5mb_ms':<22}" + "".join(
+        f"{_fmt(weights[m].get('median_ms')):>22}" for m in cols) + f"{'<= 30':>10}")
+    print(f"{'transitions_per_s':<22}" + "".join(
+        f"{_fmt(trans[m].get('transitions_per_s')):>22}" for m in cols) + f"{'>= 200':>10}")
+    img_cols = {"ours": img["ours"], "reference": img["reference"],
+                "reference_bytes": img["reference_bytes"]}
+    print(f"{'image_128_codec_ms':<22}" + "".join(
+        f"{_fmt(img_cols.get(m)):>22}" for m in cols) + f"{'<= 0.1':>10}")
     print(json.dumps(res), flush=True)
     return 0
 
@@ -521,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     # internal (child process) arguments
     ap.add_argument("--role", choices=["rx", "tx"], help=argparse.SUPPRESS)
     ap.add_argument("--what", choices=["weights", "transitions"], help=argparse.SUPPRESS)
-    ap.add_argument("--mode", choices=["ours", "reference", "reference_bytes"],
+    ap.add_argument("--mode", choices=sorted(MODES),
                     help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, default=20, help=argparse.SUPPRESS)
     ap.add_argument("--warmup", type=int, default=3, help=argparse.SUPPRESS)

@@ -15,7 +15,7 @@ from launch.events import Shutdown
 from launch.substitutions import EnvironmentVariable, LaunchConfiguration
 from launch_ros.actions import Node
 
-from robot_rl.ros.graph import build_graph, config_path, load_config, prepare_run
+from robot_rl.ros.graph import build_graph, config_path, fastdds_profile_path, load_config, prepare_run
 
 
 def _nodes(context, *args, **kwargs):
@@ -51,5 +51,11 @@ def generate_launch_description():
         # actor and learner on different machines: export ROS_AUTOMATIC_DISCOVERY_RANGE=SUBNET).
         SetEnvironmentVariable("ROS_AUTOMATIC_DISCOVERY_RANGE",
                                EnvironmentVariable("ROS_AUTOMATIC_DISCOVERY_RANGE", default_value="LOCALHOST")),
+        # Large weight and image payloads: a big shared-memory segment (see robot_rl/ros/graph.py).
+        SetEnvironmentVariable("FASTDDS_DEFAULT_PROFILES_FILE",
+                               EnvironmentVariable("FASTDDS_DEFAULT_PROFILES_FILE",
+                                                   default_value=str(fastdds_profile_path()))),
+        SetEnvironmentVariable("FASTDDS_BUILTIN_TRANSPORTS",
+                               EnvironmentVariable("FASTDDS_BUILTIN_TRANSPORTS", default_value="LARGE_DATA")),
         OpaqueFunction(function=_nodes),
     ])

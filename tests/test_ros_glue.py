@@ -63,7 +63,9 @@ def test_graph_spec_and_overrides():
     actor = specs[1]
     assert actor.parameters["total_steps"] == 7 and actor.parameters["run_dir"] == "/tmp/run"
     assert actor.parameters["reset_service"] == "/r1/sim/reset"
-    assert [s.name for s in build_graph(config, "real")] == ["actor", "learner"]
+    real = build_graph(config, "real")
+    assert [s.name for s in real] == ["arm", "actor", "learner"]  # the real arm takes the simulator's place
+    assert real[1].parameters["reset_service"] == "/arm/reset"
     with pytest.raises(ValueError, match="unknown node"):
         apply_overrides(config, {"nosuchnode.x": 1})
     env = loopback_environment(42, base={})

@@ -97,6 +97,8 @@ _TAG_TO_DTYPE: dict[str, np.dtype] = {
     "C64": np.dtype(np.complex64),
 }
 _SUPPORTED_DTYPES = frozenset(_TAG_TO_DTYPE.values())
+# Never swallowed when wrapping third-party errors.
+_PASSTHROUGH = (KeyboardInterrupt, SystemExit, GeneratorExit, MemoryError)
 
 
 class PayloadError(ValueError):
@@ -208,7 +210,9 @@ def encode(
     prepared = {name: _prepare_array(name, value) for name, value in arrays.items()}
     try:
         body = _stnp.save(prepared, metadata={_META_KEY: meta_json})
-    except Exception as exc:  # safetensors raises its own error type
+    except _PASSTHROUGH:
+        raise
+    except BaseException as exc:  # SafetensorError, or a pyo3 PanicException (BaseException)
         raise PayloadError("bad_array", f"safetensors refused the arrays: {exc}") from None
     return frame_body(body)
 
@@ -228,7 +232,10 @@ def _as_byte_view(data: Any) -> memoryview:
     if not mv.c_contiguous:
         raise PayloadError("bad_input", "buffer is not contiguous")
     if mv.format != "B" or mv.ndim != 1:
-        mv = mv.cast("B")
+        try:
+            mv = mv.cast("B")
+        except (TypeError, ValueError) as exc:
+            raise PayloadError("bad_input", f"cannot view buffer as bytes: {exc}") from None
     return mv
 
 
@@ -345,7 +352,9 @@ def decode(
     km, entries = _parse_header(body)
     try:
         loaded = _stnp.load(bytes(body))
-    except Exception as exc:  # SafetensorError, KeyError, ... - never leak them
+    except _PASSTHROUGH:
+        raise
+    except BaseException as exc:  # SafetensorError, KeyError, pyo3 PanicException: never leak them
         raise PayloadError("bad_body", f"safetensors rejected the body: {exc}") from None
 
     if len(loaded) != len(entries):

@@ -36,10 +36,11 @@ NODE_KINDS: dict[str, NodeKind] = {
     "actor": NodeKind("actor", "robot_rl.nodes.actor", critical=True, finishes_run=True),
     "learner": NodeKind("learner", "robot_rl.nodes.learner", critical=True),
     "camera": NodeKind("camera", "robot_rl.nodes.camera", critical=False),
+    "arm": NodeKind("arm", "robot_rl.nodes.arm", critical=True),
 }
 
 # Real-robot nodes take the simulator's place with `backend: real` (see hardware/).
-BACKEND_REPLACEMENTS = {"real": {"sim": None}}
+BACKEND_REPLACEMENTS = {"real": {"sim": "arm"}}
 
 
 @dataclass
@@ -107,17 +108,19 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
     if backend not in ("sim", "real"):
         raise ValueError(f"backend must be 'sim' or 'real', not {backend!r}")
     graph = config["robot_rl"]
+    names = [BACKEND_REPLACEMENTS.get(backend, {}).get(n, n) for n in graph.get("nodes", [])]
+    names = [n for n in names if n is not None]  # None: the real robot's own drivers publish these topics
+    # The node that owns ~/reset: the simulator, or the robot node that replaces it.
+    robot = next((n for n in names if n in ("sim", "arm")), None)
+    prefix = f"/{namespace.strip('/')}" if namespace else ""
     specs = []
-    for name in graph.get("nodes", []):
-        kind_name = BACKEND_REPLACEMENTS.get(backend, {}).get(name, name)
-        if kind_name is None:
-            continue  # the real robot's own drivers publish these topics
+    for name in names:
         params = dict(config.get(name, {}).get("ros__parameters", {}))
         if run_dir is not None and name in ("actor", "learner"):
             params["run_dir"] = str(run_dir)
-        if name == "actor" and namespace:
-            params["reset_service"] = f"/{namespace.strip('/')}{params.get('reset_service', '/sim/reset')}"
-        specs.append(NodeSpec(name, NODE_KINDS[kind_name], params, namespace))
+        if name == "actor" and robot is not None:
+            params["reset_service"] = f"{prefix}/{robot}/reset"
+        specs.append(NodeSpec(name, NODE_KINDS[name], params, namespace))
     return specs
 
 
@@ -129,9 +132,22 @@ def params_file(specs: list[NodeSpec], path: str | os.PathLike) -> Path:
     return path
 
 
+def fastdds_profile_path() -> Path:
+    """Fast DDS profile with a 64 MiB shared-memory segment (config/fastdds_large_payloads.xml).
+
+    FASTDDS_BUILTIN_TRANSPORTS=LARGE_DATA is ignored when discovery is limited to localhost
+    (rmw_fastrtps then installs its own 512 KiB shared-memory transport), and a 5 MB weights
+    message took ~67 ms instead of ~20 ms; see benchmarks/transport.py.
+    """
+    return share_dir() / "config" / "fastdds_large_payloads.xml"
+
+
 def loopback_environment(domain_id: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment that keeps DDS discovery and traffic on this machine."""
+    """Environment that keeps DDS discovery and traffic on this machine, with the large-payload
+    transport settings (a user's own FASTDDS_DEFAULT_PROFILES_FILE is kept)."""
     env = dict(os.environ if base is None else base)
+    env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(fastdds_profile_path()))
+    env.setdefault("FASTDDS_BUILTIN_TRANSPORTS", "LARGE_DATA")
     env.update({
         "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
         "ROS_LOCALHOST_ONLY": "1",  # pre-Jazzy distributions
