@@ -95,8 +95,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     domain_id = args.domain_id if args.domain_id is not None else _default_domain_id()
     env = loopback_environment(domain_id)
-    os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_LOCALHOST_ONLY", "ROS_DOMAIN_ID",
-                                           "MUJOCO_GL", "PYOPENGL_PLATFORM")})
+    os.environ.update(env)  # the monitor and demonstration recording join the same loopback graph
     print(f"robot_rl: task {config['robot_rl']['task']}, backend {args.backend}, run dir {run_dir}, "
           f"ROS_DOMAIN_ID={domain_id} (discovery on localhost only)", flush=True)
     if int((config["robot_rl"].get("demos") or {}).get("episodes", 0)) > 0:
