@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEB_PACKAGES := libosmesa6 libusb-1.0-0
 ROS_WHEELS := ros-rclpy ros-std-msgs ros-sensor-msgs ros-geometry-msgs ros-nav-msgs ros-std-srvs \
-              ros-diagnostic-msgs ros-trajectory-msgs ros-rmw-fastrtps-cpp
+              ros-diagnostic-msgs ros-trajectory-msgs ros-lifecycle-msgs ros-rmw-fastrtps-cpp
 # Headless MuJoCo rendering on CPU; DDS stays on this machine.
 export MUJOCO_GL ?= osmesa
 export PYOPENGL_PLATFORM ?= osmesa

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import resource
 
 import numpy as np

@@ -1,7 +1,6 @@
 """Message mapping, graph spec and parameter refusal."""
 
 import ast
-import os
 import random
 import subprocess
 import sys

@@ -63,7 +63,8 @@ class SimNode(Node):
         self.gripper_fresh = False
         self.last_cmd: tuple[TwistStamped, float] | None = None  # message, wall time received
         self.last_publish_wall = 0.0
-        self.counters = {"steps": 0, "resets": 0, "rejected_commands": 0, "stale_commands": 0, "republished": 0}
+        self.counters = {"steps": 0, "resets": 0, "commands_received": 0, "rejected_commands": 0,
+                         "stale_commands": 0, "republished": 0}
 
         self.joint_pub = self.create_publisher(JointState, "joint_states", qos.SENSOR)
         self.ee_pub = self.create_publisher(PoseStamped, "arm/ee_pose", qos.SENSOR)
@@ -76,8 +77,8 @@ class SimNode(Node):
                                         self._camera_info(cam))
         self.clock_pub = self.create_publisher(Clock, "/clock", 10) if self.lockstep else None
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.create_subscription(TwistStamped, "arm/cmd", self._on_cmd, qos.COMMAND)
-        self.create_subscription(Float32, "arm/gripper", self._on_gripper, qos.COMMAND)
+        self.create_subscription(TwistStamped, "arm/cmd", self._on_cmd, qos.COMMAND_INPUT)
+        self.create_subscription(Float32, "arm/gripper", self._on_gripper, qos.COMMAND_INPUT)
         self.create_service(Trigger, "~/reset", self._on_reset)
         if self.lockstep:
             self.create_timer(p["republish_period_s"], self._republish_if_idle)
@@ -90,6 +91,7 @@ class SimNode(Node):
     # ---- commands -----------------------------------------------------------------------------
 
     def _on_gripper(self, msg: Float32) -> None:
+        self.counters["commands_received"] += 1
         if not math.isfinite(msg.data):
             self.counters["rejected_commands"] += 1
             self.get_logger().warning("rejected non-finite gripper command", throttle_duration_sec=5.0)
@@ -99,6 +101,7 @@ class SimNode(Node):
         self._maybe_lockstep()
 
     def _on_cmd(self, msg: TwistStamped) -> None:
+        self.counters["commands_received"] += 1
         try:
             msgs_to_action(msg, self.gripper_cmd, self.params["action_scale"], self.params["control_hz"])
         except ValueError as exc:

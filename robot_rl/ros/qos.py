@@ -47,6 +47,15 @@ COMMAND = QoSProfile(
     durability=DurabilityPolicy.VOLATILE,
 )
 
+#: Command subscribers on robot nodes: matches COMMAND publishers, but a few deep so a burst
+#: of commands (or malformed ones) is seen, validated and counted rather than overwritten unread.
+COMMAND_INPUT = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=10,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.VOLATILE,
+)
+
 #: Actor -> learner transition batches: reliable with a deep queue.
 TRANSITIONS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST,
