@@ -6,7 +6,7 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 PACKAGE = "robot_rl"
-NODES = ["sim", "actor", "learner", "camera", "arm"]
+NODES = ["sim", "actor", "learner", "camera", "arm", "quadrotor"]
 
 
 def share_tree(folder: str) -> list[tuple[str, list[str]]]:
@@ -40,10 +40,10 @@ setup(
     license="Apache-2.0",
     extras_require={
         # real devices: RealSense and V4L2/OpenCV cameras, MCAP recording
-        "hardware": ["pyrealsense2", "opencv-python-headless", "mcap", "mcap-ros2-support"],
+        "hardware": ["pyrealsense2", "opencv-python-headless", "mcap", "mcap-ros2-support", "pymavlink", "cflib"],
         # the tests drive the hardware adapters through their real libraries
         "test": ["pytest", "pytest-timeout", "matplotlib", "hypothesis", "pyrealsense2", "opencv-python-headless",
-                 "mcap", "mcap-ros2-support"],
+                 "mcap", "mcap-ros2-support", "pymavlink", "cflib"],
     },
     entry_points={
         "console_scripts": [

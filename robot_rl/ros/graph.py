@@ -37,6 +37,7 @@ NODE_KINDS: dict[str, NodeKind] = {
     "learner": NodeKind("learner", "robot_rl.nodes.learner", critical=True),
     "camera": NodeKind("camera", "robot_rl.nodes.camera", critical=False),
     "arm": NodeKind("arm", "robot_rl.nodes.arm", critical=True),
+    "quadrotor": NodeKind("quadrotor", "robot_rl.nodes.quadrotor", critical=True),
 }
 
 # Real-robot nodes take the simulator's place with `backend: real` (see hardware/).
