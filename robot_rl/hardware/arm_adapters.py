@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-import yaml
 from builtin_interfaces.msg import Duration
 from geometry_msgs.msg import PoseStamped, TwistStamped
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+from robot_rl.hardware.files import load_hardware_file
 from robot_rl.hardware.safety import Rejected, clamp_box, limit_step
 
 __all__ = [
@@ -134,31 +134,9 @@ def _topic(section: dict, key: str, where: str, default: str | None = None, allo
     return value
 
 
-def hardware_path(name_or_path: str, share_dir: Path | None = None) -> Path:
-    """`franka_cartesian` -> <share>/hardware/franka_cartesian.yaml; a path is used as is."""
-    if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
-        return Path(name_or_path)
-    if share_dir is None:
-        from robot_rl.ros.graph import share_dir as find_share  # imports only yaml/os
-
-        share_dir = find_share()
-    return share_dir / "hardware" / f"{name_or_path}.yaml"
-
-
 def load_hardware(name_or_path: str, share_dir: Path | None = None) -> ArmHardware:
     """Reads and checks a hardware YAML; raises ValueError naming the file and the bad field."""
-    path = hardware_path(name_or_path, share_dir)
-    if not path.exists():
-        known = sorted(p.stem for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
-        raise ValueError(f"hardware file {path} does not exist; available: {known}")
-    try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
-        return parse_hardware(data, path.stem, str(path))
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {exc}") from None
+    return load_hardware_file(name_or_path, parse_hardware, share_dir)
 
 
 def parse_hardware(data: Any, name: str = "arm", source: str = "") -> ArmHardware:

@@ -55,7 +55,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-import yaml
+
+from robot_rl.hardware.files import load_hardware_file
 
 __all__ = [
     "ARMING", "DISCONNECTED", "FLYING", "IDLE", "KILLED", "LANDING", "STOPPED", "CLOSED", "GRAVITY",
@@ -1151,31 +1152,9 @@ COMMAND_MAX_RATE = math.pi
 """Body-rate magnitude limit (rad/s) of quad/cmd_ctbr; a YAML's limits must be at most this."""
 
 
-def hardware_path(name_or_path: str, share_dir: Path | None = None) -> Path:
-    """`px4_quad` -> <share>/hardware/px4_quad.yaml; a path is used as is."""
-    if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
-        return Path(name_or_path)
-    if share_dir is None:
-        from robot_rl.ros.graph import share_dir as find_share  # imports only yaml/os
-
-        share_dir = find_share()
-    return share_dir / "hardware" / f"{name_or_path}.yaml"
-
-
 def load_quad_hardware(name_or_path: str, share_dir: Path | None = None) -> QuadHardware:
-    """Reads and checks a quadrotor hardware YAML; raises ValueError naming the file and field."""
-    path = hardware_path(name_or_path, share_dir)
-    if not path.exists():
-        known = sorted(p.stem for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
-        raise ValueError(f"hardware file {path} does not exist; available: {known}")
-    try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
-        return parse_quad_hardware(data, path.stem, str(path))
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {exc}") from None
+    """Reads and checks a quadrotor hardware YAML; raises ValueError naming the file and the bad field."""
+    return load_hardware_file(name_or_path, parse_quad_hardware, share_dir)
 
 
 def _section(data: dict, key: str) -> dict:

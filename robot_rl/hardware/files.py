@@ -1,0 +1,38 @@
+"""Hardware description files (hardware/<name>.yaml): one lookup and loader for every robot kind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+def hardware_path(name_or_path: str, share_dir: Path | None = None) -> Path:
+    """`franka_cartesian` -> <share>/hardware/franka_cartesian.yaml; a path is used as is."""
+    if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
+        return Path(name_or_path)
+    if share_dir is None:
+        from robot_rl.ros.graph import share_dir as find_share  # imports only yaml/os
+
+        share_dir = find_share()
+    return share_dir / "hardware" / f"{name_or_path}.yaml"
+
+
+def load_hardware_file(name_or_path: str, parse: Callable[[Any, str, str], T], share_dir: Path | None = None) -> T:
+    """Reads a hardware YAML and checks it with `parse(data, name, source)`; raises ValueError
+    naming the file and the bad field."""
+    path = hardware_path(name_or_path, share_dir)
+    if not path.exists():
+        known = sorted(p.stem for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
+        raise ValueError(f"hardware file {path} does not exist; available: {known}")
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+        return parse(data, path.stem, str(path))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {exc}") from None
