@@ -25,6 +25,7 @@ from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float32, Float64MultiArray  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
+from ros_testing import RosTestNode  # noqa: E402
 from robot_rl.hardware.arm_adapters import (  # noqa: E402
     CartesianTargetShaper, DHChain, Measured, dls_step, load_hardware, make_adapter, parse_command, parse_ee_pose,
     parse_gripper, parse_hardware, parse_joint_states,
@@ -217,31 +218,24 @@ def test_dls_ik_follows_a_cartesian_target():
 # ---- the node as a process ---------------------------------------------------------------------------
 
 
-class Harness:
+class Harness(RosTestNode):
     """Test-side node: a fake driver that follows the arm node's output, plus an observer of
     /diagnostics and outputs, a command publisher and service clients."""
 
+    watched = "arm"
+
     def __init__(self, domain_id: int, hardware: str, drive: bool = True):
-        import rclpy
-        from diagnostic_msgs.msg import DiagnosticArray
         from std_msgs.msg import Bool
 
         from robot_rl.ros import qos
 
-        self.rclpy = rclpy
+        super().__init__(domain_id, "arm_test_harness")
         self.hw = load_hardware(hardware)
-        self.context = rclpy.Context()
-        rclpy.init(context=self.context, domain_id=domain_id)
-        self.node = rclpy.create_node("arm_test_harness", context=self.context)
-        self.executor = rclpy.executors.SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
-        self.diag: dict[str, str] = {}
         self.outputs: list[tuple[int, object]] = []  # (header stamp ns, msg)
         self.ee = (self.hw.workspace_low + self.hw.workspace_high) / 2
         self.joints = np.array(FRANKA_READY if len(self.hw.joint_names) == 7 else [0, -1.57, 1.57, -1.57, -1.57, 0.0])
         self.driving = drive
         n = self.node
-        n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
         out_type = {"cartesian_pose": PoseStamped, "servo_twist": TwistStamped}[self.hw.interface]
         deep = copy.copy(qos.COMMAND)
         deep.depth = 50  # keep every output, even two in one spin
@@ -276,18 +270,6 @@ class Harness:
         else:  # Servo moves one period at the commanded velocity
             self.ee = self.ee + np.array([msg.twist.linear.x, msg.twist.linear.y, msg.twist.linear.z]) / 50.0
 
-    def _on_diag(self, msg):
-        for status in msg.status:
-            if status.name.rsplit("/", 1)[-1] == "arm":
-                self.diag = {kv.key: kv.value for kv in status.values}
-                self.diag["_message"] = status.message
-
-    def value(self, key: str) -> float:
-        try:
-            return float(self.diag.get(key, "nan"))
-        except ValueError:
-            return {"True": 1.0, "False": 0.0}.get(self.diag.get(key), math.nan)
-
     # actor side
     def command(self, v, frame="world"):
         msg = _twist(v)
@@ -303,31 +285,6 @@ class Harness:
         sent = time.time_ns()
         self.estop_pub.publish(Bool(data=value))
         return sent
-
-    def call(self, srv_type, name: str, request, timeout: float = 5.0):
-        client = self.node.create_client(srv_type, name)
-        assert client.wait_for_service(timeout_sec=timeout), f"{name} not available"
-        future = client.call_async(request)
-        self.wait_for(future.done, timeout, f"{name} response")
-        self.node.destroy_client(client)
-        return future.result()
-
-    def spin(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            self.executor.spin_once(timeout_sec=0.01)
-
-    def wait_for(self, predicate, timeout: float, what: str):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            self.executor.spin_once(timeout_sec=0.01)
-            if predicate():
-                return
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}; diagnostics: {self.diag}")
-
-    def close(self):
-        self.node.destroy_node()
-        self.rclpy.shutdown(context=self.context)
 
 
 def _start_arm(tmp_path: Path, hardware: str, *params: str):

@@ -17,7 +17,6 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from std_msgs.msg import UInt8MultiArray  # noqa: E402
 
 from robot_rl.ros import codec, qos  # noqa: E402
@@ -25,6 +24,7 @@ from robot_rl.ros.graph import apply_overrides, build_graph, config_path, load_c
     params_file  # noqa: E402
 from robot_rl.ros.messages import bytes_to_uint8_multiarray  # noqa: E402
 from robot_rl.ros.supervisor import Supervisor  # noqa: E402
+from ros_testing import RosTestNode  # noqa: E402
 
 SMALL = {
     "robot_rl.demos": {"episodes": 0},
@@ -41,45 +41,12 @@ SMALL = {
 }
 
 
-class Observer:
-    """A test-side node on the graph's domain: reads /diagnostics, can inject payloads."""
+class Observer(RosTestNode):
+    """The graph seen from the test: diagnostics of every node, and a way to inject payloads."""
 
     def __init__(self, domain_id: int):
-        self.context = rclpy.Context()
-        rclpy.init(context=self.context, domain_id=domain_id)
-        self.node = rclpy.create_node("test_observer", context=self.context)
-        self.diag: dict[str, dict[str, str]] = {}
-        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
+        super().__init__(domain_id, "test_observer")
         self.transitions_pub = self.node.create_publisher(UInt8MultiArray, "rl/transitions", qos.TRANSITIONS)
-        self.executor = rclpy.executors.SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
-
-    def _on_diag(self, msg):
-        for status in msg.status:
-            self.diag[status.name.rsplit("/", 1)[-1]] = {kv.key: kv.value for kv in status.values}
-
-    def spin(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            self.executor.spin_once(timeout_sec=0.05)
-
-    def wait_for(self, predicate, timeout: float, what: str):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            self.executor.spin_once(timeout_sec=0.05)
-            if predicate():
-                return
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}; diagnostics: {self.diag}")
-
-    def value(self, node: str, key: str, default: float = -1) -> float:
-        try:
-            return float(self.diag.get(node, {}).get(key, default))
-        except ValueError:
-            return {"True": 1.0, "False": 0.0}.get(self.diag[node][key], default)
-
-    def close(self):
-        self.node.destroy_node()
-        rclpy.shutdown(context=self.context)
 
 
 def _start_graph(tmp_path: Path, overrides: dict):
@@ -124,12 +91,12 @@ def _malformed_payloads() -> list[bytes]:
 def test_three_process_graph_delivers_everything_and_survives_garbage(tmp_path):
     supervisor, observer, _ = _start_graph(tmp_path, {"actor.total_steps": 600})
     try:
-        observer.wait_for(lambda: observer.value("learner", "transitions_received") > 0, 90, "first transitions")
+        observer.wait_for(lambda: observer.value("transitions_received", "learner") > 0, 90, "first transitions")
         garbage = _malformed_payloads()
         for data in garbage:
             observer.transitions_pub.publish(bytes_to_uint8_multiarray(data))
-        observer.wait_for(lambda: observer.value("learner", "rejected") >= len(garbage), 30, "rejections counted")
-        observer.wait_for(lambda: observer.value("actor", "policy_version") >= 2, 120, "policy updates reach actor")
+        observer.wait_for(lambda: observer.value("rejected", "learner") >= len(garbage), 30, "rejections counted")
+        observer.wait_for(lambda: observer.value("policy_version", "actor") >= 2, 120, "policy updates reach actor")
         assert _wait_exit(supervisor, "actor", 300, observer) == 0
     finally:
         codes = supervisor.stop()
@@ -148,27 +115,27 @@ def test_three_process_graph_delivers_everything_and_survives_garbage(tmp_path):
 def test_learner_killed_with_sigkill_resumes_and_loses_nothing(tmp_path):
     supervisor, observer, _ = _start_graph(tmp_path, {"actor.total_steps": 1500})
     try:
-        observer.wait_for(lambda: observer.value("learner", "updates") >= 50
+        observer.wait_for(lambda: observer.value("updates", "learner") >= 50
                           and (tmp_path / "checkpoint.pt").exists(), 120, "learner training and checkpointed")
         observer.spin(1.5)  # at least one checkpoint after 50 updates
-        before_updates = observer.value("learner", "updates")
-        before_received = observer.value("learner", "transitions_received")
+        before_updates = observer.value("updates", "learner")
+        before_received = observer.value("transitions_received", "learner")
         learner = supervisor.nodes["learner"]
         os.killpg(learner.process.pid, signal.SIGKILL)
         learner.process.wait()
         del supervisor.nodes["learner"]
-        observer.diag.pop("learner", None)
+        observer.diagnostics.pop("learner", None)
         observer.spin(3.0)  # the actor keeps acting meanwhile, holding what it cannot deliver
-        assert observer.value("actor", "outbox_pending") > 0
+        assert observer.value("outbox_pending", "actor") > 0
         restarted = subprocess.Popen(learner.process.args, env=supervisor.env, start_new_session=True,
                                      stdout=open(tmp_path / "logs" / "learner-restart.log", "wb"),
                                      stderr=subprocess.STDOUT)
         learner.process = restarted
         supervisor.nodes["learner"] = learner
-        observer.wait_for(lambda: observer.value("learner", "resumed") == 1.0, 90, "restarted learner reports resume")
+        observer.wait_for(lambda: observer.value("resumed", "learner") == 1.0, 90, "restarted learner reports resume")
         # step counter continues from the checkpoint, buffer restored from the journal
-        assert observer.value("learner", "updates") >= 50
-        assert observer.value("learner", "online_size") >= before_received
+        assert observer.value("updates", "learner") >= 50
+        assert observer.value("online_size", "learner") >= before_received
         assert _wait_exit(supervisor, "actor", 400, observer) == 0
     finally:
         codes = supervisor.stop()
@@ -213,7 +180,7 @@ def test_realtime_sim_publishes_images_on_wall_clock_and_holds_on_stale_commands
         twist = TwistStamped()
         twist.twist.linear.x = 0.1
         cmd.publish(twist)
-        observer.wait_for(lambda: observer.value("sim", "stale_commands") >= 1, 10, "stale command detected")
+        observer.wait_for(lambda: observer.value("stale_commands", "sim") >= 1, 10, "stale command detected")
     finally:
         observer.close()
         sim.send_signal(signal.SIGINT)

@@ -31,6 +31,7 @@ from hypothesis import strategies as st  # noqa: E402
 from nav_msgs.msg import Odometry  # noqa: E402
 from pymavlink import mavutil  # noqa: E402
 
+from ros_testing import RosTestNode  # noqa: E402
 from robot_rl.hardware.quad_links import (  # noqa: E402
     CF_MANUAL_THRUST_MAX, CF_MANUAL_THRUST_MIN, FLYING, IDLE, KILLED, LANDING, STOPPED, CrazyflieConfig, CrazyflieLink,
     Geofence, LinkError, MavlinkConfig, MavlinkLink, MotorThrustModel, crazyflie_rates_deg,
@@ -503,28 +504,21 @@ def test_crazyflie_kill_sends_stop_then_emergency_stop():
 # ---- the node as a process ------------------------------------------------------------------------
 
 
-class Harness:
+class Harness(RosTestNode):
     """Test-side ROS node: fake motion capture (quad/odom at 50 Hz), the actor's command and
     /estop publishers, /diagnostics and service clients."""
 
+    watched = "quadrotor"
+
     def __init__(self, domain_id: int, odom: bool = True):
-        import rclpy
-        from diagnostic_msgs.msg import DiagnosticArray
         from std_msgs.msg import Bool
 
         from robot_rl.ros import qos
 
-        self.rclpy = rclpy
-        self.context = rclpy.Context()
-        rclpy.init(context=self.context, domain_id=domain_id)
-        self.node = rclpy.create_node("quad_test_harness", context=self.context)
-        self.executor = rclpy.executors.SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
-        self.diag: dict[str, str] = {}
+        super().__init__(domain_id, "quad_test_harness")
         self.publish_odom = odom
         self.position = [0.0, 0.0, 1.0]
         n = self.node
-        n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
         self.odom_pub = n.create_publisher(Odometry, "quad/odom", qos.SENSOR)
         self.cmd_pub = n.create_publisher(TwistStamped, "quad/cmd_ctbr", qos.COMMAND)
         self.estop_pub = n.create_publisher(Bool, "/estop", qos.LATCHED)
@@ -542,17 +536,6 @@ class Harness:
         msg.pose.pose.orientation.w = 1.0
         self.odom_pub.publish(msg)
 
-    def _on_diag(self, msg):
-        for status in msg.status:
-            if status.name.rsplit("/", 1)[-1] == "quadrotor":
-                self.diag = {kv.key: kv.value for kv in status.values}
-
-    def value(self, key: str) -> float:
-        try:
-            return float(self.diag.get(key, "nan"))
-        except ValueError:
-            return math.nan
-
     def command(self, thrust, rates) -> float:
         msg = _ctbr(thrust, rates)
         msg.header.stamp = self.node.get_clock().now().to_msg()
@@ -567,27 +550,6 @@ class Harness:
         self.estop_pub.publish(Bool(data=value))
         return sent
 
-    def call(self, srv_type, name: str, request, timeout: float = 5.0):
-        client = self.node.create_client(srv_type, name)
-        assert client.wait_for_service(timeout_sec=timeout), f"{name} not available"
-        future = client.call_async(request)
-        self.wait_for(future.done, timeout, f"{name} response")
-        self.node.destroy_client(client)
-        return future.result()
-
-    def spin(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            self.executor.spin_once(timeout_sec=0.005)
-
-    def wait_for(self, predicate, timeout: float, what: str):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            self.executor.spin_once(timeout_sec=0.005)
-            if predicate():
-                return
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}; diagnostics: {self.diag}")
-
     def stream_until(self, predicate, timeout: float, what: str, thrust=9.8, rates=(0.0, 0.0, 0.0),
                      period: float = 0.05) -> float:
         """Publishes commands every `period` until `predicate()`; returns the last send time."""
@@ -599,10 +561,6 @@ class Harness:
             if predicate():
                 return last
         raise AssertionError(f"timed out after {timeout}s waiting for {what}; diagnostics: {self.diag}")
-
-    def close(self):
-        self.node.destroy_node()
-        self.rclpy.shutdown(context=self.context)
 
 
 def _start_node(tmp_path: Path, port: int, *params: str):

@@ -1,0 +1,68 @@
+"""A test-side ROS node shared by the integration tests: it joins a graph's domain, keeps the
+latest /diagnostics of every node, spins, waits for conditions and calls services."""
+
+from __future__ import annotations
+
+import math
+import time
+
+
+class RosTestNode:
+    watched: str | None = None
+    """The node whose diagnostics `diag` and `value(key)` refer to by default."""
+
+    def __init__(self, domain_id: int, name: str):
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+
+        self.rclpy = rclpy
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context, domain_id=domain_id)
+        self.node = rclpy.create_node(name, context=self.context)
+        self.executor = rclpy.executors.SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.diagnostics: dict[str, dict[str, str]] = {}
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
+
+    def _on_diag(self, msg) -> None:
+        for status in msg.status:
+            values = {kv.key: kv.value for kv in status.values}
+            values["_message"] = status.message
+            self.diagnostics[status.name.rsplit("/", 1)[-1]] = values
+
+    @property
+    def diag(self) -> dict[str, str]:
+        return self.diagnostics.get(self.watched, {})
+
+    def value(self, key: str, node: str | None = None) -> float:
+        """A diagnostic value as a number (booleans as 1/0); NaN when absent."""
+        raw = self.diagnostics.get(node or self.watched, {}).get(key)
+        try:
+            return float(raw)
+        except (TypeError, ValueError):
+            return {"True": 1.0, "False": 0.0}.get(raw, math.nan)
+
+    def spin(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.executor.spin_once(timeout_sec=0.005)
+
+    def wait_for(self, predicate, timeout: float, what: str) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            self.executor.spin_once(timeout_sec=0.005)
+            if predicate():
+                return
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}; diagnostics: {self.diagnostics}")
+
+    def call(self, srv_type, name: str, request, timeout: float = 5.0):
+        client = self.node.create_client(srv_type, name)
+        assert client.wait_for_service(timeout_sec=timeout), f"{name} not available"
+        future = client.call_async(request)
+        self.wait_for(future.done, timeout, f"{name} response")
+        self.node.destroy_client(client)
+        return future.result()
+
+    def close(self) -> None:
+        self.node.destroy_node()
+        self.rclpy.shutdown(context=self.context)
