@@ -33,6 +33,13 @@ Metrics:
   ``fuzz_rejections_uncounted``: |expected rejections - rejections counted on /diagnostics|,
   per topic, summed; ``fuzz_dropped``: messages that never reached the node's callback (its
   `rx_<input>` count), which would make the former inconclusive.
+* Quadrotor fuzz (`robot_rl.nodes.quadrotor`, hardware `px4_quad`, `auto_arm`): the node flies a
+  fake PX4 (pymavlink on 127.0.0.1: heartbeats, COMMAND_ACKs, OFFBOARD/arm/land) with fake
+  odometry and a 20 Hz actor; N messages into quad/cmd_ctbr, quad/odom and ball/pose (also nonzero
+  lateral thrust, implausible positions, zero ball orientations). Every SET_ATTITUDE_TARGET the fake
+  receives must be finite, thrust in [0, 1] (<= that of the YAML's max thrust), FRD rates within
+  the YAML's max_rate. Folded into ``fuzz_crashes``, ``fuzz_out_of_limit``, ``fuzz_messages`` and
+  the (exact, per-input counted) rejection / drop totals; ``quad_*`` keys give its part.
 
 The last line printed is one JSON object.
 """
@@ -65,8 +72,9 @@ COMMAND_TIMEOUT_S = 0.15
 STATE_TIMEOUT_S = 0.5
 FUTURE_TOLERANCE_S = 0.1
 MAX_COMMAND_AGE_S = 0.5
-FUZZ_INTERVAL_S = 0.002  # pacing of fuzz messages (500 Hz, 50x the actor's command rate)
-SIM_FUZZ_INTERVAL_S = 0.004  # the sim's readers keep 1 message and it steps MuJoCo in its callbacks
+# Pacing of fuzz messages: 250 Hz, 25x the actor's command rate, slow enough that a node on a
+# shared 2-core machine receives (and so can count) every message.
+FUZZ_INTERVAL_S = 0.004
 
 
 def log(text: str) -> None:
@@ -206,6 +214,10 @@ class Fuzz:
     def chance(self, p: float) -> bool:
         return bool(self.rng.random() < p)
 
+    def frame(self, frame: str, wrong: list[str]) -> str:
+        """The right frame mostly, else one of `wrong`."""
+        return frame if self.chance(0.85) else str(self.rng.choice(wrong))
+
     def number(self, scale: float = 1.0) -> float:
         r = self.rng.random()
         if r < 0.04:
@@ -243,8 +255,7 @@ class Fuzz:
 
         msg = TwistStamped()
         msg.header.stamp, bad_stamp = self.stamp(now_ns, max_age_s)
-        msg.header.frame_id = frame if self.chance(0.85) else str(self.rng.choice(["", "base", "World", f"{frame} ",
-                                                                                     "map", "fr3_link0"]))
+        msg.header.frame_id = self.frame(frame, ["", "base", "World", f"{frame} ", "map", "fr3_link0"])
         values = [self.number(scale) if self.chance(0.5) else float(self.rng.normal() * scale) for _ in range(6)]
         if self.chance(0.3):
             values[3:] = [0.0, 0.0, 0.0]
@@ -324,12 +335,9 @@ class Fuzz:
 
     _names: list[str] = []  # the arm's configured joints
 
-    def pose(self, now_ns: int, frame: str, low: np.ndarray, high: np.ndarray, margin: float, max_age_s: float):
-        from geometry_msgs.msg import PoseStamped
-
-        msg = PoseStamped()
-        msg.header.stamp, bad = self.stamp(now_ns, max_age_s)
-        msg.header.frame_id = frame if self.chance(0.85) else str(self.rng.choice(["", "world", "base", "map"]))
+    def position_quaternion(self, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A position around the box [low, high] (sometimes outside, sometimes NaN/Inf/huge) and a
+        quaternion (w, x, y, z), sometimes scaled off the unit sphere, NaN or all zeros."""
         centre, half = (low + high) / 2, (high - low) / 2
         pos = centre + self.rng.uniform(-1.2, 1.2, 3) * half
         if self.chance(0.1):
@@ -343,6 +351,15 @@ class Fuzz:
             q[int(self.rng.integers(4))] = math.nan
         elif r < 0.11:
             q = np.zeros(4)
+        return pos, q
+
+    def pose(self, now_ns: int, frame: str, low: np.ndarray, high: np.ndarray, margin: float, max_age_s: float):
+        from geometry_msgs.msg import PoseStamped
+
+        msg = PoseStamped()
+        msg.header.stamp, bad = self.stamp(now_ns, max_age_s)
+        msg.header.frame_id = self.frame(frame, ["", "world", "base", "map"])
+        pos, q = self.position_quaternion(low, high)
         p, o = msg.pose.position, msg.pose.orientation
         p.x, p.y, p.z = (float(v) for v in pos)
         o.w, o.x, o.y, o.z = (float(v) for v in q)
@@ -352,6 +369,79 @@ class Fuzz:
         elif abs(math.sqrt(sum(v * v for v in values[3:])) - 1.0) > 0.01:
             bad = True
         elif ((pos < low - margin) | (pos > high + margin)).any():
+            bad = True
+        return msg, bad
+
+    # -- the quadrotor's inputs (robot_rl/nodes/quadrotor.py's documented rules) --
+
+    def ctbr(self, now_ns: int, frame: str, max_age_s: float):
+        """quad/cmd_ctbr: thrust (m/s^2) and FLU rates, often beyond the limits (clamped, not refused);
+        refused: bad/future/old stamps, wrong frame, NaN/Inf anywhere, nonzero lateral thrust."""
+        from geometry_msgs.msg import TwistStamped
+
+        msg = TwistStamped()
+        msg.header.stamp, bad = self.stamp(now_ns, max_age_s)
+        msg.header.frame_id = self.frame(frame, ["", "map", "base", "Base_link", f"{frame} ", "odom"])
+        thrust = self.number(8.0) + 9.8 if self.chance(0.4) else float(self.rng.uniform(-5.0, 25.0))
+        rates = [self.number(2.0) if self.chance(0.3) else float(self.rng.normal() * 1.5) for _ in range(3)]
+        lateral = [0.0, 0.0]
+        r = self.rng.random()
+        if r < 0.05:
+            lateral = [-0.0, -0.0]  # == 0: accepted
+        elif r < 0.15:
+            lateral[int(self.rng.integers(2))] = self.number(0.5) if self.chance(0.7) else 1e-12
+        elif r < 0.18:
+            lateral = [self.number(3.0), self.number(3.0)]
+        lin, ang = msg.twist.linear, msg.twist.angular
+        lin.x, lin.y, lin.z = lateral[0], lateral[1], thrust
+        ang.x, ang.y, ang.z = rates
+        values = [*lateral, thrust, *rates]
+        if msg.header.frame_id != frame or not all(math.isfinite(v) for v in values) \
+                or lateral[0] != 0.0 or lateral[1] != 0.0:
+            bad = True
+        return msg, bad
+
+    @staticmethod
+    def _quat_bad(q: np.ndarray, tolerance: float) -> bool:
+        return not np.isfinite(q).all() or abs(float(np.linalg.norm(q)) - 1.0) > tolerance
+
+    def odometry(self, now_ns: int, frame: str, low: np.ndarray, high: np.ndarray, max_age_s: float,
+                 quaternion_tolerance: float, max_position_m: float):
+        """quad/odom around the geofence (leaving it is valid: the node lands); refused: stamps, frame,
+        NaN/Inf anywhere, positions beyond max_position_m, non-unit quaternions."""
+        from nav_msgs.msg import Odometry
+
+        msg = Odometry()
+        msg.header.stamp, bad = self.stamp(now_ns, max_age_s)
+        msg.header.frame_id = self.frame(frame, ["", "odom", "world", "base_link", f"{frame} "])
+        msg.child_frame_id = "base_link"
+        pos, q = self.position_quaternion(low, high)
+        twist = [self.number(2.0) if self.chance(0.05) else float(self.rng.normal()) for _ in range(6)]
+        pose, tw = msg.pose.pose, msg.twist.twist
+        pose.position.x, pose.position.y, pose.position.z = (float(v) for v in pos)
+        pose.orientation.w, pose.orientation.x, pose.orientation.y, pose.orientation.z = (float(v) for v in q)
+        tw.linear.x, tw.linear.y, tw.linear.z, tw.angular.x, tw.angular.y, tw.angular.z = twist
+        if msg.header.frame_id != frame or not all(math.isfinite(v) for v in [*pos, *twist]) \
+                or float(np.abs(pos).max()) > max_position_m or self._quat_bad(q, quaternion_tolerance):
+            bad = True
+        return msg, bad
+
+    def ball(self, now_ns: int, frame: str, low: np.ndarray, high: np.ndarray, max_age_s: float,
+             quaternion_tolerance: float, max_position_m: float):
+        """ball/pose: like odometry, but an all-zero orientation (no orientation) is valid."""
+        from geometry_msgs.msg import PoseStamped
+
+        msg = PoseStamped()
+        msg.header.stamp, bad = self.stamp(now_ns, max_age_s)
+        msg.header.frame_id = self.frame(frame, ["", "odom", "world", "ball", f"{frame} "])
+        pos, q = self.position_quaternion(low, high)
+        if self.chance(0.3):
+            q = np.zeros(4)
+        p, o = msg.pose.position, msg.pose.orientation
+        p.x, p.y, p.z = (float(v) for v in pos)
+        o.w, o.x, o.y, o.z = (float(v) for v in q)
+        if msg.header.frame_id != frame or not np.isfinite(pos).all() or float(np.abs(pos).max()) > max_position_m \
+                or (any(v != 0.0 for v in q) and self._quat_bad(q, quaternion_tolerance)):
             bad = True
         return msg, bad
 
@@ -523,68 +613,92 @@ def measure_estop(b: ArmBench, repeats: int, rng) -> list[float]:
     return latencies
 
 
-def fuzz_arm(b: ArmBench, proc: subprocess.Popen, n: int, seed: int) -> dict:
-    hw = b.hw
-    fz = Fuzz(seed)
-    fz._names = list(hw.joint_names)
-    b.keep_outputs = False
+def fuzz_inputs(b: Bench, proc: subprocess.Popen, node: str, topics: list[str], send, n: int,
+                keep_commanded=None, prepare=None, finish=None) -> dict:
+    """Fuzzes each input `topic` of `node` (diagnostics name) in turn: `send(topic, now_ns)` publishes
+    one message and returns whether the documented rules refuse it; `keep_commanded(topic)` (if given)
+    keeps the node commanded at CONTROL_HZ meanwhile; `prepare(topic)` / `finish(topic)` run before the
+    first and after the last snapshot of the node's `rx_<topic>` / `rejected_<topic>` counters (the
+    fuzzer must be the only publisher of the topic under test between the two)."""
     results = {}
-    topics = ["arm_cmd", "arm_gripper", "joint_states", "ee_pose", "estop"]
-    rng = np.random.default_rng(seed + 1)
     for topic in topics:
         keys = [f"rx_{topic}", f"rejected_{topic}"]
-        # the fuzzer is the only publisher of the topic under test between the two snapshots
-        b.publish_joints = topic != "joint_states"
-        b.publish_ee = topic != "ee_pose"
-        before = b.settle("arm", keys)
+        if prepare is not None:
+            prepare(topic)
+        before = b.settle(node, keys)
         expected, sent, start = 0, 0, time.monotonic()
         next_cmd = start
         for i in range(n):
-            now_ns = time.time_ns()
-            if topic == "arm_cmd":
-                msg, bad = fz.twist(now_ns, hw.command_frame, MAX_COMMAND_AGE_S)
-                b.cmd_pub.publish(msg)
-            elif topic == "arm_gripper":
-                msg, bad = fz.gripper()
-                b.grip_pub.publish(msg)
-            elif topic == "joint_states":
-                msg, bad = fz.joint_states(now_ns, hw.joint_names, hw.joint_low, hw.joint_high,
-                                           hw.joint_state_margin, STATE_TIMEOUT_S)
-                b.joint_pub.publish(msg)
-            elif topic == "ee_pose":
-                msg, bad = fz.pose(now_ns, hw.state_frame, hw.workspace_low, hw.workspace_high, hw.state_margin,
-                                   STATE_TIMEOUT_S)
-                b.ee_pub.publish(msg)
-            else:
-                from std_msgs.msg import Bool
-
-                msg, bad = Bool(data=bool(fz.chance(0.1))), False
-                b.estop_pub.publish(msg)
-            expected += int(bad)
+            expected += int(send(topic, time.time_ns()))
             sent += 1
-            if topic != "arm_cmd" and time.monotonic() >= next_cmd:  # keep the arm commanded
-                b.command(rng.normal(size=3) * rng.choice([0.05, 5.0]))
+            if keep_commanded is not None and time.monotonic() >= next_cmd:
+                keep_commanded(topic)
                 next_cmd += 1.0 / CONTROL_HZ
             b.spin_until(start + (i + 1) * FUZZ_INTERVAL_S)
             if proc.poll() is not None:
                 break
-        after = b.settle("arm", keys)
-        b.publish_joints = b.publish_ee = True
-        if topic == "estop":
-            from std_msgs.msg import Bool
-
-            b.estop_pub.publish(Bool(data=False))
-            b.spin(0.1)
-            b.reset_estop()
+        after = b.settle(node, keys)
+        if finish is not None:
+            finish(topic)
         rx = after[f"rx_{topic}"] - before[f"rx_{topic}"]
         counted = after[f"rejected_{topic}"] - before[f"rejected_{topic}"]
         results[topic] = {"sent": sent, "received": int(rx), "expected_rejections": expected,
                           "counted_rejections": int(counted), "alive": proc.poll() is None}
-        log(f"arm fuzz {topic}: {results[topic]}")
+        log(f"{node} fuzz {topic}: {results[topic]}")
         if proc.poll() is not None:
             break
-    b.keep_outputs = True
     return results
+
+
+def fuzz_arm(b: ArmBench, proc: subprocess.Popen, n: int, seed: int) -> dict:
+    from std_msgs.msg import Bool
+
+    hw = b.hw
+    fz = Fuzz(seed)
+    fz._names = list(hw.joint_names)
+    rng = np.random.default_rng(seed + 1)
+
+    def send(topic: str, now_ns: int) -> bool:
+        if topic == "arm_cmd":
+            msg, bad = fz.twist(now_ns, hw.command_frame, MAX_COMMAND_AGE_S)
+            b.cmd_pub.publish(msg)
+        elif topic == "arm_gripper":
+            msg, bad = fz.gripper()
+            b.grip_pub.publish(msg)
+        elif topic == "joint_states":
+            msg, bad = fz.joint_states(now_ns, hw.joint_names, hw.joint_low, hw.joint_high,
+                                       hw.joint_state_margin, STATE_TIMEOUT_S)
+            b.joint_pub.publish(msg)
+        elif topic == "ee_pose":
+            msg, bad = fz.pose(now_ns, hw.state_frame, hw.workspace_low, hw.workspace_high, hw.state_margin,
+                               STATE_TIMEOUT_S)
+            b.ee_pub.publish(msg)
+        else:
+            msg, bad = Bool(data=bool(fz.chance(0.1))), False
+            b.estop_pub.publish(msg)
+        return bad
+
+    def keep_commanded(topic: str) -> None:
+        if topic != "arm_cmd":
+            b.command(rng.normal(size=3) * rng.choice([0.05, 5.0]))
+
+    def prepare(topic: str) -> None:
+        b.publish_joints = topic != "joint_states"
+        b.publish_ee = topic != "ee_pose"
+
+    def finish(topic: str) -> None:
+        b.publish_joints = b.publish_ee = True
+        if topic == "estop":
+            b.estop_pub.publish(Bool(data=False))
+            b.spin(0.1)
+            b.reset_estop()
+
+    b.keep_outputs = False
+    try:
+        return fuzz_inputs(b, proc, "arm", ["arm_cmd", "arm_gripper", "joint_states", "ee_pose", "estop"], send, n,
+                           keep_commanded, prepare, finish)
+    finally:
+        b.keep_outputs = True
 
 
 def run_arm(quick: bool, n_fuzz: int, tmp: Path) -> dict:
@@ -700,8 +814,8 @@ def run_sim(n_fuzz: int, tmp: Path) -> dict:
                 if i % 25 == 24:
                     b.step(rng)
                     steps += 1
-                    start = time.monotonic() - (i + 1) * SIM_FUZZ_INTERVAL_S
-                b.spin_until(start + (i + 1) * SIM_FUZZ_INTERVAL_S)
+                    start = time.monotonic() - (i + 1) * FUZZ_INTERVAL_S
+                b.spin_until(start + (i + 1) * FUZZ_INTERVAL_S)
                 if proc.poll() is not None:
                     break
             after = b.settle("sim", ["rejected_commands"], quiet_s=1.3)["rejected_commands"]
@@ -719,6 +833,234 @@ def run_sim(n_fuzz: int, tmp: Path) -> dict:
             log(f"sim node exit code {code}; log tail:\n" + (tmp / "sim.log").read_text()[-3000:])
 
 
+# ---- the quadrotor node ----------------------------------------------------------------------------
+
+QUAD_HARDWARE = "px4_quad"
+QUAD_QUATERNION_TOLERANCE = 0.05  # the node's defaults (quaternion_tolerance, max_position_m)
+QUAD_MAX_POSITION_M = 1000.0
+# Long enough that the quiet snapshots around each fuzzed topic (its publisher paused) do not land it;
+# the fuzz's bad stamps are >= 2 s old, so the labels do not change.
+QUAD_COMMAND_TIMEOUT_S = 1.0
+QUAD_STATE_TIMEOUT_S = 1.5
+PX4_OFFBOARD, PX4_AUTO_LAND, PX4_POSCTL = 6 << 16, (4 << 16) | (6 << 24), 3 << 16
+
+
+def free_udp_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class FakeAutopilot:
+    """A PX4 on 127.0.0.1 (pymavlink): HEARTBEATs at 10 Hz to the node's `udpin` port; answers every
+    COMMAND_LONG with an accepted COMMAND_ACK and follows it (OFFBOARD, arm/disarm, land, then
+    auto-disarm 0.1 s later). Checks every SET_ATTITUDE_TARGET against the YAML's limits: finite,
+    thrust in [0, 1] and at most the thrust of `command.thrust`'s maximum, FRD body rates (converted
+    back to FLU) within +-`command.max_rate`."""
+
+    def __init__(self, port: int, hw):
+        import threading
+
+        from pymavlink import mavutil
+
+        from robot_rl.hardware.quad_links import flu_to_frd, px4_thrust
+
+        self.mav = mavutil.mavlink
+        self.conn = mavutil.mavlink_connection(f"udpout:127.0.0.1:{port}", source_system=1, source_component=1)
+        cfg = hw.mavlink
+        self.max_thrust01 = px4_thrust(hw.thrust_limits[1], cfg.hover_thrust, cfg.gravity)
+        self.max_rates = np.asarray(hw.max_rates, dtype=np.float64)
+        self.flu_to_frd = flu_to_frd
+        self.lock = threading.Lock()
+        self.armed, self.custom_mode, self.land_time = False, PX4_POSCTL, None
+        self.setpoints = 0
+        self.commands: dict[int, int] = {}
+        self.out_of_limit: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._heartbeats, daemon=True),
+                         threading.Thread(target=self._receive, daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _heartbeats(self) -> None:
+        mav = self.mav
+        while not self._stop.is_set():
+            with self.lock:
+                if self.land_time is not None and time.monotonic() - self.land_time > 0.1:
+                    self.armed, self.land_time = False, None
+                base = mav.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED | (mav.MAV_MODE_FLAG_SAFETY_ARMED if self.armed else 0)
+                self.conn.mav.heartbeat_send(mav.MAV_TYPE_QUADROTOR, mav.MAV_AUTOPILOT_PX4, base, self.custom_mode,
+                                             mav.MAV_STATE_ACTIVE)
+            self._stop.wait(0.1)
+
+    def _receive(self) -> None:
+        import select
+
+        while not self._stop.is_set():
+            if not select.select([self.conn.fd], [], [], 0.05)[0]:
+                continue
+            while (msg := self.conn.recv_msg()) is not None:
+                kind = msg.get_type()
+                with self.lock:
+                    if kind == "SET_ATTITUDE_TARGET":
+                        self._check(msg)
+                    elif kind == "COMMAND_LONG":
+                        self._command(msg)
+
+    def _check(self, msg) -> None:
+        self.setpoints += 1
+        frd = [msg.body_roll_rate, msg.body_pitch_rate, msg.body_yaw_rate]
+        if not all(math.isfinite(v) for v in [*frd, msg.thrust]):
+            self.out_of_limit.append(f"non-finite setpoint {frd + [msg.thrust]}")
+            return
+        tol = 1e-6  # the float32 wire format
+        if not (0.0 <= msg.thrust <= 1.0 and msg.thrust <= self.max_thrust01 + tol):
+            self.out_of_limit.append(f"thrust {msg.thrust} outside [0, {self.max_thrust01:.4f}]")
+        flu = self.flu_to_frd(frd)
+        if (np.abs(flu) > self.max_rates * (1 + tol)).any():
+            self.out_of_limit.append(f"rates (FLU) {flu.tolist()} beyond {self.max_rates.tolist()}")
+
+    def _command(self, msg) -> None:
+        mav, cmd = self.mav, msg.command
+        self.commands[cmd] = self.commands.get(cmd, 0) + 1
+        if cmd == mav.MAV_CMD_DO_SET_MODE:
+            self.custom_mode = (int(msg.param2) << 16) | (int(msg.param3) << 24)
+        elif cmd == mav.MAV_CMD_COMPONENT_ARM_DISARM:
+            self.armed = msg.param1 == 1.0
+            self.land_time = None
+        elif cmd == mav.MAV_CMD_NAV_LAND and self.armed:
+            self.custom_mode, self.land_time = PX4_AUTO_LAND, time.monotonic()
+        self.conn.mav.command_ack_send(cmd, mav.MAV_RESULT_ACCEPTED)
+
+    def close(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=1.0)
+        self.conn.close()
+
+
+class QuadBench(Bench):
+    """Fake motion capture (quad/odom at 50 Hz, hovering at (0, 0, 1)), the actor (valid quad/cmd_ctbr
+    at 20 Hz, often beyond the limits: clamped) and the ball tracker's publisher (ball/pose)."""
+
+    def __init__(self, domain_id: int, hw):
+        super().__init__(domain_id)
+        from geometry_msgs.msg import PoseStamped, TwistStamped
+        from nav_msgs.msg import Odometry
+
+        from robot_rl.ros import qos
+
+        self.hw = hw
+        self.publish_odom = self.actor = True
+        self.rng = np.random.default_rng(13)
+        n = self.node
+        self.cmd_pub = n.create_publisher(TwistStamped, "quad/cmd_ctbr", deep(qos.COMMAND))
+        self.odom_pub = n.create_publisher(Odometry, hw.odom_topic, deep(qos.SENSOR))
+        self.ball_pub = n.create_publisher(PoseStamped, hw.ball_topic, deep(qos.SENSOR))
+        n.create_timer(0.02, self._publish_odom)
+        n.create_timer(0.05, self._act)
+
+    def _act(self) -> None:
+        if self.actor:
+            rng = self.rng
+            self.command(9.8 + rng.normal() * rng.choice([1.0, 20.0]), rng.normal(size=3) * rng.choice([0.3, 10.0]))
+
+    def _publish_odom(self) -> None:
+        from nav_msgs.msg import Odometry
+
+        if not self.publish_odom:
+            return
+        msg = Odometry()
+        msg.header.stamp = stamp(time.time_ns())
+        msg.header.frame_id = self.hw.state_frame
+        msg.child_frame_id = self.hw.command_frame
+        msg.pose.pose.position.z = 1.0
+        msg.pose.pose.orientation.w = 1.0
+        self.odom_pub.publish(msg)
+
+    def command(self, thrust: float, rates) -> None:
+        """A valid command (thrust and rates may be beyond the limits: clamped)."""
+        from geometry_msgs.msg import TwistStamped
+
+        msg = TwistStamped()
+        msg.header.frame_id = self.hw.command_frame
+        msg.header.stamp = stamp(time.time_ns())
+        msg.twist.linear.z = float(thrust)
+        msg.twist.angular.x, msg.twist.angular.y, msg.twist.angular.z = (float(r) for r in rates)
+        self.cmd_pub.publish(msg)
+
+
+
+def run_quad(n_fuzz: int, tmp: Path) -> dict:
+    from robot_rl.hardware.quad_links import load_quad_hardware
+
+    hw = load_quad_hardware(QUAD_HARDWARE)
+    domain_id = random.randint(120, 230)
+    port = free_udp_port()
+    fake = FakeAutopilot(port, hw)
+    params = {"hardware": QUAD_HARDWARE, "connection": f"udpin:127.0.0.1:{port}", "auto_arm": "true",
+              "arm_retry_s": 0.2, "control_hz": 50.0, "command_timeout_s": QUAD_COMMAND_TIMEOUT_S,
+              "state_timeout_s": QUAD_STATE_TIMEOUT_S, "max_command_age_s": MAX_COMMAND_AGE_S,
+              "stamp_future_tolerance_s": FUTURE_TOLERANCE_S, "diagnostics_period_s": 0.2,
+              "activation_retry_s": 0.2, "quaternion_tolerance": QUAD_QUATERNION_TOLERANCE,
+              "max_position_m": QUAD_MAX_POSITION_M}
+    proc = start_node("robot_rl.nodes.quadrotor", params, domain_id, tmp / "quadrotor.log")
+    b = QuadBench(domain_id, hw)
+    fz = Fuzz(31)
+    low, high = (np.asarray(hw.geofence.low), np.asarray(hw.geofence.high)) if hw.geofence is not None \
+        else (np.array([-2.0, -2.0, 0.0]), np.array([2.0, 2.0, 2.5]))
+
+    def send(topic: str, now_ns: int) -> bool:
+        if topic == "cmd_ctbr":
+            msg, bad = fz.ctbr(now_ns, hw.command_frame, MAX_COMMAND_AGE_S)
+            b.cmd_pub.publish(msg)
+        elif topic == "odom":
+            msg, bad = fz.odometry(now_ns, hw.state_frame, low, high, QUAD_STATE_TIMEOUT_S,
+                                   QUAD_QUATERNION_TOLERANCE, QUAD_MAX_POSITION_M)
+            b.odom_pub.publish(msg)
+        else:
+            msg, bad = fz.ball(now_ns, hw.state_frame, low, high, QUAD_STATE_TIMEOUT_S, QUAD_QUATERNION_TOLERANCE,
+                               QUAD_MAX_POSITION_M)
+            b.ball_pub.publish(msg)
+        return bad
+
+    def prepare(topic: str) -> None:  # the actor's own timer keeps it commanded (and flying)
+        b.actor = topic != "cmd_ctbr"  # meanwhile the fuzz's valid commands fly it (auto_arm)
+        b.publish_odom = topic != "odom"  # the fuzz's poses outside the geofence land it
+
+    def flying() -> bool:
+        return b.diag.get("quadrotor", {}).get("link_state") == "flying"
+
+    def finish(topic: str) -> None:  # fly again (e.g. after a geofence landing) before the next topic
+        b.actor = b.publish_odom = True
+        if topic == "ball":  # the last one
+            return
+        try:
+            b.wait_for(flying, 10, "auto_arm: flying again")
+        except RuntimeError as exc:
+            log(f"quadrotor: {exc}")
+
+    try:
+        b.wait_for(lambda: b.diag.get("quadrotor", {}).get("lifecycle") == "active", 60, "quadrotor activation")
+        b.wait_for(flying, 20, "auto_arm: flying")
+        fuzz = fuzz_inputs(b, proc, "quadrotor", ["cmd_ctbr", "odom", "ball"], send, n_fuzz, None, prepare, finish)
+        final = b.settle("quadrotor", ["arm_successes", "geofence_actions", "safe_actions", "clamped_thrust",
+                                       "clamped_rates"])
+        crashed = proc.poll() is not None
+        with fake.lock:
+            out_of_limit, setpoints = list(fake.out_of_limit), fake.setpoints
+        return {"fuzz": fuzz, "crashed": crashed, "out_of_limit": out_of_limit, "setpoints": setpoints,
+                "counters": {k: int(v) for k, v in final.items()}}
+    finally:
+        b.close()
+        code = stop_node(proc)
+        fake.close()
+        if code not in (0, None):
+            log(f"quadrotor node exit code {code}; log tail:\n" + (tmp / "quadrotor.log").read_text()[-3000:])
+
+
 # ---- main ------------------------------------------------------------------------------------------
 
 
@@ -733,12 +1075,22 @@ def main() -> int:
         tmp = Path(tmp_dir)
         arm = run_arm(args.quick, n_fuzz, tmp)
         sim = run_sim(n_fuzz, tmp)
-    fuzz_all = [*arm["fuzz"].values(), *sim["fuzz"].values()]
-    dropped = sum(max(0, r["sent"] - r["received"]) for r in arm["fuzz"].values())
-    uncounted = sum(abs(r["expected_rejections"] - r["counted_rejections"]) for r in arm["fuzz"].values())
+        quad = run_quad(n_fuzz, tmp)
+    fuzz_all = [*arm["fuzz"].values(), *sim["fuzz"].values(), *quad["fuzz"].values()]
+    counting = [*arm["fuzz"].values(), *quad["fuzz"].values()]  # nodes that count rx per input
+
+    def dropped_of(rs) -> int:
+        return sum(max(0, r["sent"] - r["received"]) for r in rs)
+
+    def uncounted_of(rs) -> int:
+        return sum(abs(r["expected_rejections"] - r["counted_rejections"]) for r in rs)
+
+    dropped, uncounted = dropped_of(counting), uncounted_of(counting)
+    quad_fuzz = list(quad["fuzz"].values())
+    nodes = (("arm", arm), ("sim", sim), ("quad", quad))
     sim_expected = sum(r["expected_rejections"] for r in sim["fuzz"].values())
     sim_counted = sum(r["counted_rejections"] for r in sim["fuzz"].values())
-    for what, r in (("arm", arm), ("sim", sim)):
+    for what, r in nodes:
         if r["out_of_limit"]:
             log(f"{what} out-of-limit outputs (first 5): {r['out_of_limit'][:5]}")
     result = {
@@ -746,13 +1098,13 @@ def main() -> int:
         "watchdog_periods_median": round(statistics.median(arm["watchdog"]), 3),
         "estop_ms": round(statistics.median(arm["estop"]), 2),
         "estop_ms_max": round(max(arm["estop"]), 2),
-        "fuzz_crashes": int(arm["crashed"]) + int(sim["crashed"]),
-        "fuzz_out_of_limit": len(arm["out_of_limit"]) + len(sim["out_of_limit"]),
+        "fuzz_crashes": sum(int(r["crashed"]) for _, r in nodes),
+        "fuzz_out_of_limit": sum(len(r["out_of_limit"]) for _, r in nodes),
         "fuzz_messages": sum(r["sent"] for r in fuzz_all),
         "fuzz_messages_per_topic": n_fuzz,
-        # arm node: exact (it counts what it received per input, so drops are visible)
-        "fuzz_rejections_expected": sum(r["expected_rejections"] for r in arm["fuzz"].values()),
-        "fuzz_rejections_counted": sum(r["counted_rejections"] for r in arm["fuzz"].values()),
+        # arm + quadrotor nodes: exact (they count what they received per input, so drops are visible)
+        "fuzz_rejections_expected": sum(r["expected_rejections"] for r in counting),
+        "fuzz_rejections_counted": sum(r["counted_rejections"] for r in counting),
         "fuzz_rejections_uncounted": uncounted,
         "fuzz_dropped": dropped,
         # sim node: it counts rejections but not receptions; a shortfall may be its depth-1 readers dropping
@@ -760,14 +1112,24 @@ def main() -> int:
         "sim_rejections_counted": sim_counted,
         "arm_outputs_checked": arm["outputs_checked"],
         "sim_observations_checked": sim["observations"],
+        # quadrotor node (fake PX4 over MAVLink): its part of the totals above, and what it flew
+        "quad_fuzz_crashes": int(quad["crashed"]),
+        "quad_fuzz_out_of_limit": len(quad["out_of_limit"]),
+        "quad_fuzz_messages": sum(r["sent"] for r in quad_fuzz),
+        "quad_rejections_expected": sum(r["expected_rejections"] for r in quad_fuzz),
+        "quad_rejections_counted": sum(r["counted_rejections"] for r in quad_fuzz),
+        "quad_rejections_uncounted": uncounted_of(quad_fuzz),
+        "quad_dropped": dropped_of(quad_fuzz),
+        "quad_setpoints_checked": quad["setpoints"],
+        **{f"quad_{k}": v for k, v in quad["counters"].items()},
+        "quad_hardware": QUAD_HARDWARE,
         "control_hz": CONTROL_HZ,
         "command_timeout_s": COMMAND_TIMEOUT_S,
         "hardware": HARDWARE,
         "targets": TARGETS,
         "meets_targets": bool(max(arm["watchdog"]) <= TARGETS["watchdog_periods"]
                               and statistics.median(arm["estop"]) <= TARGETS["estop_ms"]
-                              and not arm["crashed"] and not sim["crashed"]
-                              and not arm["out_of_limit"] and not sim["out_of_limit"] and uncounted == 0
+                              and not any(r["crashed"] or r["out_of_limit"] for _, r in nodes) and uncounted == 0
                               and dropped == 0),
         "quick": args.quick,
         "wall_s": round(time.monotonic() - t0, 1),
