@@ -4,7 +4,12 @@ latest /diagnostics of every node, spins, waits for conditions and calls service
 from __future__ import annotations
 
 import math
+import random
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 
 class RosTestNode:
@@ -66,3 +71,28 @@ class RosTestNode:
     def close(self) -> None:
         self.node.destroy_node()
         self.rclpy.shutdown(context=self.context)
+
+
+def start_node(module: str, log_path: Path, *params: str) -> tuple[subprocess.Popen, int]:
+    """Starts `python -m module` with `-p` parameters on a fresh loopback domain; returns (process, domain id)."""
+    from robot_rl.ros.graph import loopback_environment
+
+    domain_id = random.randint(120, 230)
+    args = [sys.executable, "-m", module, "--ros-args"]
+    for p in params:
+        args += ["-p", p]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(args, env=loopback_environment(domain_id), stdout=log, stderr=subprocess.STDOUT)
+    return proc, domain_id
+
+
+def stop_node(proc: subprocess.Popen, log_path: Path) -> None:
+    """SIGTERM, then asserts a clean exit (showing the end of the node's log if not)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    assert code == 0, Path(log_path).read_text()[-3000:]

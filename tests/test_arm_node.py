@@ -8,7 +8,6 @@ import copy
 import json
 import math
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float32, Float64MultiArray  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
-from ros_testing import RosTestNode  # noqa: E402
+from ros_testing import RosTestNode, start_node, stop_node  # noqa: E402
 from robot_rl.hardware.arm_adapters import (  # noqa: E402
     CartesianTargetShaper, DHChain, Measured, dls_step, load_hardware, make_adapter, parse_command, parse_ee_pose,
     parse_gripper, parse_hardware, parse_joint_states,
@@ -288,27 +287,12 @@ class Harness(RosTestNode):
 
 
 def _start_arm(tmp_path: Path, hardware: str, *params: str):
-    from robot_rl.ros.graph import loopback_environment
-
-    domain_id = random.randint(120, 230)
-    args = [sys.executable, "-m", "robot_rl.nodes.arm", "--ros-args", "-p", f"hardware:={hardware}",
-            "-p", "diagnostics_period_s:=0.2", "-p", "activation_retry_s:=0.2"]
-    for p in params:
-        args += ["-p", p]
-    log = open(tmp_path / "arm.log", "wb")
-    proc = subprocess.Popen(args, env=loopback_environment(domain_id), stdout=log, stderr=subprocess.STDOUT)
-    return proc, domain_id
+    return start_node("robot_rl.nodes.arm", tmp_path / "arm.log", f"hardware:={hardware}",
+                      "diagnostics_period_s:=0.2", "activation_retry_s:=0.2", *params)
 
 
 def _stop(proc, tmp_path):
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        code = proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        code = proc.wait()
-    assert code == 0, (tmp_path / "arm.log").read_text()[-3000:]
+    stop_node(proc, tmp_path / "arm.log")
 
 
 def _pose_of(msg):

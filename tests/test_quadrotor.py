@@ -7,13 +7,9 @@ domain id of its own)."""
 from __future__ import annotations
 
 import math
-import random
 import select
-import signal
 import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -31,7 +27,7 @@ from hypothesis import strategies as st  # noqa: E402
 from nav_msgs.msg import Odometry  # noqa: E402
 from pymavlink import mavutil  # noqa: E402
 
-from ros_testing import RosTestNode  # noqa: E402
+from ros_testing import RosTestNode, start_node, stop_node  # noqa: E402
 from robot_rl.hardware.quad_links import (  # noqa: E402
     CF_MANUAL_THRUST_MAX, CF_MANUAL_THRUST_MIN, FLYING, IDLE, KILLED, LANDING, STOPPED, CrazyflieConfig, CrazyflieLink,
     Geofence, LinkError, MavlinkConfig, MavlinkLink, MotorThrustModel, crazyflie_rates_deg,
@@ -315,7 +311,9 @@ def test_mavlink_offboard_sequence_heartbeat_and_setpoint_encoding(autopilot):
     span = beats[-1] - beats[0]
     assert span > 0.9 and (len(beats) - 1) / span >= 10.0, (len(beats), span)
     assert np.diff(beats).max() < 0.2
-    assert link.status().mode == "OFFBOARD" and link.status().armed
+    # the link learns the vehicle's mode from its next HEARTBEAT (10 Hz), not from the ACK
+    fake.wait_for(lambda: link.status().mode == "OFFBOARD" and link.status().armed, 1.0,
+                  "the vehicle's heartbeat reporting OFFBOARD and armed")
 
 
 def test_mavlink_lands_on_stale_setpoints(autopilot):
@@ -564,28 +562,13 @@ class Harness(RosTestNode):
 
 
 def _start_node(tmp_path: Path, port: int, *params: str):
-    from robot_rl.ros.graph import loopback_environment
-
-    domain_id = random.randint(120, 230)
-    args = [sys.executable, "-m", "robot_rl.nodes.quadrotor", "--ros-args", "-p", "hardware:=px4_quad",
-            "-p", f"connection:=udpin:127.0.0.1:{port}", "-p", "auto_arm:=true", "-p", "arm_retry_s:=0.2",
-            "-p", "diagnostics_period_s:=0.2", "-p", "activation_retry_s:=0.2", "-p", "state_timeout_s:=0.5"]
-    for p in params:
-        args += ["-p", p]
-    log = open(tmp_path / "quadrotor.log", "wb")
-    proc = subprocess.Popen(args, env=loopback_environment(domain_id), stdout=log, stderr=subprocess.STDOUT)
-    return proc, domain_id
+    return start_node("robot_rl.nodes.quadrotor", tmp_path / "quadrotor.log", "hardware:=px4_quad",
+                      f"connection:=udpin:127.0.0.1:{port}", "auto_arm:=true", "arm_retry_s:=0.2",
+                      "diagnostics_period_s:=0.2", "activation_retry_s:=0.2", "state_timeout_s:=0.5", *params)
 
 
 def _stop(proc, tmp_path):
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        code = proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        code = proc.wait()
-    assert code == 0, (tmp_path / "quadrotor.log").read_text()[-3000:]
+    stop_node(proc, tmp_path / "quadrotor.log")
 
 
 def _flying(fake: FakeAutopilot, since: float) -> bool:

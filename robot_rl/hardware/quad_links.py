@@ -302,6 +302,20 @@ class QuadLink:
         raise NotImplementedError
 
     def close(self) -> None:
+        """Leaves the vehicle safe (best effort), stops the link's thread, closes the transport."""
+        try:
+            self.safe_stop("close")
+        except Exception:  # noqa: BLE001 - closing must not fail on a dead link
+            pass
+        self._join_thread()
+        with self._lock:
+            self._state, self._connected = CLOSED, False
+        try:
+            self._close_transport()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _close_transport(self) -> None:
         raise NotImplementedError
 
     def status(self) -> LinkStatus:
@@ -546,20 +560,10 @@ class MavlinkLink(QuadLink):
                 self._ack_cv.wait(timeout=max(0.0, min(0.05, end - time.monotonic())))
             return self._connected
 
-    def close(self) -> None:
-        try:
-            self.safe_stop("close")
-        except Exception:  # noqa: BLE001
-            pass
-        self._join_thread()
-        with self._lock:
-            self._state, self._connected = CLOSED, False
+    def _close_transport(self) -> None:
         if self._conn is not None:
-            try:
-                self._conn.close()
-            except Exception:  # noqa: BLE001
-                pass
-            self._conn = None
+            conn, self._conn = self._conn, None
+            conn.close()
 
     # -- sending ------------------------------------------------------------------------------------
 
@@ -1088,19 +1092,9 @@ class CrazyflieLink(QuadLink):
                 return self.disarm(kill=True)
             return self._stop_setpoint("estop", STOPPED)
 
-    def close(self) -> None:
-        try:
-            self.safe_stop("close")
-        except Exception:  # noqa: BLE001
-            pass
-        self._join_thread()
-        with self._lock:
-            self._state, self._connected = CLOSED, False
+    def _close_transport(self) -> None:
         if self._owns_cf and self._cf is not None:
-            try:
-                self._cf.close_link()
-            except Exception:  # noqa: BLE001
-                pass
+            self._cf.close_link()
 
     def _run(self) -> None:
         while not self._stop.wait(0.005):
