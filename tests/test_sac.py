@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from robot_rl.agents.networks import CriticEnsemble, EnsembleLinear, squashed_gaussian_log_prob
+from robot_rl.agents.networks import CriticEnsemble, EnsembleLinear, fast_tanh, squashed_gaussian_log_prob
 from robot_rl.agents.policy import Policy, PolicySpec
 from robot_rl.agents.sac import SAC, SACConfig
 
@@ -29,29 +29,51 @@ def test_critic_members_are_independent():
     assert q.shape == (4, 6)
     # gradient of member 1's output touches only member 1's slice of the stacked weights
     q[1].sum().backward()
-    grad = critic.net[0].weight.grad
+    grad = critic.net.linears[0].weight.grad
     assert grad[1].abs().sum() > 0
     assert grad[[0, 2, 3]].abs().sum() == 0
 
 
-def test_critic_target_subsample_min_and_termination():
+def test_critic_target_min_and_termination():
     sac = SAC(3, 2, SACConfig(num_critics=4, critic_subsample=2, discount=0.9, hidden_dims=(8,)))
-    next_q = torch.tensor([[1.0, 5.0], [2.0, 3.0], [0.5, 9.0], [4.0, 4.0]])  # (E=4, B=2)
+    next_q = torch.tensor([[2.0, 3.0], [4.0, 4.0]])  # (k=2 subsampled members, B=2)
     reward = torch.tensor([1.0, 2.0])
     terminated = torch.tensor([0.0, 1.0])
-    logp = torch.zeros(2)
-    target = sac.critic_target(reward, terminated, next_q, logp, torch.tensor([1, 3]))
-    # member rows 1 and 3: min -> [2.0, 3.0]; second transition terminated -> no bootstrap
+    target = sac.critic_target(reward, terminated, next_q, torch.zeros(2))
+    # min over members -> [2.0, 3.0]; second transition terminated -> no bootstrap
     torch.testing.assert_close(target, torch.tensor([1.0 + 0.9 * 2.0, 2.0]))
-    full = sac.critic_target(reward, terminated, next_q, logp, None)
-    torch.testing.assert_close(full, torch.tensor([1.0 + 0.9 * 0.5, 2.0]))
+
+
+def test_subsampled_members_compute_exactly_their_rows():
+    torch.manual_seed(0)
+    critic = CriticEnsemble(3, 2, (8, 8), num_critics=5)
+    obs, act = torch.randn(6, 3), torch.randn(6, 2)
+    members = torch.tensor([3, 1])
+    torch.testing.assert_close(critic(obs, act, members), critic(obs, act)[members])
+
+
+def test_target_uses_only_the_subsampled_members():
+    sac = SAC(3, 2, SACConfig(num_critics=10, critic_subsample=2, hidden_dims=(8,)))
+    seen = []
+    sac.target_critic.register_forward_hook(lambda mod, args, out: seen.append(out.shape))
+    sac.update(_batch(256))
+    assert seen == [torch.Size([2, 256])]
+    assert sac.target_members().shape == (2,) and len(set(sac.target_members().tolist())) == 2
+
+
+def test_fast_tanh_matches_tanh_and_its_gradient():
+    x = torch.linspace(-12, 12, 2001, dtype=torch.float32, requires_grad=True)
+    y = fast_tanh(x)
+    torch.testing.assert_close(y, torch.tanh(x.detach()), atol=3e-7, rtol=0)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, 1 - torch.tanh(x.detach()) ** 2, atol=1e-6, rtol=0)
 
 
 def test_backup_entropy_term():
     cfg = SACConfig(num_critics=2, discount=0.5, backup_entropy=True, init_temperature=0.2, hidden_dims=(8,))
     sac = SAC(3, 2, cfg)
     next_q = torch.tensor([[3.0], [2.0]])
-    target = sac.critic_target(torch.tensor([1.0]), torch.tensor([0.0]), next_q, torch.tensor([-1.5]), None)
+    target = sac.critic_target(torch.tensor([1.0]), torch.tensor([0.0]), next_q, torch.tensor([-1.5]))
     torch.testing.assert_close(target, torch.tensor([1.0 + 0.5 * (2.0 - 0.2 * -1.5)]))
 
 

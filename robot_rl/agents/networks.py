@@ -1,7 +1,8 @@
 """Network building blocks: LayerNorm MLPs, a batched critic ensemble and a tanh-Gaussian actor.
 
 The critic ensemble keeps every member's weights stacked in one tensor, so the whole
-ensemble is a handful of batched matmuls (never a Python loop over critics).
+ensemble is a handful of batched matmuls (never a Python loop over critics), and a subset
+of members (the target's random subsample) costs only that subset's compute.
 """
 
 from __future__ import annotations
@@ -14,10 +15,41 @@ import torch.nn.functional as F
 from torch import nn
 
 
+class _Tanh(torch.autograd.Function):
+    """tanh computed as 2 sigmoid(2x) - 1.
+
+    ATen's CPU tanh kernel is scalar and costs about half a 256x256 matmul of the same batch;
+    sigmoid is vectorised and ~4x faster. Same function (abs. error < 2e-7), same backward.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        y = torch.sigmoid(x * 2.0).mul_(2.0).sub_(1.0)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(grad, y)
+
+
+def fast_tanh(x: torch.Tensor) -> torch.Tensor:
+    # On GPU (and under torch.compile) the native op is already fast and fusable.
+    if x.is_cuda or torch.compiler.is_compiling():
+        return torch.tanh(x)
+    return _Tanh.apply(x)
+
+
+class Tanh(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return fast_tanh(x)
+
+
 class EnsembleLinear(nn.Module):
     """`num_members` independent linear layers applied as one batched matmul.
 
-    Input (E, B, in) -> output (E, B, out).
+    Input (E, B, in) -> output (E, B, out); with `members` (k,) only those members run: (k, B, in) -> (k, B, out).
     """
 
     def __init__(self, num_members: int, in_features: int, out_features: int):
@@ -29,8 +61,11 @@ class EnsembleLinear(nn.Module):
         nn.init.uniform_(self.weight, -bound, bound)
         nn.init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.baddbmm(self.bias, x, self.weight)
+    def forward(self, x: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        weight, bias = self.weight, self.bias
+        if members is not None:
+            weight, bias = weight.index_select(0, members), bias.index_select(0, members)
+        return torch.baddbmm(bias, x, weight)
 
 
 class EnsembleLayerNorm(nn.Module):
@@ -42,8 +77,11 @@ class EnsembleLayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(num_members, 1, features))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, x.shape[-1:], eps=self.eps) * self.weight + self.bias
+    def forward(self, x: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        weight, bias = self.weight, self.bias
+        if members is not None:
+            weight, bias = weight.index_select(0, members), bias.index_select(0, members)
+        return torch.addcmul(bias, F.layer_norm(x, x.shape[-1:], eps=self.eps), weight)
 
 
 def mlp(in_dim: int, hidden_dims: Sequence[int], out_dim: int, layer_norm: bool = True) -> nn.Sequential:
@@ -53,34 +91,45 @@ def mlp(in_dim: int, hidden_dims: Sequence[int], out_dim: int, layer_norm: bool 
         layers.append(nn.Linear(in_dim, width))
         if layer_norm:
             layers.append(nn.LayerNorm(width))
-        layers.append(nn.Tanh() if layer_norm else nn.ReLU())
+        layers.append(Tanh() if layer_norm else nn.ReLU())
         in_dim = width
     layers.append(nn.Linear(in_dim, out_dim))
     return nn.Sequential(*layers)
 
 
+class EnsembleMLP(nn.Module):
+    """`num_members` MLPs of the same shape, stacked: (B, in) or (E, B, in) -> (E, B, out)."""
+
+    def __init__(self, num_members: int, in_dim: int, hidden_dims: Sequence[int], out_dim: int,
+                 layer_norm: bool = True):
+        super().__init__()
+        self.num_members = num_members
+        widths = [in_dim, *hidden_dims]
+        self.linears = nn.ModuleList(EnsembleLinear(num_members, a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.norms = nn.ModuleList(EnsembleLayerNorm(num_members, w) for w in hidden_dims) if layer_norm else None
+        self.head = EnsembleLinear(num_members, widths[-1], out_dim)
+
+    def forward(self, x: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        count = self.num_members if members is None else members.shape[0]
+        if x.dim() == 2:
+            x = x.unsqueeze(0).expand(count, *x.shape)
+        for i, linear in enumerate(self.linears):
+            x = linear(x, members)
+            x = fast_tanh(self.norms[i](x, members)) if self.norms is not None else F.relu(x)
+        return self.head(x, members)
+
+
 class CriticEnsemble(nn.Module):
-    """Q(s, a) for `num_critics` members at once: returns (E, B)."""
+    """Q(s, a) for `num_critics` members at once: returns (E, B), or (k, B) for a subset `members`."""
 
     def __init__(self, obs_dim: int, action_dim: int, hidden_dims: Sequence[int], num_critics: int,
                  layer_norm: bool = True):
         super().__init__()
         self.num_critics = num_critics
-        layers: list[nn.Module] = []
-        in_dim = obs_dim + action_dim
-        for width in hidden_dims:
-            layers.append(EnsembleLinear(num_critics, in_dim, width))
-            if layer_norm:
-                layers.append(EnsembleLayerNorm(num_critics, width))
-            layers.append(nn.Tanh() if layer_norm else nn.ReLU())
-            in_dim = width
-        layers.append(EnsembleLinear(num_critics, in_dim, 1))
-        self.net = nn.Sequential(*layers)
+        self.net = EnsembleMLP(num_critics, obs_dim + action_dim, hidden_dims, 1, layer_norm)
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([obs, action], dim=-1)
-        x = x.unsqueeze(0).expand(self.num_critics, *x.shape)
-        return self.net(x).squeeze(-1)
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        return self.net(torch.cat([obs, action], dim=-1), members).squeeze(-1)
 
 
 class TanhGaussianActor(nn.Module):

@@ -1,19 +1,28 @@
-"""Soft actor-critic with the RLPD/SERL recipe: critic ensemble with target subsampling,
-LayerNorm MLPs, high update-to-data ratio, tanh-Gaussian policy, learned temperature.
+"""Soft actor-critic with the RLPD/SERL/HIL-SERL recipe: critic ensemble with target
+subsampling, LayerNorm MLPs, high update-to-data ratio, tanh-Gaussian policy, learned
+temperature, optional trainable image encoder (DrQ) and HIL-SERL's discrete gripper critic.
 
-Read top to bottom: config, networks, the three losses, the update.
+Read top to bottom: config, networks, the losses, the update, checkpointing.
+
+Observations are flat feature vectors, or (with an encoder) dicts of uint8 frames + `state`.
+With a grasp critic the last action dimension is the discrete gripper command (+1 close,
+0 stay, -1 open); the actor learns the others.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
 import torch
 import torch.nn.functional as F
 
-from robot_rl.agents.networks import CriticEnsemble
-from robot_rl.agents.policy import Policy, PolicySpec
+from robot_rl.agents.encoders import EncoderConfig, ImageEncoder
+from robot_rl.agents.networks import CriticEnsemble, mlp
+from robot_rl.agents.policy import GRIPPER_COMMANDS, Policy, PolicySpec, gripper_index
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -42,14 +51,28 @@ class SACConfig:
     init_temperature: float = 1e-2
     """Initial entropy temperature alpha (SERL/HIL-SERL 1e-2)."""
     target_entropy: float | None = None
-    """Entropy target; None means -|A|/2."""
+    """Entropy target; None means -|A|/2 over the continuous actions."""
     backup_entropy: bool = False
     """Subtract alpha * log pi(a'|s') in the critic target (off in SERL)."""
     max_grad_norm: float | None = None
     """Clip gradient norms of each network (None: no clipping)."""
+    grasp_critic: bool = False
+    """HIL-SERL: the last action dim is a discrete gripper command learned by a double-DQN critic."""
+    grasp_hidden_dims: tuple[int, ...] = (128, 128)
+    """Hidden widths of the grasp critic."""
+    grasp_penalty: float = -0.05
+    """Added to the grasp critic's reward when a command changes the gripper state (HIL-SERL -0.05)."""
+    gripper_state_index: int = -1
+    """Index, from the end of the state vector, of the current gripper command (> 0 closed)."""
+    precision: str = "float32"
+    """Critic matmul precision: "float32", "bfloat16" (autocast; LayerNorm, heads and losses stay
+    float32) or "auto" (bfloat16 where the hardware has native bf16 matmul, else float32)."""
+    compile: bool = False
+    """torch.compile the loss functions (CUDA graphs on GPU); falls back to eager if compiling fails."""
 
     def __post_init__(self):
         self.hidden_dims = tuple(int(w) for w in self.hidden_dims)
+        self.grasp_hidden_dims = tuple(int(w) for w in self.grasp_hidden_dims)
         if self.num_critics < 1:
             raise ValueError("num_critics must be >= 1")
         if self.critic_subsample is not None and not 1 <= self.critic_subsample <= self.num_critics:
@@ -60,68 +83,170 @@ class SACConfig:
             raise ValueError("discount must be in [0, 1] and tau in (0, 1]")
         if self.init_temperature <= 0:
             raise ValueError("init_temperature must be > 0")
+        if self.precision not in ("float32", "bfloat16", "auto"):
+            raise ValueError(f"precision must be float32, bfloat16 or auto, got {self.precision!r}")
+        if self.gripper_state_index >= 0:
+            raise ValueError("gripper_state_index counts from the end of the state vector: use -1, -2, ...")
+
+
+def native_bf16(device: torch.device) -> bool:
+    """True where bfloat16 matmuls run natively: CUDA with bf16, or a CPU with AVX512-BF16 / AMX."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type != "cpu":
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def _take(value, part: slice):
+    return {k: v[part] for k, v in value.items()} if isinstance(value, Mapping) else value[part]
 
 
 class SAC:
-    """Owns the networks and optimizers; `update` consumes one group of utd_ratio minibatches."""
+    """Owns the networks and optimizers; `update` consumes one group of utd_ratio minibatches.
+
+    `obs_dim` is the flat observation length, or ignored when `encoder` is given (its
+    output_dim is used). `action_dim` counts every action dim, the gripper command included.
+    `policy_encoder`: a frozen encoder whose features the replay memory caches; the learner
+    trains on features, the deployed policy includes it.
+    """
 
     def __init__(self, obs_dim: int, action_dim: int, config: SACConfig | None = None,
-                 device: str | torch.device = "cpu"):
-        self.config = config or SACConfig()
-        cfg = self.config
+                 device: str | torch.device = "cpu", encoder: EncoderConfig | None = None,
+                 policy_encoder: EncoderConfig | None = None):
+        self.config = cfg = config or SACConfig()
         self.device = torch.device(device)
-        self.obs_dim, self.action_dim = obs_dim, action_dim
-        self.policy = Policy(PolicySpec(obs_dim, action_dim, cfg.hidden_dims, cfg.layer_norm), device=self.device)
-        self.actor = self.policy.network
-        self.actor.train()
-        self.critic = CriticEnsemble(obs_dim, action_dim, cfg.hidden_dims, cfg.num_critics, cfg.layer_norm).to(self.device)
-        self.target_critic = CriticEnsemble(obs_dim, action_dim, cfg.hidden_dims, cfg.num_critics,
+        if encoder is not None and policy_encoder is not None:
+            raise ValueError("give either a trained encoder or a frozen policy encoder, not both")
+        shipped = encoder or policy_encoder
+        self.obs_dim = ImageEncoder(shipped).output_dim if shipped is not None else obs_dim
+        self.action_dim = action_dim
+        self.continuous_dim = action_dim - 1 if cfg.grasp_critic else action_dim
+        if self.continuous_dim < 1:
+            raise ValueError("need at least one continuous action besides the gripper command")
+        spec = PolicySpec(self.obs_dim, self.continuous_dim, cfg.hidden_dims, cfg.layer_norm,
+                          encoder=asdict(shipped) if shipped is not None else None,
+                          grasp_hidden_dims=cfg.grasp_hidden_dims if cfg.grasp_critic else None,
+                          gripper_state_index=cfg.gripper_state_index)
+        self.policy = Policy(spec, device=self.device)
+        network = self.policy.network
+        if shipped is not None:  # the trunk's weights (pretrained / resnet) come from the config
+            network.encoder = ImageEncoder(shipped).to(self.device)
+        self.policy.network.train()
+        self.actor = network.actor
+        # A trainable encoder is part of the critic (DrQ): trained by the critic loss, used by the
+        # actor with gradients stopped. A frozen one is only run before storage.
+        self.encoder = network.encoder if encoder is not None else None
+        self.critic = CriticEnsemble(self.obs_dim, self.continuous_dim, cfg.hidden_dims, cfg.num_critics,
+                                     cfg.layer_norm).to(self.device)
+        self.target_critic = CriticEnsemble(self.obs_dim, self.continuous_dim, cfg.hidden_dims, cfg.num_critics,
                                             cfg.layer_norm).to(self.device)
         self.target_critic.load_state_dict(self.critic.state_dict())
         self.target_critic.requires_grad_(False)
+        self.grasp = network.grasp
+        self.target_grasp = None
+        if self.grasp is not None:
+            self.target_grasp = mlp(self.obs_dim, cfg.grasp_hidden_dims, len(GRIPPER_COMMANDS)).to(self.device)
+            self.target_grasp.load_state_dict(self.grasp.state_dict())
+            self.target_grasp.requires_grad_(False)
         self.log_alpha = torch.tensor(float(torch.log(torch.tensor(cfg.init_temperature))),
                                       device=self.device, requires_grad=True)
-        self.target_entropy = cfg.target_entropy if cfg.target_entropy is not None else -action_dim / 2.0
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
-        self.temperature_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.temperature_lr)
+        self.target_entropy = cfg.target_entropy if cfg.target_entropy is not None else -self.continuous_dim / 2.0
+        fused = dict(fused=True) if self.device.type in ("cpu", "cuda") else {}
+        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr, **fused)
+        self.critic_optimizer = torch.optim.Adam(self._critic_parameters(), lr=cfg.critic_lr, **fused)
+        self.temperature_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.temperature_lr, **fused)
         self.num_updates = 0
+        self.precision = cfg.precision
+        if self.precision == "auto":
+            self.precision = "bfloat16" if native_bf16(self.device) else "float32"
+        self._compiled: dict[str, object] = {}
+        if cfg.compile:
+            mode = "reduce-overhead" if self.device.type == "cuda" else None  # CUDA graphs on GPU
+            self._compiled = {name: torch.compile(getattr(self, name), mode=mode)
+                              for name in ("critic_loss", "actor_loss")}
+
+    def _critic_parameters(self) -> list[torch.nn.Parameter]:
+        params = list(self.critic.parameters())
+        if self.encoder is not None:
+            params += [p for p in self.encoder.parameters() if p.requires_grad]
+        if self.grasp is not None:
+            params += list(self.grasp.parameters())
+        return params
 
     @property
     def alpha(self) -> torch.Tensor:
         return self.log_alpha.exp()
 
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision == "bfloat16")
+
     # ---- losses -------------------------------------------------------------------------------
 
     def critic_target(self, reward: torch.Tensor, terminated: torch.Tensor, next_q: torch.Tensor,
-                      next_log_prob: torch.Tensor, critic_indices: torch.Tensor | None) -> torch.Tensor:
-        """r + gamma * (1 - terminated) * (min over the chosen critics of Q'(s', a') [- alpha log pi]).
+                      next_log_prob: torch.Tensor) -> torch.Tensor:
+        """r + gamma * (1 - terminated) * (min over members of Q'(s', a') [- alpha log pi]).
 
-        next_q is (E, B); truncated transitions still bootstrap (only `terminated` stops it).
+        next_q is (k, B) from the subsampled target members; truncated transitions still
+        bootstrap (only `terminated` stops it).
         """
-        if critic_indices is not None:
-            next_q = next_q.index_select(0, critic_indices)
         next_v = next_q.min(dim=0).values
         if self.config.backup_entropy:
             next_v = next_v - self.alpha.detach() * next_log_prob
         return reward + self.config.discount * (1.0 - terminated) * next_v
 
-    def critic_loss(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-        with torch.no_grad():
-            next_action, next_log_prob = self.actor(batch["next_obs"])
-            next_q = self.target_critic(batch["next_obs"], next_action)
-            k = self.config.critic_subsample
-            indices = None if k is None else torch.randperm(self.config.num_critics, device=self.device)[:k]
-            target = self.critic_target(batch["reward"], batch["terminated"], next_q, next_log_prob, indices)
-        q = self.critic(batch["obs"], batch["action"])
+    def target_members(self) -> torch.Tensor | None:
+        """The random subset of target critics for this update (None: all)."""
+        k = self.config.critic_subsample
+        return None if k is None else torch.randperm(self.config.num_critics, device=self.device)[:k]
+
+    def critic_loss(self, features: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
+                    terminated: torch.Tensor, next_features: torch.Tensor, next_action: torch.Tensor,
+                    next_log_prob: torch.Tensor, members: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean squared TD error summed over members; returns (loss, Q values)."""
+        with torch.no_grad(), self._autocast():
+            # Only the subsampled target members are evaluated (REDQ needs their min, nothing else).
+            next_q = self.target_critic(next_features, next_action, members).float()
+        target = self.critic_target(reward, terminated, next_q, next_log_prob)
+        with self._autocast():
+            q = self.critic(features, action).float()
         # Each member regresses to the same target; summing keeps per-member gradients independent of E.
         loss = F.mse_loss(q, target.unsqueeze(0).expand_as(q), reduction="none").mean(dim=1).sum()
-        return loss, {"critic_loss": loss.item(), "q_mean": q.mean().item()}
+        return loss, q.detach()
 
-    def actor_loss(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def grasp_target(self, reward: torch.Tensor, terminated: torch.Tensor, penalty: torch.Tensor,
+                     next_q_online: torch.Tensor, next_q_target: torch.Tensor) -> torch.Tensor:
+        """Double DQN: the online critic picks a' = argmax Q(s', .), the target critic scores it."""
+        best = next_q_online.argmax(dim=-1, keepdim=True)
+        next_v = next_q_target.gather(-1, best).squeeze(-1)
+        return reward + penalty + self.config.discount * (1.0 - terminated) * next_v
+
+    def grasp_penalty(self, state: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """config.grasp_penalty where the command changes the gripper: close while open, open while closed."""
+        closed = state[:, self.config.gripper_state_index] > 0
+        changed = ((index == 0) & ~closed) | ((index == 2) & closed)
+        return changed.float() * self.config.grasp_penalty
+
+    def grasp_loss(self, features: torch.Tensor, index: torch.Tensor, reward: torch.Tensor,
+                   terminated: torch.Tensor, penalty: torch.Tensor, next_features: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            target = self.grasp_target(reward, terminated, penalty, self.grasp(next_features),
+                                       self.target_grasp(next_features))
+        q = self.grasp(features).gather(-1, index.unsqueeze(-1)).squeeze(-1)
+        return F.mse_loss(q, target)
+
+    def actor_loss(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """alpha * log pi(a|s) - mean_E Q(s, a); returns (loss, log_prob for the temperature)."""
-        action, log_prob = self.actor(obs)
-        q = self.critic(obs, action).mean(dim=0)
+        action, log_prob = self.actor(features)
+        # The critics are constants here: detached weights skip their gradients in the backward pass.
+        constants = {name: p.detach() for name, p in self.critic.named_parameters()}
+        with self._autocast():
+            q = torch.func.functional_call(self.critic, constants, (features, action)).float().mean(dim=0)
         return (self.alpha.detach() * log_prob - q).mean(), log_prob.detach()
 
     def temperature_loss(self, log_prob: torch.Tensor) -> torch.Tensor:
@@ -130,32 +255,84 @@ class SAC:
 
     # ---- update -------------------------------------------------------------------------------
 
-    def update(self, batch: Mapping[str, torch.Tensor]) -> dict[str, float]:
+    def encode(self, obs, train: bool) -> torch.Tensor:
+        """Features of a batch: the encoder (augmented while training) or the flat vector itself."""
+        if self.encoder is None:
+            return obs
+        return self.encoder(obs, augment=train)
+
+    def _critic_step(self, minibatch: Mapping, next_action: torch.Tensor | None,
+                     next_log_prob: torch.Tensor | None, members: torch.Tensor | None):
+        features = self.encode(minibatch["obs"], train=True)
+        with torch.no_grad():
+            next_features = self.encode(minibatch["next_obs"], train=True)
+            if next_action is None:
+                next_action, next_log_prob = self.actor(next_features)
+        action = minibatch["action"]
+        continuous = action[:, :self.continuous_dim]
+        loss, q = self._run_compiled("critic_loss", features, continuous, minibatch["reward"], minibatch["terminated"],
+                                   next_features, next_action, next_log_prob, members)
+        grasp_loss = torch.zeros((), device=self.device)
+        if self.grasp is not None:
+            index = gripper_index(action[:, -1])
+            obs = minibatch["obs"]
+            penalty = self.grasp_penalty(obs["state"] if isinstance(obs, Mapping) else obs, index)
+            grasp_loss = self.grasp_loss(features, index, minibatch["reward"], minibatch["terminated"], penalty,
+                                         next_features)
+        # Encoded features go on to the actor step; flat observations are returned as they are
+        # by the caller (an output aliasing an input breaks autograd under torch.compile).
+        encoded = features.detach() if self.encoder is not None else None
+        return loss + grasp_loss, encoded, loss.detach(), grasp_loss.detach(), q.mean()
+
+    def _run_compiled(self, name: str, *args):
+        """Calls the compiled variant of method `name`; on a compiler failure, logs once and stays eager."""
+        compiled = self._compiled.get(name)
+        if compiled is not None:
+            try:
+                return compiled(*args)
+            except Exception as exc:  # noqa: BLE001 - any backend failure -> eager, same math
+                log.warning("torch.compile of %s failed (%s); continuing eagerly", name, exc)
+                self._compiled.clear()
+        return getattr(self, name)(*args)
+
+    def update(self, batch: Mapping) -> dict[str, float]:
         """One RLPD step on a batch of utd_ratio * batch_size transitions.
 
-        The batch is split into utd_ratio minibatches; each trains the critics and moves
-        the targets, the last one also trains actor and temperature.
+        The batch is split into utd_ratio minibatches; each trains the critics (and the encoder
+        and grasp critic) and moves the targets, the last one also trains actor and temperature.
         """
         cfg = self.config
         size = batch["reward"].shape[0]
         if size != cfg.utd_ratio * cfg.batch_size:
             raise ValueError(f"batch of {size} transitions, expected utd_ratio*batch_size="
                              f"{cfg.utd_ratio * cfg.batch_size}")
-        metrics: dict[str, float] = {}
+        next_action = next_log_prob = None
+        if self.encoder is None:
+            with torch.no_grad():
+                # The actor does not change during the critic updates: one pass gives every next action.
+                next_action, next_log_prob = self.actor(batch["next_obs"])
         for i in range(cfg.utd_ratio):
-            minibatch = {k: v[i * cfg.batch_size:(i + 1) * cfg.batch_size] for k, v in batch.items()}
-            loss, metrics = self.critic_loss(minibatch)
-            self._step(self.critic_optimizer, loss, self.critic.parameters())
+            part = slice(i * cfg.batch_size, (i + 1) * cfg.batch_size)
+            minibatch = {k: _take(v, part) for k, v in batch.items()}
+            loss, features, critic_loss, grasp_loss, q_mean = self._critic_step(
+                minibatch, None if next_action is None else next_action[part],
+                None if next_log_prob is None else next_log_prob[part], self.target_members())
+            self._step(self.critic_optimizer, loss, self._critic_parameters())
             self.soft_update_targets()
+        if features is None:
+            features = minibatch["obs"]
 
-        actor_loss, log_prob = self.actor_loss(minibatch["obs"])
+        actor_loss, log_prob = self._run_compiled("actor_loss", features)
         self._step(self.actor_optimizer, actor_loss, self.actor.parameters())
         temperature_loss = self.temperature_loss(log_prob)
         self._step(self.temperature_optimizer, temperature_loss, [self.log_alpha])
         self.num_updates += 1
-        metrics.update(actor_loss=actor_loss.item(), temperature=self.alpha.item(),
-                       entropy=-log_prob.mean().item())
-        return metrics
+        metrics = {"critic_loss": critic_loss, "q_mean": q_mean, "actor_loss": actor_loss.detach(),
+                   "temperature": self.alpha.detach(), "entropy": -log_prob.mean()}
+        if self.grasp is not None:
+            metrics["grasp_loss"] = grasp_loss
+        # One host sync for all metrics instead of one per .item().
+        return dict(zip(metrics, torch.stack(list(metrics.values())).tolist()))
 
     def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params) -> None:
         optimizer.zero_grad(set_to_none=True)
@@ -166,16 +343,19 @@ class SAC:
 
     @torch.no_grad()
     def soft_update_targets(self) -> None:
-        target = list(self.target_critic.parameters())
-        torch._foreach_lerp_(target, list(self.critic.parameters()), self.config.tau)
+        target, online = list(self.target_critic.parameters()), list(self.critic.parameters())
+        if self.grasp is not None:
+            target += list(self.target_grasp.parameters())
+            online += list(self.grasp.parameters())
+        torch._foreach_lerp_(target, online, self.config.tau)
 
     # ---- checkpointing ------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
         """Everything needed to continue training exactly: networks, optimizers, temperature, counters."""
-        return {
+        state = {
             "config": asdict(self.config),
-            "actor": self.actor.state_dict(),
+            "policy": self.policy.network.state_dict(),
             "critic": self.critic.state_dict(),
             "target_critic": self.target_critic.state_dict(),
             "log_alpha": self.log_alpha.detach().clone(),
@@ -184,11 +364,16 @@ class SAC:
             "temperature_optimizer": self.temperature_optimizer.state_dict(),
             "num_updates": self.num_updates,
         }
+        if self.target_grasp is not None:
+            state["target_grasp"] = self.target_grasp.state_dict()
+        return state
 
     def load_state_dict(self, state: Mapping) -> None:
-        self.actor.load_state_dict(state["actor"])
+        self.policy.network.load_state_dict(state["policy"])
         self.critic.load_state_dict(state["critic"])
         self.target_critic.load_state_dict(state["target_critic"])
+        if self.target_grasp is not None:
+            self.target_grasp.load_state_dict(state["target_grasp"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         self.actor_optimizer.load_state_dict(state["actor_optimizer"])

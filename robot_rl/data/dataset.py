@@ -1,19 +1,113 @@
-"""Transition datasets on disk (zarr): demonstrations, teleop recordings, exported buffers.
+"""Zarr datasets on disk: the flat transitions format and what every robot_rl zarr format shares.
 
-A dataset is a zarr group with one array per transition field and self-describing
-attributes: schema version, task name and anything the writer adds (task config,
-episode boundaries, provenance).
+Every format is a zarr group whose root attributes name it (`format`) and its `schema_version`, so a
+reader can tell at once whether it holds the data it expects. `read_header` checks both;
+`checked_real`, `checked_frames` and `checked_flags` validate arrays before anything is written.
+
+The transitions format (this module's `save_transitions` / `load_transitions`) has one array per
+transition field and attributes the writer adds (task name, episode statistics, provenance).
+Episodes with camera frames live in `robot_rl.data.episodes`.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+import re
+from typing import Any, Collection, Iterable, Mapping
 
 import numpy as np
 import zarr
+from zarr.errors import GroupNotFoundError
 
+TRANSITIONS_FORMAT = "robot_rl.transitions"
 SCHEMA_VERSION = 1
+# About a megabyte per chunk: a few camera frames per file, many thousand rows of scalars.
+CHUNK_BYTES = 1 << 20
+NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def is_count(value: Any) -> bool:
+    """An integer (Python or NumPy), not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def chunk_rows(row_shape: tuple[int, ...], dtype: np.dtype | str) -> int:
+    """Rows per chunk for an array whose rows have `row_shape` and `dtype`."""
+    row_bytes = int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    return max(1, CHUNK_BYTES // max(1, row_bytes))
+
+
+def read_header(path: str | os.PathLike, format_name: str, reader_version: int, mode: str = "r",
+                default_format: str | None = None) -> tuple[zarr.Group, dict[str, Any]]:
+    """Opens the zarr group at `path` and checks it holds `format_name` at `reader_version`.
+    `default_format` is assumed where the `format` attribute is absent. Raises FileNotFoundError or ValueError."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no dataset at {path}")
+    try:
+        group = zarr.open_group(str(path), mode=mode)
+    except GroupNotFoundError:
+        raise ValueError(f"{path} is not a zarr group (expected {format_name!r} data)") from None
+    attrs = dict(group.attrs)
+    found = attrs.get("format", default_format)
+    if found != format_name:
+        raise ValueError(f"{path} holds {found!r} data, not {format_name!r}")
+    version = attrs.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ValueError(f"{path} has no valid schema_version attribute (found {version!r})")
+    if version > reader_version:
+        raise ValueError(f"{path} has {format_name} schema version {version}, newer than the version "
+                         f"{reader_version} this robot_rl reads: upgrade robot_rl to read it")
+    if version != reader_version:
+        raise ValueError(f"{path} has {format_name} schema version {version}; this robot_rl reads only "
+                         f"version {reader_version}")
+    return group, attrs
+
+
+def check_names(names: Iterable[str], reserved: Collection[str], what: str) -> None:
+    """Names that become zarr paths and batch keys: identifiers, unique, not reserved, no `next_` prefix
+    (batches name next observations `next_<name>`)."""
+    seen: set[str] = set()
+    for name in names:
+        if (not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or name in reserved
+                or name.startswith("next_")):
+            raise ValueError(f"{what} name {name!r} must be letters, digits and underscores starting with a "
+                             f"letter, must not start with 'next_' and must not be one of {sorted(reserved)}")
+        if name in seen:
+            raise ValueError(f"{what} name {name!r} is used twice")
+        seen.add(name)
+
+
+def _describe(value: Any) -> str:
+    arr = np.asarray(value)
+    return f"{arr.dtype} array of shape {arr.shape}"
+
+
+def checked_real(value: Any, shape: tuple[int, ...], dtype: np.dtype | str, what: str) -> np.ndarray:
+    """`value` as a `dtype` array of exactly `shape` with finite entries (bools and non-numbers refused)."""
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "fiu" or arr.shape != shape:
+        raise ValueError(f"{what} must be real numbers of shape {shape}, got {_describe(value)}")
+    with np.errstate(over="ignore"):
+        converted = arr.astype(dtype)
+    if not np.isfinite(converted).all():
+        raise ValueError(f"{what} contains NaN or Inf or values beyond {np.dtype(dtype)} (must be finite)")
+    return converted
+
+
+def checked_frames(value: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+    """`value` as uint8 frames of exactly `shape` (no conversion: another dtype means another encoding)."""
+    if not isinstance(value, np.ndarray) or value.dtype != np.uint8 or value.shape != shape:
+        got = _describe(value) if value is not None else "nothing"
+        raise ValueError(f"{what} must be a uint8 array of shape {shape}, got {got}")
+    return value
+
+
+def checked_flags(value: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+    """`value` as a bool array of exactly `shape` (integers refused: 2 or -1 is no flag)."""
+    arr = np.asarray(value)
+    if arr.dtype != np.bool_ or arr.shape != shape:
+        raise ValueError(f"{what} must be bool of shape {shape}, got {_describe(value)}")
+    return arr
 
 
 def save_transitions(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> None:
@@ -23,16 +117,11 @@ def save_transitions(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], 
     group = zarr.open_group(str(path), mode="w")
     for name, arr in arrays.items():
         arr = np.ascontiguousarray(arr)
-        group.create_array(name, data=arr, chunks=(min(max(len(arr), 1), 4096), *arr.shape[1:]))
-    group.attrs.update({"schema_version": SCHEMA_VERSION, **attrs})
+        group.create_array(name, data=arr, chunks=(chunk_rows(arr.shape[1:], arr.dtype), *arr.shape[1:]))
+    group.attrs.update({**attrs, "format": TRANSITIONS_FORMAT, "schema_version": SCHEMA_VERSION})
 
 
 def load_transitions(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no dataset at {path}")
-    group = zarr.open_group(str(path), mode="r")
-    attrs = dict(group.attrs)
-    version = attrs.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ValueError(f"dataset {path} has schema version {version!r}, this robot_rl reads {SCHEMA_VERSION}")
+    # Transition datasets written before the `format` attribute existed carry only schema_version 1.
+    group, attrs = read_header(path, TRANSITIONS_FORMAT, SCHEMA_VERSION, default_format=TRANSITIONS_FORMAT)
     return {name: group[name][...] for name in group.array_keys()}, attrs

@@ -106,8 +106,9 @@ class ActorCore:
         if version <= self.policy_version:
             return False
         spec = PolicySpec.from_json(payload.meta["spec"])
-        if (spec.obs_dim, spec.action_dim) != (self.task.obs_dim, self.task.action_dim):
-            raise ValueError(f"policy for obs_dim={spec.obs_dim}, action_dim={spec.action_dim} does not fit "
+        state_dim = spec.obs_dim if spec.encoder is None else spec.encoder["state_dim"]
+        if (state_dim, spec.full_action_dim) != (self.task.obs_dim, self.task.action_dim):
+            raise ValueError(f"policy for state_dim={state_dim}, action_dim={spec.full_action_dim} does not fit "
                              f"task {self.task.name} ({self.task.obs_dim}, {self.task.action_dim})")
         weights = codec.arrays_to_state_dict(payload.arrays)
         policy = self.policy if self.policy is not None and self.policy.spec == spec else Policy(spec)

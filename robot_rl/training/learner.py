@@ -158,7 +158,7 @@ class LearnerCore:
 
     def policy_payload(self) -> bytes:
         self.policy_version += 1
-        arrays = codec.state_dict_to_arrays(self.agent.actor.state_dict())
+        arrays = codec.state_dict_to_arrays(self.agent.policy.network.state_dict())
         return codec.encode(POLICY, arrays, {
             "version": self.policy_version, "spec": self.agent.policy.spec.to_json(),
             "num_updates": self.agent.num_updates, "transitions": self.transitions_received,

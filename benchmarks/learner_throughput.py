@@ -1,0 +1,207 @@
+"""SAC learner updates per second: ours against the common single-file implementation, same run.
+
+State-based: batch 256, 10 critics with 2 subsampled for the target, 256x256 LayerNorm MLPs.
+Pixel-based: two 64x64 cameras + proprioception, batch 256, 10 critics, trainable conv
+encoders with DrQ random shift.
+
+The reference is written the way single-file SAC implementations usually are (CleanRL style):
+a Python loop over nn.Sequential critics, every target critic evaluated then subsampled,
+the actor's Q through critics that still collect weight gradients, nn.Tanh, eager, one conv
+encoder call per camera. Ours is `robot_rl.agents.sac.SAC` as the learner runs it: the stacked
+ensemble, only the subsampled target members, critics frozen for the actor step, a
+vectorised tanh, fused Adam, one grouped conv for all cameras; plus the learner's
+`precision: auto` (bfloat16 matmuls where the CPU has AVX512-BF16/AMX, or on a GPU) and
+`compile: true`. Eager float32 figures are printed as well, so each part's share shows.
+One update = utd_ratio (1 here) critic steps + one actor and temperature step.
+
+    python benchmarks/learner_throughput.py [--quick] [--device cuda]
+
+Last line: {"updates_per_s", "reference_updates_per_s", "ratio", "pixel_updates_per_s",
+"pixel_reference_updates_per_s", "pixel_ratio", "device", ...}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from robot_rl.agents.encoders import EncoderConfig
+from robot_rl.agents.sac import SAC, SACConfig, native_bf16
+
+OBS_DIM, ACTION_DIM, BATCH, CRITICS, SUBSAMPLE = 33, 4, 256, 10, 2
+IMAGE, PROPRIO = 64, 12
+
+
+# ---- the reference: a common single-file SAC -----------------------------------------------------
+
+def _mlp(i: int, o: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(i, 256), nn.LayerNorm(256), nn.Tanh(), nn.Linear(256, 256), nn.LayerNorm(256),
+                         nn.Tanh(), nn.Linear(256, o))
+
+
+class _ConvEncoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        layers, ch = [], 3
+        for _ in range(4):
+            layers += [nn.Conv2d(ch, 32, 3, 2, 1), nn.ReLU()]
+            ch = 32
+        self.net = nn.Sequential(*layers, nn.Flatten(), nn.Linear(32 * 4 * 4, 64), nn.LayerNorm(64), nn.Tanh())
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def _random_shift(x: torch.Tensor, pad: int = 4) -> torch.Tensor:
+    """DrQ-v2's RandomShiftsAug (grid_sample), the usual single-file version."""
+    n, _, h, w = x.shape
+    x = F.pad(x, (pad,) * 4, mode="replicate")
+    eps = 1.0 / (h + 2 * pad)
+    arange = torch.linspace(-1.0 + eps, 1.0 - eps, h + 2 * pad, device=x.device)[:h]
+    arange = arange.unsqueeze(0).repeat(h, 1).unsqueeze(2)
+    base = torch.cat([arange, arange.transpose(1, 0)], dim=2).unsqueeze(0).repeat(n, 1, 1, 1)
+    shift = torch.randint(0, 2 * pad + 1, (n, 1, 1, 2), device=x.device, dtype=x.dtype) * 2.0 / (h + 2 * pad)
+    return F.grid_sample(x, base + shift, padding_mode="zeros", align_corners=False)
+
+
+class ReferenceSAC:
+    def __init__(self, obs_dim: int, pixels: bool):
+        self.pixels = pixels
+        self.encoders = nn.ModuleList([_ConvEncoder(), _ConvEncoder()]) if pixels else None
+        feat = 2 * 64 + PROPRIO if pixels else obs_dim
+        self.qs = nn.ModuleList([_mlp(feat + ACTION_DIM, 1) for _ in range(CRITICS)])
+        self.target_qs = nn.ModuleList([_mlp(feat + ACTION_DIM, 1) for _ in range(CRITICS)])
+        self.target_qs.load_state_dict(self.qs.state_dict())
+        self.actor = _mlp(feat, 2 * ACTION_DIM)
+        self.log_alpha = torch.zeros((), requires_grad=True)
+        critic_params = list(self.qs.parameters()) + (list(self.encoders.parameters()) if pixels else [])
+        self.q_opt = torch.optim.Adam(critic_params, 3e-4)
+        self.a_opt = torch.optim.Adam(self.actor.parameters(), 3e-4)
+        self.t_opt = torch.optim.Adam([self.log_alpha], 3e-4)
+
+    def features(self, obs):
+        if not self.pixels:
+            return obs
+        feats = [enc(_random_shift(obs[k].permute(0, 3, 1, 2).float() / 255.0))
+                 for enc, k in zip(self.encoders, ("front", "wrist"))]
+        return torch.cat(feats + [obs["state"]], -1)
+
+    def pi(self, feat):
+        mean, log_std = self.actor(feat).chunk(2, -1)
+        dist = torch.distributions.Normal(mean, torch.tanh(log_std).exp())
+        u = dist.rsample()
+        a = torch.tanh(u)
+        return a, (dist.log_prob(u) - torch.log(1 - a.pow(2) + 1e-6)).sum(-1)
+
+    def update(self, b):
+        feat = self.features(b["obs"])
+        with torch.no_grad():
+            next_feat = self.features(b["next_obs"])
+            next_a, _ = self.pi(next_feat)
+            x = torch.cat([next_feat, next_a], -1)
+            next_q = torch.stack([q(x).squeeze(-1) for q in self.target_qs])
+            idx = torch.randperm(CRITICS)[:SUBSAMPLE]
+            target = b["reward"] + 0.99 * (1 - b["terminated"]) * next_q[idx].min(0).values
+        x = torch.cat([feat, b["action"]], -1)
+        loss = sum(((q(x).squeeze(-1) - target) ** 2).mean() for q in self.qs)
+        self.q_opt.zero_grad()
+        loss.backward()
+        self.q_opt.step()
+        with torch.no_grad():
+            for p, tp in zip(self.qs.parameters(), self.target_qs.parameters()):
+                tp.mul_(0.995).add_(0.005 * p)
+        feat = feat.detach()
+        a, logp = self.pi(feat)
+        q = torch.stack([q(torch.cat([feat, a], -1)).squeeze(-1) for q in self.qs]).mean(0)
+        actor_loss = (self.log_alpha.exp().detach() * logp - q).mean()
+        self.a_opt.zero_grad()
+        actor_loss.backward()
+        self.a_opt.step()
+        t_loss = (self.log_alpha.exp() * (-logp.detach() + ACTION_DIM / 2)).mean()
+        self.t_opt.zero_grad()
+        t_loss.backward()
+        self.t_opt.step()
+
+
+# ---- measurement ---------------------------------------------------------------------------------
+
+def make_batch(pixels: bool, device: torch.device, seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+
+    def obs():
+        if not pixels:
+            return torch.randn(BATCH, OBS_DIM, generator=g).to(device)
+        return {"front": torch.randint(0, 256, (BATCH, IMAGE, IMAGE, 3), generator=g, dtype=torch.uint8).to(device),
+                "wrist": torch.randint(0, 256, (BATCH, IMAGE, IMAGE, 3), generator=g, dtype=torch.uint8).to(device),
+                "state": torch.randn(BATCH, PROPRIO, generator=g).to(device)}
+
+    return {"obs": obs(), "next_obs": obs(), "action": (torch.rand(BATCH, ACTION_DIM, generator=g) * 2 - 1).to(device),
+            "reward": torch.randn(BATCH, generator=g).to(device), "terminated": torch.zeros(BATCH, device=device)}
+
+
+def rate(update, batch, seconds: float, device: torch.device) -> float:
+    """Updates per second after warm-up (compilation included in the warm-up, not in the rate)."""
+    for _ in range(3):
+        update(batch)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    start, n = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        update(batch)
+        n += 1
+    sync()
+    return n / (time.perf_counter() - start)
+
+
+def ours(pixels: bool, device: torch.device, precision: str, compile: bool):
+    cfg = SACConfig(num_critics=CRITICS, critic_subsample=SUBSAMPLE, batch_size=BATCH, precision=precision,
+                    compile=compile)
+    encoder = EncoderConfig(cameras=("front", "wrist"), image_size=IMAGE, state_dim=PROPRIO) if pixels else None
+    agent = SAC(OBS_DIM, ACTION_DIM, cfg, device, encoder=encoder)
+    return agent.update
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short timing windows (same measurements)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(max(1, torch.get_num_threads()))
+    seconds = 4.0 if args.quick else 15.0
+    precision = "bfloat16" if native_bf16(device) else "float32"  # what precision: auto picks
+    torch.manual_seed(0)
+    result: dict = {"device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+                    "precision": precision}
+    for pixels in (False, True):
+        prefix = "pixel_" if pixels else ""
+        window = seconds * (2 if pixels else 1)
+        batch = make_batch(pixels, device)
+        reference = ReferenceSAC(OBS_DIM, pixels)
+        for module in (reference.qs, reference.target_qs, reference.actor, reference.encoders):
+            if module is not None:
+                module.to(device)
+        reference.log_alpha = reference.log_alpha.detach().to(device).requires_grad_(True)
+        reference.t_opt = torch.optim.Adam([reference.log_alpha], 3e-4)
+        ref_rate = rate(reference.update, batch, window, device)
+        eager_rate = rate(ours(pixels, device, "float32", False), batch, window, device)
+        best_rate = rate(ours(pixels, device, precision, True), batch, window, device)
+        result.update({f"{prefix}updates_per_s": round(best_rate, 2),
+                       f"{prefix}reference_updates_per_s": round(ref_rate, 2),
+                       f"{prefix}ratio": round(best_rate / ref_rate, 3),
+                       f"{prefix}eager_float32_updates_per_s": round(eager_rate, 2)})
+        print(f"{'pixel' if pixels else 'state'}: reference {ref_rate:.1f}/s, ours eager fp32 {eager_rate:.1f}/s, "
+              f"ours {precision}+compile {best_rate:.1f}/s -> {best_rate / ref_rate:.2f}x", flush=True)
+    assert all(math.isfinite(v) for v in result.values() if isinstance(v, float))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

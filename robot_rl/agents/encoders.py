@@ -1,0 +1,290 @@
+"""Pixel encoders: one conv trunk per camera, learned spatial pooling, DrQ random shift.
+
+Observations are dicts of uint8 camera frames (B, H, W, 3) plus a float `state` vector; the
+encoder maps them to one flat feature vector (camera embeddings, then the state). All cameras
+run through one grouped convolution (one group per camera), so N cameras cost one call, not N.
+
+Three trunks:
+* ``conv``: a small conv net (4 x 3x3 convs, 32 channels) trained from scratch (SERL's default).
+* ``pretrained``: the same net with weights we pretrain on randomized images of our own sim
+  tasks (`robot-rl pretrain-encoder`) and ship under ``policies/encoders/``; frozen by default,
+  as SERL and FastRLAP freeze their vision encoders, which lets the learner compute features
+  once per stored frame.
+* ``resnet18``: ImageNet-style weights from a local file in torchvision's key format (no
+  download; bring your own file and check its licence), frozen, ImageNet normalisation.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Mapping
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from robot_rl.agents.networks import EnsembleLinear, fast_tanh
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass
+class EncoderConfig:
+    """How camera frames become features."""
+
+    cameras: tuple[str, ...] = ("front", "wrist")
+    """Observation keys of the camera frames, in a fixed order."""
+    image_size: int = 64
+    """Frames are (image_size, image_size, 3) uint8 (128 default on GPU, 64 on CPU)."""
+    state_dim: int = 0
+    """Length of the proprioceptive `state` vector appended after the camera features."""
+    kind: str = "conv"
+    """Trunk: "conv" (from scratch), "pretrained" (shipped weights) or "resnet18" (local file)."""
+    weights: str | None = None
+    """Weights file: the shipped encoder's directory or safetensors for "pretrained", the
+    torchvision-format state dict (.pt/.pth/.safetensors) for "resnet18"."""
+    freeze: bool | None = None
+    """Keep the trunk fixed. None: frozen for "pretrained" and "resnet18", trained for "conv"."""
+    channels: int = 32
+    """Channels of each conv layer (conv trunk)."""
+    num_layers: int = 4
+    """Stride-2 conv layers of the conv trunk (64 px -> 4x4 feature maps)."""
+    spatial_features: int = 8
+    """Learned spatial embedding kernels per channel (SERL: 8)."""
+    latent_dim: int = 64
+    """Embedding size per camera after projection + LayerNorm + tanh (SERL: 256)."""
+    augment_pad: int = 4
+    """DrQ random shift padding in pixels (0: off); applied only while training."""
+
+    def __post_init__(self):
+        self.cameras = tuple(self.cameras)
+        if not self.cameras:
+            raise ValueError("an image encoder needs at least one camera")
+        if self.kind not in ("conv", "pretrained", "resnet18"):
+            raise ValueError(f"encoder kind must be conv, pretrained or resnet18, got {self.kind!r}")
+        if self.image_size < 16 or self.num_layers < 1 or self.channels < 1 or self.latent_dim < 1:
+            raise ValueError("image_size >= 16, num_layers, channels and latent_dim >= 1 required")
+        if self.image_size >> self.num_layers < 1:
+            raise ValueError(f"{self.num_layers} stride-2 layers leave nothing of {self.image_size} px")
+
+    @property
+    def frozen(self) -> bool:
+        return self.kind != "conv" if self.freeze is None else self.freeze
+
+
+def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """DrQ augmentation: replicate-pad by `pad` and crop back at a random integer offset per sample.
+
+    images: (B, C, H, W) float. One offset per sample, shared by its channels (so all the
+    channels of one camera move together). Done as a gather, exact (no interpolation).
+    """
+    if pad <= 0:
+        return images
+    b, c, h, w = images.shape
+    padded = F.pad(images, (pad, pad, pad, pad), mode="replicate")
+    shift = torch.randint(0, 2 * pad + 1, (b, 2), device=images.device, generator=generator)
+    rows = (torch.arange(h, device=images.device) + shift[:, :1]).view(b, 1, h, 1).expand(b, c, h, w + 2 * pad)
+    cropped = padded.gather(2, rows)
+    cols = (torch.arange(w, device=images.device) + shift[:, 1:]).view(b, 1, 1, w).expand(b, c, h, w)
+    return cropped.gather(3, cols)
+
+
+class GroupedConvTrunk(nn.Module):
+    """`num_cameras` independent conv stacks as one grouped conv: (B, N*3, H, W) -> (B, N, C, h, w)."""
+
+    def __init__(self, num_cameras: int, channels: int, num_layers: int):
+        super().__init__()
+        self.num_cameras = num_cameras
+        layers: list[nn.Module] = []
+        in_ch = 3
+        for _ in range(num_layers):
+            layers += [nn.Conv2d(num_cameras * in_ch, num_cameras * channels, 3, stride=2, padding=1,
+                                 groups=num_cameras), nn.ReLU()]
+            in_ch = channels
+        self.net = nn.Sequential(*layers)
+        self.channels = channels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.net(x)
+        return y.view(y.shape[0], self.num_cameras, self.channels, *y.shape[-2:])
+
+
+class _BasicBlock(nn.Module):
+    def __init__(self, in_ch: int, out_ch: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_ch, out_ch, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(out_ch)
+        self.conv2 = nn.Conv2d(out_ch, out_ch, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(out_ch)
+        self.downsample = None
+        if stride != 1 or in_ch != out_ch:
+            self.downsample = nn.Sequential(nn.Conv2d(in_ch, out_ch, 1, stride, bias=False), nn.BatchNorm2d(out_ch))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        y = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(y)) + identity)
+
+
+class ResNet18Trunk(nn.Module):
+    """ResNet-18 without pooling/classifier, parameter names as torchvision's, so its
+    ImageNet state dicts load directly. Shared by all cameras (they are stacked on the batch)."""
+
+    def __init__(self, num_cameras: int):
+        super().__init__()
+        self.num_cameras = num_cameras
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        widths, in_ch = (64, 128, 256, 512), 64
+        for i, width in enumerate(widths):
+            stride = 1 if i == 0 else 2
+            setattr(self, f"layer{i + 1}", nn.Sequential(_BasicBlock(in_ch, width, stride), _BasicBlock(width, width, 1)))
+            in_ch = width
+        self.channels = 512
+        self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b = x.shape[0]
+        x = (x.view(b * self.num_cameras, 3, *x.shape[-2:]) - self.mean) / self.std
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, 2, 1)
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return x.view(b, self.num_cameras, self.channels, *x.shape[-2:])
+
+    def load_torchvision(self, path: str | Path) -> None:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"ResNet-18 weights not found at {path} (no downloads: give a local file)")
+        state = load_file(str(path)) if path.suffix == ".safetensors" else torch.load(path, map_location="cpu",
+                                                                                       weights_only=True)
+        state = {k: v for k, v in state.items() if not k.startswith("fc.")}
+        missing, unexpected = self.load_state_dict(state, strict=False)
+        missing = [k for k in missing if k not in ("mean", "std")]
+        if missing or unexpected:
+            raise ValueError(f"{path} is not a torchvision ResNet-18 state dict: missing {missing[:5]}, "
+                             f"unexpected {unexpected[:5]}")
+
+
+class SpatialEmbedding(nn.Module):
+    """SERL's learned spatial embeddings, one set per camera: (B, N, C, h, w) -> (B, N, latent).
+
+    Each channel's map is reduced by `features` learned spatial kernels (a learned, position-aware
+    pooling), then projected per camera to `latent` with LayerNorm and tanh.
+    """
+
+    def __init__(self, num_cameras: int, channels: int, height: int, width: int, features: int, latent: int):
+        super().__init__()
+        self.kernel = nn.Parameter(torch.empty(num_cameras, channels, height * width, features))
+        nn.init.normal_(self.kernel, std=(height * width) ** -0.5)
+        self.project = EnsembleLinear(num_cameras, channels * features, latent)
+        self.norm = nn.LayerNorm(latent)
+
+    def forward(self, maps: torch.Tensor) -> torch.Tensor:
+        b, n, c = maps.shape[:3]
+        pooled = torch.einsum("bncp,ncpf->nbcf", maps.reshape(b, n, c, -1), self.kernel)
+        latent = self.project(pooled.reshape(n, b, -1))  # (N, B, latent), one projection per camera
+        return fast_tanh(self.norm(latent)).transpose(0, 1)
+
+
+class ImageEncoder(nn.Module):
+    """Dict observation -> (B, output_dim) = [camera embeddings..., state]."""
+
+    def __init__(self, config: EncoderConfig, load_weights: bool = True):
+        """`load_weights=False` builds the architecture only (a policy's weights arrive with it)."""
+        super().__init__()
+        self.config = cfg = config
+        if load_weights and cfg.kind != "conv" and not cfg.weights:
+            raise ValueError(f"encoder kind {cfg.kind!r} needs a weights path")
+        n = len(cfg.cameras)
+        if cfg.kind == "resnet18":
+            self.trunk: nn.Module = ResNet18Trunk(n)
+            if load_weights:
+                self.trunk.load_torchvision(cfg.weights)
+            side = -(-cfg.image_size // 32)
+        else:
+            self.trunk = GroupedConvTrunk(n, cfg.channels, cfg.num_layers)
+            side = cfg.image_size
+            for _ in range(cfg.num_layers):
+                side = (side + 1) // 2
+        self.pool = SpatialEmbedding(n, self.trunk.channels, side, side, cfg.spatial_features, cfg.latent_dim)
+        self.output_dim = n * cfg.latent_dim + cfg.state_dim
+        if cfg.kind == "pretrained" and load_weights:
+            load_pretrained(self, cfg.weights)
+        if cfg.frozen:
+            self.requires_grad_(False)
+            self.eval()
+
+    def train(self, mode: bool = True) -> "ImageEncoder":
+        # A frozen encoder stays in eval mode (BatchNorm statistics of a ResNet must not drift).
+        return super().train(mode and not self.config.frozen)
+
+    def images(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """uint8 (B, H, W, 3) per camera -> float (B, N*3, H, W) in [0, 1], validated."""
+        size = self.config.image_size
+        frames = []
+        for name in self.config.cameras:
+            frame = obs.get(name)
+            if frame is None or frame.dim() != 4 or tuple(frame.shape[1:]) != (size, size, 3):
+                got = None if frame is None else tuple(frame.shape)
+                raise ValueError(f"camera {name!r} must be (B, {size}, {size}, 3) uint8, got {got}")
+            frames.append(frame)
+        return torch.cat(frames, dim=-1).permute(0, 3, 1, 2).float().div_(255.0)
+
+    def forward(self, obs: Mapping[str, torch.Tensor], augment: bool = False) -> torch.Tensor:
+        x = self.images(obs)
+        if augment and self.config.augment_pad > 0:
+            x = random_shift(x, self.config.augment_pad)
+        embedding = self.pool(self.trunk(x)).flatten(1)
+        if self.config.state_dim == 0:
+            return embedding
+        state = obs["state"]
+        if state.shape[-1] != self.config.state_dim:
+            raise ValueError(f"state must have {self.config.state_dim} values, got {state.shape[-1]}")
+        return torch.cat([embedding, state.float()], dim=-1)
+
+
+# ---- the shipped pretrained encoder ---------------------------------------------------------
+
+WEIGHTS_FILE = "encoder.safetensors"
+CARD_FILE = "card.json"
+
+
+def save_pretrained(encoder: ImageEncoder, directory: str | Path, card: Mapping) -> None:
+    """Writes the trunk + pooling weights and a card (architecture, training data, metrics)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    arch = {k: v for k, v in asdict(encoder.config).items() if k not in ("kind", "weights", "freeze", "state_dim")}
+    save_file({k: v.contiguous() for k, v in encoder.state_dict().items()}, str(directory / WEIGHTS_FILE))
+    (directory / CARD_FILE).write_text(json.dumps({"architecture": arch, **card}, indent=2) + "\n")
+
+
+def load_pretrained(encoder: ImageEncoder, path: str | Path) -> None:
+    path = Path(path)
+    weights = path / WEIGHTS_FILE if path.is_dir() else path
+    if not weights.is_file():
+        raise FileNotFoundError(f"pretrained encoder weights not found at {weights}")
+    card_path = weights.parent / CARD_FILE
+    if card_path.is_file():
+        arch = json.loads(card_path.read_text()).get("architecture", {})
+        mine = asdict(encoder.config)
+        clash = {k: (v, mine[k]) for k, v in arch.items() if k in mine and k != "augment_pad"
+                 and (tuple(v) if isinstance(v, list) else v) != mine[k]}
+        if clash:
+            raise ValueError(f"pretrained encoder {path} was trained for {clash} (card value, requested)")
+    try:
+        encoder.load_state_dict(load_file(str(weights)), strict=True)
+    except RuntimeError as exc:
+        raise ValueError(f"pretrained encoder {weights} does not fit this architecture: {exc}") from None
+
+
+def pretrained_config(path: str | Path, state_dim: int = 0, **overrides) -> EncoderConfig:
+    """EncoderConfig that matches a shipped encoder's card."""
+    path = Path(path)
+    card = json.loads(((path if path.is_dir() else path.parent) / CARD_FILE).read_text())
+    arch = dict(card["architecture"])
+    arch.update(overrides)
+    return EncoderConfig(kind="pretrained", weights=str(path), state_dim=state_dim, **arch)

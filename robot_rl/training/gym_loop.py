@@ -1,0 +1,309 @@
+"""SAC + RLPD on any Gymnasium environment, in one process, without ROS.
+
+For algorithm benchmarking (`robot-rl train --env <id>`) and the pixel pick-cube benchmark.
+The agent is the same `SAC` / `Policy` the learner and actor nodes run. Observations:
+
+* `Box`: a flat vector, stored as it is.
+* `Dict` of uint8 (H, W, 3) camera frames plus an optional `state` vector: with a frozen
+  encoder (the shipped pretrained one, or ResNet weights) the frames are encoded once when
+  the observation arrives, acting and storage share those features, and the replay memory
+  holds feature vectors; with a trainable encoder the frames go to the frame replay memory
+  (each frame stored once) and DrQ trains the encoder through the critic.
+
+Demonstrations come from the task's scripted expert or from an episode dataset; transitions
+where the scripted intervener took over go to the online and the demonstration buffers.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from robot_rl.agents.encoders import EncoderConfig
+from robot_rl.agents.sac import SAC, SACConfig
+from robot_rl.data.episodes import EpisodeDataset
+from robot_rl.data.frames import FrameReplayBuffer
+from robot_rl.data.replay import MixedSampler, ReplayBuffer, transition_layout
+from robot_rl.training.learner import resolve_device
+
+Expert = Callable[[dict, np.random.Generator, float], np.ndarray]
+
+
+@dataclass
+class GymTrainConfig:
+    """One training run on a Gymnasium environment."""
+
+    env_id: str
+    """Registered Gymnasium id: Box action space; Box or Dict (camera frames + `state`) observations."""
+    env_kwargs: dict = field(default_factory=dict)
+    """Keyword arguments of gymnasium.make for training."""
+    eval_env_kwargs: dict = field(default_factory=dict)
+    """Overrides for the evaluation env (e.g. {"randomization_split": "eval"})."""
+    total_steps: int = 20_000
+    """Environment steps of training."""
+    seed: int = 0
+    sac: SACConfig = field(default_factory=SACConfig)
+    encoder: EncoderConfig | None = None
+    """Image encoder for Dict observations (None: a trainable conv encoder over every camera)."""
+    demo_episodes: int = 20
+    """Scripted demonstrations collected before training (needs an expert; 0: none)."""
+    demo_noise: float = 0.1
+    """Action noise of the scripted expert's demonstrations."""
+    demo_dataset: str | None = None
+    """Episode dataset (zarr) with demonstrations, loaded in addition to scripted ones."""
+    demo_fraction: float = 0.5
+    """Share of every batch from demonstrations and interventions (RLPD: 0.5)."""
+    warmup_steps: int = 256
+    """Online transitions before the first update."""
+    updates_per_step: float = 1.0
+    """Agent updates (each utd_ratio critic steps + one actor step) per environment step."""
+    eval_every: int = 2_000
+    """Environment steps between evaluations (0: only at the end)."""
+    eval_episodes: int = 50
+    """Deterministic evaluation episodes per evaluation."""
+    interventions: bool = False
+    """A scripted human takes over when the policy goes off track (needs an expert)."""
+    buffer_capacity: int = 200_000
+    device: str = "auto"
+
+
+def image_keys(space: spaces.Space) -> tuple[str, ...]:
+    if not isinstance(space, spaces.Dict):
+        return ()
+    return tuple(k for k, s in space.spaces.items()
+                 if isinstance(s, spaces.Box) and s.dtype == np.uint8 and len(s.shape) == 3 and s.shape[-1] == 3)
+
+
+def check_spaces(env: gym.Env) -> None:
+    if not isinstance(env.action_space, spaces.Box) or len(env.action_space.shape) != 1:
+        raise ValueError(f"{env.spec.id if env.spec else env}: needs a 1-D Box action space, got {env.action_space}")
+    obs_space = env.observation_space
+    if isinstance(obs_space, spaces.Box):
+        if len(obs_space.shape) != 1:
+            raise ValueError(f"Box observations must be vectors, got shape {obs_space.shape}")
+        return
+    if not isinstance(obs_space, spaces.Dict) or not image_keys(obs_space):
+        raise ValueError("observations must be a Box vector or a Dict of uint8 (H, W, 3) images plus 'state'")
+    extra = set(obs_space.spaces) - set(image_keys(obs_space)) - {"state"}
+    if extra:
+        raise ValueError(f"Dict observation keys {sorted(extra)} are neither camera frames nor 'state'")
+
+
+def make_env(env_id: str, kwargs: dict) -> gym.Env:
+    """gymnasium.make, checked, with the action space rescaled to the agent's [-1, 1]."""
+    env = gym.make(env_id, **kwargs)
+    check_spaces(env)
+    low, high = env.action_space.low, env.action_space.high
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        raise ValueError(f"{env_id}: the action space must be bounded, got {env.action_space}")
+    if not (np.allclose(low, -1) and np.allclose(high, 1)):
+        env = gym.wrappers.RescaleAction(env, -1.0, 1.0)
+    return env
+
+
+class Trainer:
+    """Owns env, agent and buffers; `run()` trains and evaluates, returning the learning curve."""
+
+    def __init__(self, config: GymTrainConfig, expert: Expert | None = None, intervener=None,
+                 log: Callable[[dict], None] | None = None):
+        self.config = cfg = config
+        self.device = resolve_device(cfg.device)
+        self.rng = np.random.default_rng(cfg.seed)
+        torch.manual_seed(cfg.seed)
+        self.env = make_env(cfg.env_id, cfg.env_kwargs)
+        self.expert, self.intervener, self.log = expert, intervener, log or (lambda row: None)
+        if (cfg.demo_episodes or cfg.interventions) and expert is None:
+            raise ValueError(f"{cfg.env_id} has no scripted expert: set demo_episodes=0 and interventions=False "
+                             "or give demo_dataset")
+        action_dim = self.env.action_space.shape[0]
+        obs_space = self.env.observation_space
+        self.cameras = image_keys(obs_space)
+        state_dim = obs_space["state"].shape[0] if self.cameras and "state" in obs_space.spaces else 0
+        encoder = cfg.encoder
+        if self.cameras:
+            size = obs_space[self.cameras[0]].shape[0]
+            encoder = encoder or EncoderConfig(cameras=self.cameras, image_size=size, state_dim=state_dim)
+            if set(encoder.cameras) != set(self.cameras) or encoder.state_dim != state_dim:
+                raise ValueError(f"encoder is for cameras {encoder.cameras} + state {encoder.state_dim}, env has "
+                                 f"{self.cameras} + state {state_dim}")
+        self.frozen = encoder is not None and encoder.frozen
+        flat_dim = obs_space.shape[0] if not self.cameras else 0
+        self.agent = SAC(flat_dim, action_dim, cfg.sac, self.device,
+                         encoder=encoder if encoder is not None and not self.frozen else None,
+                         policy_encoder=encoder if self.frozen else None)
+        self.network = self.agent.policy.network
+        if self.cameras and not self.frozen:
+            shapes = {k: obs_space[k].shape for k in self.cameras}
+            make = lambda: FrameReplayBuffer(cfg.buffer_capacity, shapes, max(state_dim, 1), action_dim)  # noqa: E731
+        else:
+            layout = transition_layout(self.agent.obs_dim, action_dim)
+            make = lambda: ReplayBuffer(cfg.buffer_capacity, layout)  # noqa: E731
+        self.online, self.demos = make(), make()
+        self.sampler = MixedSampler(self.online, self.demos, cfg.demo_fraction)
+        self.state_dim = state_dim
+        self.steps = 0
+        self.history: list[dict[str, Any]] = []
+
+    # ---- observations ------------------------------------------------------------------------
+
+    def stored(self, obs) -> Any:
+        """What the replay memory keeps of an observation: flat vector, features, or frames + state."""
+        if not self.cameras:
+            return np.asarray(obs, np.float32)
+        if self.frozen:
+            with torch.inference_mode():
+                batch = {k: torch.from_numpy(np.asarray(obs[k]))[None].to(self.device)
+                         for k in (*self.cameras, "state") if k in obs}
+                return self.network.features(batch)[0].float().cpu().numpy()
+        state = np.asarray(obs.get("state", np.zeros(1)), np.float32)
+        return {**{k: obs[k] for k in self.cameras}, "state": state}
+
+    def act(self, obs, stored, deterministic: bool) -> np.ndarray:
+        with torch.inference_mode():
+            if self.frozen:
+                features = torch.from_numpy(stored)[None].to(self.device)
+                state = torch.from_numpy(np.asarray(obs["state"], np.float32))[None].to(self.device)
+                action = self.network.act_on_features(features, state, deterministic)
+                return action[0].cpu().numpy()
+        return self.agent.policy.act(obs if self.cameras else stored, deterministic=deterministic)
+
+    # ---- data --------------------------------------------------------------------------------
+
+    def add(self, buffer, stored, action, reward, next_stored, terminated, truncated, intervention, stream: str):
+        if isinstance(buffer, FrameReplayBuffer):
+            buffer.add(stored, action, float(reward), next_stored, bool(terminated), bool(truncated),
+                       bool(intervention), stream=stream)
+            return
+        buffer.add_batch({"obs": stored[None], "action": np.asarray(action, np.float32)[None],
+                          "reward": np.array([reward], np.float32), "next_obs": next_stored[None],
+                          "terminated": np.array([terminated]), "truncated": np.array([truncated]),
+                          "intervention": np.array([intervention])})
+
+    def collect_demos(self) -> dict[str, float]:
+        cfg = self.config
+        kept = attempted = 0
+        while kept < cfg.demo_episodes:
+            attempted += 1
+            if attempted > 5 * cfg.demo_episodes + 10:
+                raise RuntimeError(f"scripted expert succeeded in only {kept} of {attempted} episodes")
+            obs, info = self.env.reset(seed=int(self.rng.integers(2**31)))
+            episode, success, done = [], False, False
+            stored = self.stored(obs)
+            while not done:
+                action = self.expert(info["state"], self.rng, cfg.demo_noise)
+                obs, reward, terminated, truncated, info = self.env.step(action)
+                next_stored = self.stored(obs)
+                episode.append((stored, action, reward, next_stored, terminated, truncated))
+                stored, done = next_stored, terminated or truncated
+                success = success or bool(info.get("is_success", False))
+            if success:
+                kept += 1
+                for transition in episode:
+                    self.add(self.demos, *transition, False, stream=f"demo{kept}")
+        if cfg.demo_dataset:
+            dataset = EpisodeDataset(cfg.demo_dataset)
+            if isinstance(self.demos, FrameReplayBuffer):
+                dataset.load_into(self.demos)
+            else:
+                self._load_encoded(dataset)
+        return {"demo_episodes": kept, "demo_attempts": attempted}
+
+    def _load_encoded(self, dataset) -> None:
+        for i in range(len(dataset)):
+            episode = dataset.episode(i)
+            observations = [self.stored({k: episode[k][t] for k in (*self.cameras, "state") if k in episode}
+                                        if self.cameras else episode["state"][t])
+                            for t in range(len(episode["state"]))]
+            for t in range(len(episode["action"])):
+                self.add(self.demos, observations[t], episode["action"][t], episode["reward"][t], observations[t + 1],
+                         episode["terminated"][t], episode["truncated"][t], episode["intervention"][t], f"ds{i}")
+
+    def batch(self) -> dict:
+        cfg = self.agent.config
+        raw = self.sampler.sample(cfg.utd_ratio * cfg.batch_size, self.rng)
+        to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(self.device)  # noqa: E731
+        if isinstance(self.online, FrameReplayBuffer):
+            obs = {k: to(raw[k]) for k in (*self.cameras, "state")}
+            next_obs = {k: to(raw[f"next_{k}"]) for k in (*self.cameras, "state")}
+        else:
+            obs, next_obs = to(raw["obs"]), to(raw["next_obs"])
+        return {"obs": obs, "next_obs": next_obs, "action": to(raw["action"]), "reward": to(raw["reward"]),
+                "terminated": to(raw["terminated"].astype(np.float32))}
+
+    # ---- loops -------------------------------------------------------------------------------
+
+    def evaluate(self, episodes: int) -> dict[str, float]:
+        env = make_env(self.config.env_id, {**self.config.env_kwargs, **self.config.eval_env_kwargs})
+        rng = np.random.default_rng(10_000 + self.config.seed)
+        successes, returns = [], []
+        try:
+            for _ in range(episodes):
+                obs, _ = env.reset(seed=int(rng.integers(2**31)))
+                done, success, total = False, False, 0.0
+                while not done:
+                    obs, reward, terminated, truncated, info = env.step(self.act(obs, self.stored(obs), True))
+                    total += float(reward)
+                    success = success or bool(info.get("is_success", False))
+                    done = terminated or truncated
+                successes.append(success)
+                returns.append(total)
+        finally:
+            env.close()
+        return {"success_rate": float(np.mean(successes)), "mean_return": float(np.mean(returns))}
+
+    def run(self) -> list[dict[str, Any]]:
+        cfg = self.config
+        start = time.perf_counter()
+        demo_stats = self.collect_demos() if (cfg.demo_episodes or cfg.demo_dataset) else {}
+        obs, info = self.env.reset(seed=cfg.seed)
+        stored = self.stored(obs)
+        episode = {"return": 0.0, "interventions": 0, "intervention_steps": 0, "index": 0}
+        episodes, intervening = [], False
+        next_eval = cfg.eval_every or cfg.total_steps
+        while self.steps < cfg.total_steps:
+            policy_action = self.act(obs, stored, deterministic=False)
+            action, intervened = policy_action, False
+            if self.intervener is not None:
+                action, intervened = self.intervener(info["state"], policy_action, self.rng)
+                episode["interventions"] += int(intervened and not intervening)
+                episode["intervention_steps"] += int(intervened)
+                intervening = intervened
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            next_stored = self.stored(obs)
+            stream = f"ep{episode['index']}"
+            self.add(self.online, stored, action, reward, next_stored, terminated, truncated, intervened, stream)
+            if intervened:  # HIL-SERL: corrections are demonstrations too
+                self.add(self.demos, stored, action, reward, next_stored, terminated, truncated, True, "i" + stream)
+            stored = next_stored
+            episode["return"] += float(reward)
+            self.steps += 1
+            if len(self.online) >= cfg.warmup_steps:
+                target = int((self.steps - cfg.warmup_steps + 1) * cfg.updates_per_step)
+                while self.agent.num_updates < target:
+                    self.agent.update(self.batch())
+            if terminated or truncated:
+                episodes.append({**episode, "success": bool(info.get("is_success", False))})
+                obs, info = self.env.reset(seed=int(self.rng.integers(2**31)))
+                stored = self.stored(obs)
+                episode = {"return": 0.0, "interventions": 0, "intervention_steps": 0, "index": episode["index"] + 1}
+                intervening = False
+            if self.steps >= next_eval or self.steps == cfg.total_steps:
+                next_eval += cfg.eval_every or cfg.total_steps
+                recent = episodes[-20:]
+                row = {"steps": self.steps, "updates": self.agent.num_updates,
+                       "wall_s": round(time.perf_counter() - start, 1), **demo_stats,
+                       **self.evaluate(cfg.eval_episodes),
+                       "train_success_rate": float(np.mean([e["success"] for e in recent])) if recent else 0.0,
+                       "intervention_rate": (float(np.mean([e["intervention_steps"] > 0 for e in recent]))
+                                             if recent else 0.0),
+                       "episodes": len(episodes)}
+                self.history.append(row)
+                self.log(row)
+        self.env.close()
+        return self.history
