@@ -162,7 +162,10 @@ class ResNet18Trunk(nn.Module):
         state = load_file(str(path)) if path.suffix == ".safetensors" else torch.load(path, map_location="cpu",
                                                                                        weights_only=True)
         state = {k: v for k, v in state.items() if not k.startswith("fc.")}
-        missing, unexpected = self.load_state_dict(state, strict=False)
+        try:
+            missing, unexpected = self.load_state_dict(state, strict=False)
+        except RuntimeError as exc:  # shape mismatches
+            raise ValueError(f"{path} is not a torchvision ResNet-18 state dict: {exc}") from None
         missing = [k for k in missing if k not in ("mean", "std")]
         if missing or unexpected:
             raise ValueError(f"{path} is not a torchvision ResNet-18 state dict: missing {missing[:5]}, "

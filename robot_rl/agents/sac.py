@@ -259,7 +259,8 @@ class SAC:
         """Features of a batch: the encoder (augmented while training) or the flat vector itself."""
         if self.encoder is None:
             return obs
-        return self.encoder(obs, augment=train)
+        with self._autocast():
+            return self.encoder(obs, augment=train).float()
 
     def _critic_step(self, minibatch: Mapping, next_action: torch.Tensor | None,
                      next_log_prob: torch.Tensor | None, members: torch.Tensor | None):

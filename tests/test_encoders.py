@@ -1,0 +1,153 @@
+"""Pixel encoders, DrQ augmentation, the grasp critic's math and the pixel policy, with tiny sizes."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from robot_rl.agents.encoders import (EncoderConfig, GroupedConvTrunk, ImageEncoder, ResNet18Trunk, load_pretrained,
+                                      pretrained_config, random_shift, save_pretrained)
+from robot_rl.agents.policy import Policy, gripper_action, gripper_index
+from robot_rl.agents.sac import SAC, SACConfig
+
+
+def _obs(batch=3, size=16, state_dim=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    frame = lambda: torch.randint(0, 256, (batch, size, size, 3), generator=g, dtype=torch.uint8)  # noqa: E731
+    return {"front": frame(), "wrist": frame(), "state": torch.randn(batch, state_dim, generator=g)}
+
+
+def test_random_shift_is_an_exact_crop_of_the_padded_image():
+    torch.manual_seed(0)
+    images = torch.arange(2 * 3 * 6 * 6, dtype=torch.float32).view(2, 3, 6, 6)
+    g = torch.Generator().manual_seed(3)
+    out = random_shift(images, pad=2, generator=g)
+    assert out.shape == images.shape
+    shift = torch.randint(0, 5, (2, 2), generator=torch.Generator().manual_seed(3))
+    padded = F.pad(images, (2, 2, 2, 2), mode="replicate")
+    for b in range(2):
+        r, c = shift[b].tolist()
+        torch.testing.assert_close(out[b], padded[b, :, r:r + 6, c:c + 6])
+    assert torch.equal(random_shift(images, pad=0), images)
+
+
+def test_grouped_trunk_equals_separate_convs_per_camera():
+    torch.manual_seed(0)
+    trunk = GroupedConvTrunk(2, channels=4, num_layers=2)
+    x = torch.randn(5, 6, 16, 16)
+    out = trunk(x)
+    assert out.shape == (5, 2, 4, 4, 4)
+    conv = trunk.net[0]
+    for cam in range(2):
+        w = conv.weight[cam * 4:(cam + 1) * 4]
+        b = conv.bias[cam * 4:(cam + 1) * 4]
+        first = F.relu(F.conv2d(x[:, cam * 3:(cam + 1) * 3], w, b, stride=2, padding=1))
+        torch.testing.assert_close(first, F.relu(conv(x))[:, cam * 4:(cam + 1) * 4])
+
+
+def test_encoder_shapes_state_and_bad_frames():
+    enc = ImageEncoder(EncoderConfig(cameras=("front", "wrist"), image_size=16, num_layers=2, latent_dim=5,
+                                     state_dim=2))
+    obs = _obs()
+    assert enc(obs).shape == (3, 2 * 5 + 2) == (3, enc.output_dim)
+    assert enc(obs, augment=True).shape == (3, enc.output_dim)
+    torch.testing.assert_close(enc(obs)[:, -2:], obs["state"])
+    with pytest.raises(ValueError, match="front"):
+        enc({**obs, "front": obs["front"][:, :8]})
+    with pytest.raises(ValueError, match="state"):
+        enc({**obs, "state": torch.zeros(3, 4)})
+
+
+def test_pretrained_round_trip_and_architecture_check(tmp_path):
+    cfg = EncoderConfig(cameras=("front", "wrist"), image_size=16, num_layers=2, latent_dim=5)
+    enc = ImageEncoder(cfg)
+    save_pretrained(enc, tmp_path / "enc", {"name": "test"})
+    loaded = ImageEncoder(pretrained_config(tmp_path / "enc", state_dim=2))
+    assert loaded.config.frozen and not any(p.requires_grad for p in loaded.parameters())
+    obs = _obs()
+    torch.testing.assert_close(loaded(obs)[:, :10], enc(obs))
+    other = ImageEncoder(EncoderConfig(cameras=("front", "wrist"), image_size=16, num_layers=2, latent_dim=7))
+    with pytest.raises(ValueError, match="latent_dim"):
+        load_pretrained(other, tmp_path / "enc")
+
+
+def test_resnet18_loads_torchvision_format_and_stays_frozen(tmp_path):
+    source = ResNet18Trunk(1)
+    state = {k: v for k, v in source.state_dict().items() if k not in ("mean", "std")}
+    state["fc.weight"], state["fc.bias"] = torch.zeros(1000, 512), torch.zeros(1000)
+    torch.save(state, tmp_path / "resnet18.pth")
+    enc = ImageEncoder(EncoderConfig(cameras=("front",), image_size=32, kind="resnet18",
+                                     weights=str(tmp_path / "resnet18.pth")))
+    assert not enc.training and enc.trunk.layer1[0].conv1.weight.equal(source.layer1[0].conv1.weight)
+    enc.train()
+    assert not enc.training  # frozen BatchNorm statistics never drift
+    assert enc({"front": torch.zeros(2, 32, 32, 3, dtype=torch.uint8)}).shape == (2, enc.output_dim)
+    torch.save({"conv1.weight": torch.zeros(3)}, tmp_path / "bad.pth")
+    with pytest.raises(ValueError, match="ResNet-18"):
+        ImageEncoder(EncoderConfig(cameras=("front",), image_size=32, kind="resnet18", weights=str(tmp_path / "bad.pth")))
+    with pytest.raises(FileNotFoundError, match="no downloads"):
+        ImageEncoder(EncoderConfig(cameras=("front",), image_size=32, kind="resnet18", weights=str(tmp_path / "x.pth")))
+
+
+def test_gripper_command_mapping():
+    assert gripper_index(torch.tensor([1.0, 0.0, -1.0, 0.7, -0.2])).tolist() == [0, 1, 2, 0, 1]
+    current = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    out = gripper_action(torch.tensor([0, 1, 1, 2]), current)
+    assert out.tolist() == [1.0, -1.0, 1.0, -1.0]
+
+
+def test_double_dqn_grasp_target_hand_computed():
+    sac = SAC(4, 3, SACConfig(grasp_critic=True, discount=0.9, grasp_hidden_dims=(8,), hidden_dims=(8,)))
+    online = torch.tensor([[1.0, 5.0, 2.0], [3.0, 0.0, 4.0]])   # argmax: 1, 2
+    target = torch.tensor([[10.0, 20.0, 30.0], [40.0, 50.0, 60.0]])  # scores of those: 20, 60
+    y = sac.grasp_target(torch.tensor([1.0, 2.0]), torch.tensor([0.0, 1.0]), torch.tensor([-0.05, 0.0]),
+                         online, target)
+    torch.testing.assert_close(y, torch.tensor([1.0 - 0.05 + 0.9 * 20.0, 2.0]))
+
+
+def test_grasp_penalty_only_when_the_gripper_changes():
+    sac = SAC(4, 3, SACConfig(grasp_critic=True, grasp_penalty=-0.1, hidden_dims=(8,)))
+    state = torch.tensor([[0, 0, 0, -1.0], [0, 0, 0, -1.0], [0, 0, 0, 1.0], [0, 0, 0, 1.0], [0, 0, 0, 1.0]])
+    index = torch.tensor([0, 2, 0, 2, 1])  # close while open, open while open, close while closed, open while closed, stay
+    torch.testing.assert_close(sac.grasp_penalty(state, index), torch.tensor([-0.1, 0.0, 0.0, -0.1, 0.0]))
+
+
+def _pixel_batch(n, seed=0):
+    obs, next_obs = _obs(n, seed=seed), _obs(n, seed=seed + 1)
+    action = torch.cat([torch.rand(n, 2) * 2 - 1, torch.randint(-1, 2, (n, 1)).float()], -1)
+    return {"obs": obs, "next_obs": next_obs, "action": action, "reward": torch.rand(n), "terminated": torch.zeros(n)}
+
+
+def test_pixel_sac_with_grasp_critic_trains_encoder_and_exports_a_policy():
+    enc = EncoderConfig(cameras=("front", "wrist"), image_size=16, num_layers=2, latent_dim=5, state_dim=2)
+    sac = SAC(0, 3, SACConfig(grasp_critic=True, batch_size=4, utd_ratio=2, hidden_dims=(8,),
+                              grasp_hidden_dims=(8,)), encoder=enc)
+    before = sac.encoder.trunk.net[0].weight.detach().clone()
+    metrics = sac.update(_pixel_batch(8))
+    assert {"grasp_loss", "critic_loss", "actor_loss"} <= set(metrics)
+    assert not torch.equal(before, sac.encoder.trunk.net[0].weight)  # the critic loss trains the encoder
+    policy = Policy(sac.policy.spec, sac.policy.network.state_dict())
+    obs = {k: v[0].numpy() for k, v in _obs(1).items()}
+    action = policy.act(obs, deterministic=True)
+    assert action.shape == (3,) and action[2] in (-1.0, 1.0)
+    np.testing.assert_allclose(action, sac.policy.act(obs, deterministic=True), atol=1e-6)
+    with pytest.raises(ValueError, match="uint8"):
+        policy.act({**obs, "front": obs["front"].astype(np.float32)})
+    with pytest.raises(ValueError, match="lacks"):
+        policy.act({"state": obs["state"]})
+
+
+def test_compile_flag_matches_eager_math():
+    torch.manual_seed(0)
+    eager = SAC(3, 2, SACConfig(batch_size=8, hidden_dims=(8,), num_critics=3, critic_subsample=2))
+    compiled = SAC(3, 2, SACConfig(batch_size=8, hidden_dims=(8,), num_critics=3, critic_subsample=2, compile=True))
+    compiled.load_state_dict(eager.state_dict())
+    g = torch.Generator().manual_seed(1)
+    batch = {"obs": torch.randn(8, 3, generator=g), "next_obs": torch.randn(8, 3, generator=g),
+             "action": torch.rand(8, 2, generator=g), "reward": torch.randn(8, generator=g), "terminated": torch.zeros(8)}
+    rng = torch.get_rng_state()
+    eager.update(batch)
+    torch.set_rng_state(rng)
+    compiled.update(batch)
+    for a, b in zip(eager.critic.parameters(), compiled.critic.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
