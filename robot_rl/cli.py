@@ -1,6 +1,8 @@
 """The `robot-rl` command.
 
   robot-rl train [--task arm_lift] [--steps N] ...   start the task's node graph and train
+  robot-rl train --env <gymnasium id> [--encoder DIR]  SAC/RLPD on any Gymnasium env, no ROS
+  robot-rl pretrain-encoder --out DIR                 pretrain the shipped arm vision encoder
   robot-rl node NAME [--ros-args ...]                run one node (what `ros2 run` would)
   robot-rl demos --task arm_lift --episodes 20 --out demos.zarr
 """
@@ -159,6 +161,84 @@ def cmd_train(args: argparse.Namespace) -> int:
     return code
 
 
+def gym_train_config(args: argparse.Namespace):
+    """GymTrainConfig from --env/--steps/--seed/--encoder and --set field=value (sac.*, encoder.* nest)."""
+    from dataclasses import fields, replace
+
+    from robot_rl.agents.encoders import pretrained_config
+    from robot_rl.agents.sac import SACConfig
+    from robot_rl.training.gym_loop import GymTrainConfig
+
+    top, sac = {}, {}
+    for key, value in _parse_overrides(args.set).items():
+        group, _, name = key.rpartition(".")
+        if group not in ("", "sac"):
+            raise SystemExit(f"--set with --env takes FIELD=VALUE or sac.FIELD=VALUE, got {key!r}")
+        (sac if group == "sac" else top)[name] = value
+    known_top = {f.name for f in fields(GymTrainConfig)} - {"env_id", "sac", "encoder"}
+    known_sac = {f.name for f in fields(SACConfig)}
+    unknown = sorted(set(top) - known_top) + [f"sac.{k}" for k in sorted(set(sac) - known_sac)]
+    if unknown:
+        raise SystemExit(f"unknown settings {unknown}; known: {sorted(known_top)} and sac.{{{', '.join(sorted(known_sac))}}}")
+    config = GymTrainConfig(args.env, sac=SACConfig(**sac), **top)
+    if args.steps is not None:
+        config = replace(config, total_steps=args.steps)
+    if args.seed is not None:
+        config = replace(config, seed=args.seed)
+    if args.eval_episodes is not None:
+        config = replace(config, eval_episodes=args.eval_episodes)
+    if args.encoder:
+        import gymnasium as gym
+
+        probe = gym.make(args.env, **config.env_kwargs)
+        state = probe.observation_space.spaces.get("state") if hasattr(probe.observation_space, "spaces") else None
+        probe.close()
+        config = replace(config, encoder=pretrained_config(args.encoder, state_dim=state.shape[0] if state else 0))
+    return config
+
+
+def cmd_train_env(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    import robot_rl.envs  # noqa: F401 - registers our environments
+    from robot_rl.tasks import expert_for_env
+    from robot_rl.training.gym_loop import Trainer
+
+    try:
+        config = gym_train_config(args)
+        expert = expert_for_env(config.env_id)
+        if expert is None:
+            config = replace(config, demo_episodes=0)
+        trainer = Trainer(config, expert=expert, log=lambda row: print(json.dumps(row), flush=True))
+    except (ValueError, TypeError) as exc:
+        print(f"robot-rl train --env: {exc}", file=sys.stderr)
+        return 2
+    run_dir = Path(args.run_dir or f"runs/{config.env_id.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    print(f"robot_rl: {config.env_id} for {config.total_steps} steps on {trainer.device}, run dir {run_dir}", flush=True)
+    history = trainer.run()
+    (run_dir / "history.json").write_text(json.dumps(history, indent=1))
+    trainer.agent.policy.network.cpu()
+    import torch
+
+    torch.save({"spec": trainer.agent.policy.spec.to_json(), "weights": trainer.agent.policy.network.state_dict()},
+               run_dir / "policy.pt")
+    final = history[-1]
+    print(f"robot_rl: evaluation success rate {final['success_rate'] * 100:.1f}%, mean return "
+          f"{final['mean_return']:.2f} after {final['steps']} steps", flush=True)
+    return 0
+
+
+def cmd_pretrain_encoder(args: argparse.Namespace) -> int:
+    import robot_rl.envs  # noqa: F401
+    from robot_rl.training.pretrain_encoder import PretrainConfig, pretrain_and_save
+
+    config = PretrainConfig(frames=args.frames, epochs=args.epochs, seed=args.seed)
+    metrics = pretrain_and_save(config, args.out)
+    print(json.dumps(metrics))
+    return 0
+
+
 def cmd_node(args: argparse.Namespace, rest: list[str]) -> int:
     from robot_rl.ros.graph import NODE_KINDS
 
@@ -206,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="start the task's node graph (sim, actor, learner) and train")
     train.add_argument("--task", default="arm_lift")
+    train.add_argument("--env", help="train on this Gymnasium id in one process, without ROS (--set FIELD=VALUE "
+                                     "and --set sac.FIELD=VALUE set GymTrainConfig/SACConfig)")
+    train.add_argument("--encoder", help="with --env: a pretrained encoder directory, used frozen")
     train.add_argument("--config", help="task config YAML (default: config/<task>.yaml of the package)")
     train.add_argument("--backend", default="sim", choices=["sim", "real"])
     train.add_argument("--namespace", default="", help="namespace for every node of the graph")
@@ -218,6 +301,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="override a node parameter, e.g. --set learner.utd_ratio=2")
     train.add_argument("--plain", action="store_true", help="plain status lines instead of a live display")
     train.add_argument("--status-period", type=float, default=10.0, help="seconds between plain status lines")
+    pre = sub.add_parser("pretrain-encoder", help="pretrain the arm vision encoder on randomized sim images")
+    pre.add_argument("--out", required=True, help="output directory (weights + card.json)")
+    pre.add_argument("--frames", type=int, default=30_000)
+    pre.add_argument("--epochs", type=int, default=8)
+    pre.add_argument("--seed", type=int, default=0)
     node = sub.add_parser("node", help="run one node of the package (ROS arguments follow)")
     node.add_argument("name")
     demos = sub.add_parser("demos", help="record scripted demonstrations to a zarr dataset")
@@ -244,7 +332,10 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_node(args, rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    return {"train": cmd_train, "demos": cmd_demos, "record-bag": cmd_record_bag}[args.command](args)
+    if args.command == "train" and args.env:
+        return cmd_train_env(args)
+    return {"train": cmd_train, "demos": cmd_demos, "record-bag": cmd_record_bag,
+            "pretrain-encoder": cmd_pretrain_encoder}[args.command](args)
 
 
 if __name__ == "__main__":

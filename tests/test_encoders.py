@@ -105,11 +105,14 @@ def test_double_dqn_grasp_target_hand_computed():
     torch.testing.assert_close(y, torch.tensor([1.0 - 0.05 + 0.9 * 20.0, 2.0]))
 
 
-def test_grasp_penalty_only_when_the_gripper_changes():
+def test_grasp_commands_are_relative_to_the_gripper_and_only_changes_pay():
     sac = SAC(4, 3, SACConfig(grasp_critic=True, grasp_penalty=-0.1, hidden_dims=(8,)))
     state = torch.tensor([[0, 0, 0, -1.0], [0, 0, 0, -1.0], [0, 0, 0, 1.0], [0, 0, 0, 1.0], [0, 0, 0, 1.0]])
-    index = torch.tensor([0, 2, 0, 2, 1])  # close while open, open while open, close while closed, open while closed, stay
-    torch.testing.assert_close(sac.grasp_penalty(state, index), torch.tensor([-0.1, 0.0, 0.0, -0.1, 0.0]))
+    executed = torch.tensor([1.0, -1.0, 1.0, -1.0, 0.0])
+    # close while open, open while open (= stay), close while closed (= stay), open while closed, stay
+    index = sac.grasp_commands(state, executed)
+    assert index.tolist() == [0, 1, 1, 2, 1]
+    torch.testing.assert_close(sac.grasp_penalty(index), torch.tensor([-0.1, 0.0, 0.0, -0.1, 0.0]))
 
 
 def _pixel_batch(n, seed=0):

@@ -226,11 +226,20 @@ class SAC:
         next_v = next_q_target.gather(-1, best).squeeze(-1)
         return reward + penalty + self.config.discount * (1.0 - terminated) * next_v
 
-    def grasp_penalty(self, state: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """config.grasp_penalty where the command changes the gripper: close while open, open while closed."""
+    def grasp_commands(self, state: torch.Tensor, gripper_action: torch.Tensor) -> torch.Tensor:
+        """Executed gripper actions -> command indices relative to the gripper's current command.
+
+        Whoever acted (policy, expert, person), closing a closed gripper or opening an open one
+        is "stay": the grasp critic learns changes, and only changes are penalised.
+        """
         closed = state[:, self.config.gripper_state_index] > 0
-        changed = ((index == 0) & ~closed) | ((index == 2) & closed)
-        return changed.float() * self.config.grasp_penalty
+        index = gripper_index(gripper_action)
+        unchanged = ((index == 0) & closed) | ((index == 2) & ~closed)
+        return torch.where(unchanged, torch.ones_like(index), index)
+
+    def grasp_penalty(self, index: torch.Tensor) -> torch.Tensor:
+        """config.grasp_penalty for every command that changes the gripper (close or open)."""
+        return (index != 1).float() * self.config.grasp_penalty
 
     def grasp_loss(self, features: torch.Tensor, index: torch.Tensor, reward: torch.Tensor,
                    terminated: torch.Tensor, penalty: torch.Tensor, next_features: torch.Tensor) -> torch.Tensor:
@@ -275,9 +284,9 @@ class SAC:
                                    next_features, next_action, next_log_prob, members)
         grasp_loss = torch.zeros((), device=self.device)
         if self.grasp is not None:
-            index = gripper_index(action[:, -1])
             obs = minibatch["obs"]
-            penalty = self.grasp_penalty(obs["state"] if isinstance(obs, Mapping) else obs, index)
+            index = self.grasp_commands(obs["state"] if isinstance(obs, Mapping) else obs, action[:, -1])
+            penalty = self.grasp_penalty(index)
             grasp_loss = self.grasp_loss(features, index, minibatch["reward"], minibatch["terminated"], penalty,
                                          next_features)
         # Encoded features go on to the actor step; flat observations are returned as they are

@@ -157,7 +157,8 @@ class LearnerNode(Node):
         step = self.core.transitions_received
         self.writer.add_scalar("episode/return", episode["return"], step)
         self.writer.add_scalar("episode/success", float(episode["success"]), step)
-        self.writer.add_scalar("episode/interventions", episode["interventions"], step)
+        self.writer.add_scalar("episode/intervention_count", episode["interventions"], step)
+        self.writer.add_scalar("episode/intervention_steps", episode.get("intervention_steps", 0), step)
 
     # ---- executor thread ----------------------------------------------------------------------
 

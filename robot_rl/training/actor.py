@@ -51,12 +51,16 @@ class EpisodeStats:
     ret: float = 0.0
     success: bool = False
     interventions: int = 0
+    """Times a person took over (HIL-SERL's intervention_count)."""
+    intervention_steps: int = 0
+    """Steps executed by a person (HIL-SERL's intervention_steps)."""
     evaluation: bool = False
     policy_version: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"index": self.index, "steps": self.steps, "return": round(self.ret, 4), "success": self.success,
-                "interventions": self.interventions, "evaluation": self.evaluation,
+                "interventions": self.interventions,
+                "intervention_steps": self.intervention_steps, "evaluation": self.evaluation,
                 "policy_version": self.policy_version}
 
 
@@ -164,7 +168,9 @@ class ActorCore:
                 episode.success = success
                 return StepResult(None, self._end_episode())
         action, intervention = self._choose_action(obs, human_action, episode.evaluation)
-        episode.interventions += int(intervention)
+        taking_over = intervention and not (self._prev is not None and self._prev[2])
+        episode.interventions += int(taking_over)
+        episode.intervention_steps += int(intervention)
         self._prev = (obs, action, intervention)
         return StepResult(action)
 
