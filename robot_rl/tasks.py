@@ -31,6 +31,14 @@ class TaskSpec:
     """Scripted expert (state, rng, noise) -> action, for demonstrations and scripted humans."""
     env_id: str
     """Gymnasium id of the matching simulated environment."""
+    cameras: tuple[str, ...] = ()
+    """Camera frames the policy sees (pixel tasks); `observation` is then the proprioception."""
+    image_size: int = 0
+    """Height and width of those frames."""
+
+    @property
+    def frame_shapes(self) -> dict[str, tuple[int, int, int]]:
+        return {camera: (self.image_size, self.image_size, 3) for camera in self.cameras}
 
 
 def _arm_lift() -> TaskSpec:

@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from robot_rl.agents.networks import EnsembleLinear, fast_tanh
+from robot_rl.resources import package_path
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -285,8 +286,8 @@ def load_pretrained(encoder: ImageEncoder, path: str | Path) -> None:
 
 
 def pretrained_config(path: str | Path, state_dim: int = 0, **overrides) -> EncoderConfig:
-    """EncoderConfig that matches a shipped encoder's card."""
-    path = Path(path)
+    """EncoderConfig that matches a shipped encoder's card (a path, or one relative to the package)."""
+    path = package_path(path)
     card = json.loads(((path if path.is_dir() else path.parent) / CARD_FILE).read_text())
     arch = dict(card["architecture"])
     arch.update(overrides)

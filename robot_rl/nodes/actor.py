@@ -19,7 +19,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped, TwistStamped
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from sensor_msgs.msg import JointState
+from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float32, UInt8MultiArray
 from std_srvs.srv import Trigger
 
@@ -27,7 +27,7 @@ from robot_rl.data.delivery import Outbox
 from robot_rl.envs.arm import ArmSimConfig
 from robot_rl.ros import codec, qos
 from robot_rl.ros.arm_io import action_to_msgs, msgs_to_state
-from robot_rl.ros.messages import bytes_to_uint8_multiarray, stamp_to_ns, uint8_multiarray_view
+from robot_rl.ros.messages import bytes_to_uint8_multiarray, msg_to_image, stamp_to_ns, uint8_multiarray_view
 from robot_rl.ros.node_utils import Param, declare_params, diagnostics, run_node
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.tasks import get_task, task_names
@@ -71,7 +71,9 @@ class ActorNode(Node):
             p["actor_id"], p["batch_transitions"], p["total_steps"], p["random_steps"], p["eval_episodes"],
             p["sync_updates_per_step"], p["sync_slack_steps"], p["seed"]), outbox)
         self.core_lock = threading.Lock()
-        self.sync = StampSynchronizer(TOPICS, int(p["obs_slop_s"] * 1e9))
+        # Pixel tasks add their cameras to the synchronized set (rgb8 at the task's image size).
+        self.camera_topics = {f"{camera}/color/image_raw": camera for camera in self.task.cameras}
+        self.sync = StampSynchronizer((*TOPICS, *self.camera_topics), int(p["obs_slop_s"] * 1e9))
         self.latest: tuple[int, dict] | None = None
         self.acted_stamp = -1
         self.episode_start_stamp: int | None = None
@@ -84,7 +86,8 @@ class ActorNode(Node):
         self.gripper_pub = self.create_publisher(Float32, "arm/gripper", qos.COMMAND)
         self.transitions_pub = self.create_publisher(UInt8MultiArray, "rl/transitions", qos.TRANSITIONS)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        for topic, msg_type in zip(TOPICS, (JointState, PoseStamped, PoseStamped)):
+        topic_types = [*zip(TOPICS, (JointState, PoseStamped, PoseStamped)), *((t, Image) for t in self.camera_topics)]
+        for topic, msg_type in topic_types:
             self.create_subscription(msg_type, topic, lambda m, t=topic: self._on_observation(t, m), qos.SENSOR)
         self.create_subscription(UInt8MultiArray, "rl/policy", self._on_policy, qos.POLICY)
         self.create_subscription(UInt8MultiArray, "rl/acks", self._on_ack, qos.EVENTS)
@@ -129,6 +132,8 @@ class ActorNode(Node):
             return
         try:
             state = msgs_to_state(msgs[TOPICS[0]], msgs[TOPICS[1]], msgs[TOPICS[2]])
+            for topic, camera in self.camera_topics.items():
+                state[camera] = msg_to_image(msgs[topic], copy=True)
         except ValueError as exc:
             self.invalid_messages += 1
             self.get_logger().warning(f"invalid observation: {exc}", throttle_duration_sec=5.0)
@@ -138,7 +143,12 @@ class ActorNode(Node):
                 self.learner_waits += 1
                 return
             self.acted_stamp = stamp
-            result = self.core.step(state)
+            try:
+                result = self.core.step(state)
+            except ValueError as exc:  # e.g. a frame of the wrong size: skip it, the robot's watchdog holds
+                self.invalid_messages += 1
+                self.get_logger().warning(f"observation not usable: {exc}", throttle_duration_sec=5.0)
+                return
         if result.action is not None:
             self._publish_command(*action_to_msgs(result.action, stamp, self.params["action_scale"],
                                                   self.params["control_hz"]))

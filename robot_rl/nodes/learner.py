@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
@@ -47,9 +48,44 @@ PARAMS = [
     Param("publish_period_s", 1.0, "Seconds between policy publications.", 0.01, 3600.0),
     Param("checkpoint_period_s", 30.0, "Seconds between checkpoints.", 0.5, 86400.0),
     Param("device", "auto", "Training device.", choices=["auto", "cpu", "cuda"]),
+    Param("encoder", "", "Pixel tasks: pretrained encoder directory (used frozen; '' for state tasks)."),
+    Param("grasp_critic", False, "HIL-SERL: learn the gripper command with a discrete double-DQN critic."),
+    Param("grasp_penalty", -0.05, "Grasp critic reward for each gripper change.", -10.0, 0.0),
+    Param("precision", "auto", "Critic matmul precision (auto: bfloat16 where native).",
+          choices=["auto", "float32", "bfloat16"]),
+    Param("compile", False, "torch.compile the losses (CUDA graphs on GPU), eager fallback."),
     Param("torch_threads", 1, "CPU threads for torch (leave cores for the robot side).", 1, 256),
     Param("seed", 0, "Random seed.", 0, 2**31 - 1),
 ]
+
+
+def demonstration_arrays(path: str, task) -> dict:
+    """Transitions (wire layout) from a zarr dataset: scripted-demo transitions or recorded episodes."""
+    import zarr
+
+    from robot_rl.data.episodes import EpisodeDataset
+
+    if not Path(path).exists():
+        raise FileNotFoundError(f"no demonstration dataset at {path}")
+    if zarr.open_group(path, mode="r").attrs.get("format") != "robot_rl.episodes":
+        arrays, attrs = load_transitions(path)
+        if attrs.get("task") != task.name:
+            raise ValueError(f"demos {path} are for task {attrs.get('task')!r}, not {task.name!r}")
+        return arrays
+    dataset = EpisodeDataset(path)
+    if dataset.task_config.get("task", task.name) != task.name:
+        raise ValueError(f"demos {path} are for task {dataset.task_config.get('task')!r}, not {task.name!r}")
+    parts = []
+    for i in range(len(dataset)):
+        episode = dataset.episode(i)
+        part = {k: episode[k] for k in ("action", "reward", "terminated", "truncated", "intervention")}
+        part["obs"], part["next_obs"] = episode["state"][:-1], episode["state"][1:]
+        for camera in task.cameras:
+            part[f"obs_{camera}"], part[f"next_obs_{camera}"] = episode[camera][:-1], episode[camera][1:]
+        parts.append(part)
+    if not parts:
+        raise ValueError(f"demos {path} hold no episodes")
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 class LearnerNode(Node):
@@ -65,8 +101,10 @@ class LearnerNode(Node):
                             critic_subsample=p["critic_subsample"] or None, utd_ratio=p["utd_ratio"],
                             batch_size=p["batch_size"], discount=p["discount"], tau=p["tau"], actor_lr=p["lr"],
                             critic_lr=p["lr"], temperature_lr=p["lr"], init_temperature=p["init_temperature"],
-                            backup_entropy=p["backup_entropy"])
-            config = LearnerConfig(task.obs_dim, task.action_dim, sac, p["buffer_capacity"], p["demo_fraction"],
+                            backup_entropy=p["backup_entropy"], grasp_critic=p["grasp_critic"],
+                            grasp_penalty=p["grasp_penalty"], precision=p["precision"], compile=p["compile"])
+            config = LearnerConfig(task.obs_dim, task.action_dim, sac, task.cameras, task.image_size or 64,
+                                   p["encoder"] or None, p["buffer_capacity"], p["demo_fraction"],
                                    p["warmup_transitions"], p["max_update_ratio"], p["seed"], p["device"])
             self.core = LearnerCore(config, p["run_dir"])
         except ValueError as exc:
@@ -76,9 +114,10 @@ class LearnerNode(Node):
             self.get_logger().info(f"resumed from {p['run_dir']}: {self.core.agent.num_updates} updates, "
                                    f"{len(self.core.online)} transitions in the buffer")
         if p["demos"]:
-            arrays, attrs = load_transitions(p["demos"])
-            if attrs.get("task") != task.name:
-                raise ParameterError(f"demos {p['demos']} are for task {attrs.get('task')!r}, not {task.name!r}")
+            try:
+                arrays = demonstration_arrays(p["demos"], task)
+            except (ValueError, FileNotFoundError) as exc:
+                raise ParameterError(str(exc)) from None
             self.get_logger().info(f"loaded {self.core.load_demonstrations(arrays)} demonstration transitions")
 
         self.inbox: queue.Queue[bytes] = queue.Queue()

@@ -75,6 +75,7 @@ class StepResult:
 @dataclass
 class _Pending:
     fields: dict[str, list] = field(default_factory=lambda: {k: [] for k in TRANSITION_FIELDS})
+    """Per-step values of each transition field (frame fields are added for pixel tasks)."""
     episodes: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -151,9 +152,7 @@ class ActorCore:
         if self._episode is None:
             raise RuntimeError("step() outside an episode: call start_episode() after the reset")
         episode = self._episode
-        obs = np.asarray(self.task.observation(state), dtype=np.float32)
-        if obs.shape != (self.task.obs_dim,) or not np.isfinite(obs).all():
-            raise ValueError(f"task observation has shape {obs.shape} or non-finite values")
+        obs = self._observation(state)
         if self._prev is not None:
             reward = float(self.task.reward(state))
             success = bool(self.task.success(state))
@@ -174,7 +173,23 @@ class ActorCore:
         self._prev = (obs, action, intervention)
         return StepResult(action)
 
-    def _choose_action(self, obs: np.ndarray, human_action: np.ndarray | None,
+    def _observation(self, state: State):
+        """The flat task observation, or for pixel tasks {camera frames..., "state": observation}."""
+        vector = np.asarray(self.task.observation(state), dtype=np.float32)
+        if vector.shape != (self.task.obs_dim,) or not np.isfinite(vector).all():
+            raise ValueError(f"task observation has shape {vector.shape} or non-finite values")
+        if not self.task.cameras:
+            return vector
+        frames = {}
+        for camera, shape in self.task.frame_shapes.items():
+            frame = state.get(camera)
+            if frame is None or frame.shape != shape or frame.dtype != np.uint8:
+                got = None if frame is None else (frame.shape, frame.dtype)
+                raise ValueError(f"camera {camera!r} frame must be uint8 {shape}, got {got}")
+            frames[camera] = frame
+        return {**frames, "state": vector}
+
+    def _choose_action(self, obs, human_action: np.ndarray | None,
                        evaluation: bool) -> tuple[np.ndarray, bool]:
         if human_action is not None:
             action = np.asarray(human_action, dtype=np.float32)
@@ -191,9 +206,16 @@ class ActorCore:
     def _record(self, prev, reward, next_obs, terminated, truncated) -> None:
         obs, action, intervention = prev
         f = self._pending.fields
-        for name, value in (("obs", obs), ("action", action), ("reward", reward), ("next_obs", next_obs),
-                            ("terminated", terminated), ("truncated", truncated), ("intervention", intervention)):
-            f[name].append(value)
+        values = {"action": action, "reward": reward, "terminated": terminated, "truncated": truncated,
+                  "intervention": intervention}
+        if self.task.cameras:
+            values.update(obs=obs["state"], next_obs=next_obs["state"])
+            for camera in self.task.cameras:
+                values[f"obs_{camera}"], values[f"next_obs_{camera}"] = obs[camera], next_obs[camera]
+        else:
+            values.update(obs=obs, next_obs=next_obs)
+        for name, value in values.items():
+            f.setdefault(name, []).append(value)
         if len(f["reward"]) >= self.config.batch_transitions:
             self.flush()
 
@@ -220,7 +242,7 @@ class ActorCore:
         n = len(f["reward"])
         if n == 0 and not self._pending.episodes:
             return
-        arrays = stack_transitions(f, self.task.obs_dim, self.task.action_dim)
+        arrays = stack_transitions(f, self.task.obs_dim, self.task.action_dim, self.task.frame_shapes)
         seq = self.outbox.allocate_seq()
         payload = codec.encode(TRANSITIONS, arrays, {
             "actor_id": self.config.actor_id, "seq": seq, "task": self.task.name,

@@ -23,7 +23,8 @@ import torch
 from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.data.delivery import SequenceTracker
 from robot_rl.data.journal import PayloadJournal
-from robot_rl.data.replay import MixedSampler, ReplayBuffer, transition_layout
+from robot_rl.agents.encoders import pretrained_config
+from robot_rl.data.replay import MixedSampler, ReplayBuffer, transition_layout, validate_transitions
 from robot_rl.ros import codec
 
 TRANSITIONS = "transitions"
@@ -36,8 +37,16 @@ class LearnerConfig:
     """Learner settings (node parameters map one to one onto these fields)."""
 
     obs_dim: int
+    """Flat observation length (pixel tasks: the proprioception)."""
     action_dim: int
     sac: SACConfig = field(default_factory=SACConfig)
+    cameras: tuple[str, ...] = ()
+    """Pixel tasks: camera frames in each transition (obs_<camera>, next_obs_<camera>)."""
+    image_size: int = 64
+    """Height and width of those frames."""
+    encoder: str | None = None
+    """Pixel tasks: pretrained encoder directory, used frozen; features are computed once per
+    received frame and the replay memory holds features, not pixels."""
     buffer_capacity: int = 200_000
     """Online replay capacity in transitions."""
     demo_fraction: float = 0.5
@@ -75,8 +84,20 @@ class LearnerCore:
         self.device = resolve_device(config.device)
         torch.manual_seed(config.seed)
         self.rng = np.random.default_rng(config.seed)
-        self.agent = SAC(config.obs_dim, config.action_dim, config.sac, self.device)
-        layout = transition_layout(config.obs_dim, config.action_dim)
+        frame_shapes = {camera: (config.image_size, config.image_size, 3) for camera in config.cameras}
+        # What arrives (frames for pixel tasks) and what is stored (features of the frozen encoder).
+        self.wire_layout = transition_layout(config.obs_dim, config.action_dim, frame_shapes)
+        encoder = None
+        if config.cameras:
+            if not config.encoder:
+                raise ValueError("a pixel task needs learner.encoder (a pretrained encoder directory); "
+                                 "trainable encoders run in `robot-rl train --env`")
+            encoder = pretrained_config(config.encoder, state_dim=config.obs_dim)
+            if set(encoder.cameras) != set(config.cameras) or encoder.image_size != config.image_size:
+                raise ValueError(f"encoder {config.encoder} is for cameras {encoder.cameras} at {encoder.image_size} "
+                                 f"px, the task has {config.cameras} at {config.image_size} px")
+        self.agent = SAC(config.obs_dim, config.action_dim, config.sac, self.device, policy_encoder=encoder)
+        layout = transition_layout(self.agent.obs_dim, config.action_dim)
         self.online = ReplayBuffer(config.buffer_capacity, layout)
         self.demos = ReplayBuffer(config.buffer_capacity, layout)
         self.sampler = MixedSampler(self.online, self.demos, config.demo_fraction)
@@ -91,7 +112,26 @@ class LearnerCore:
     # ---- data in ------------------------------------------------------------------------------
 
     def load_demonstrations(self, arrays: dict[str, np.ndarray]) -> int:
-        return self.demos.add_batch(arrays)
+        validate_transitions(self.wire_layout, arrays)
+        return self.demos.add_batch(self._featurize(arrays))
+
+    @torch.no_grad()
+    def _featurize(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Pixel tasks: frames -> the frozen encoder's features (+ proprioception), in chunks."""
+        if not self.config.cameras:
+            return batch
+        encoder = self.agent.policy.network.encoder
+        out = {k: v for k, v in batch.items() if k in ("action", "reward", "terminated", "truncated", "intervention")}
+        for key in ("obs", "next_obs"):
+            parts = []
+            for start in range(0, len(batch["reward"]), 256):
+                part = slice(start, start + 256)
+                obs = {camera: torch.from_numpy(np.ascontiguousarray(batch[f"{key}_{camera}"][part])).to(self.device)
+                       for camera in self.config.cameras}
+                obs["state"] = torch.from_numpy(np.asarray(batch[key][part], np.float32)).to(self.device)
+                parts.append(encoder(obs).float().cpu().numpy())
+            out[key] = np.concatenate(parts) if parts else np.zeros((0, self.agent.obs_dim), np.float32)
+        return out
 
     def ingest(self, data: bytes | memoryview) -> IngestResult:
         """Validates, journals and stores one transition payload. Raises codec.PayloadError or
@@ -109,7 +149,7 @@ class LearnerCore:
         if not isinstance(actor_id, str) or not actor_id or not isinstance(seq, int) or seq < 0:
             raise codec.PayloadError("missing_field", "transition payload needs meta actor_id (str) and seq (int >= 0)")
         batch = payload.arrays
-        n = self.online.validate(batch)
+        n = validate_transitions(self.wire_layout, batch)
         if self.tracker.seen(actor_id, seq):
             self.duplicates += 1
             return IngestResult(actor_id, seq, n, duplicate=True)
@@ -117,7 +157,7 @@ class LearnerCore:
             self.journal.append(bytes(data) if not isinstance(data, bytes) else data, n)
             self.journal.prune(self.config.buffer_capacity)
         self.tracker.add(actor_id, seq)
-        self._store(batch)
+        self._store(self._featurize(batch))
         for episode in payload.meta.get("episodes", []):
             self.episode_stats.append(episode)
         return IngestResult(actor_id, seq, n, duplicate=False)
