@@ -64,3 +64,12 @@ def get_task(name: str) -> TaskSpec:
 
 def task_names() -> list[str]:
     return sorted(_TASKS)
+
+
+def expert_for_env(env_id: str) -> Callable[..., np.ndarray] | None:
+    """The scripted expert of the task whose simulated environment is `env_id` (None if none)."""
+    for name in _TASKS:
+        task = get_task(name)
+        if task.env_id == env_id:
+            return task.expert
+    return None

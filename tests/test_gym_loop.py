@@ -1,0 +1,119 @@
+"""`robot-rl train --env`: SAC + RLPD on any Gymnasium env (Box or Dict observations), no ROS."""
+
+import json
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from robot_rl.agents.encoders import EncoderConfig, ImageEncoder, save_pretrained
+from robot_rl.agents.sac import SACConfig
+from robot_rl.data.frames import FrameReplayBuffer
+from robot_rl.training.gym_loop import GymTrainConfig, Trainer
+
+
+class DotReach(gym.Env):
+    """Move a point to a target seen only in a 16x16 camera image; dense reward, success within 0.1."""
+
+    def __init__(self, max_steps: int = 20):
+        self.observation_space = spaces.Dict({
+            "cam": spaces.Box(0, 255, (16, 16, 3), np.uint8),
+            "state": spaces.Box(-1, 1, (2,), np.float32)})
+        self.action_space = spaces.Box(-1, 1, (2,), np.float32)
+        self.max_steps = max_steps
+
+    def _obs(self):
+        image = np.zeros((16, 16, 3), np.uint8)
+        r, c = np.clip(((self.target + 1) * 7.5).round().astype(int), 0, 15)
+        image[max(r - 1, 0):r + 2, max(c - 1, 0):c + 2] = 255
+        return {"cam": image, "state": self.pos.astype(np.float32)}
+
+    def _info(self):
+        return {"is_success": bool(np.linalg.norm(self.pos - self.target) < 0.1),
+                "state": {"pos": self.pos.copy(), "target": self.target.copy()}}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = np.zeros(2)
+        self.target = self.np_random.uniform(-0.8, 0.8, 2)
+        self.t = 0
+        return self._obs(), self._info()
+
+    def step(self, action):
+        self.pos = np.clip(self.pos + 0.2 * np.clip(action, -1, 1), -1, 1)
+        self.t += 1
+        info = self._info()
+        return self._obs(), -float(np.linalg.norm(self.pos - self.target)), info["is_success"], \
+            self.t >= self.max_steps, info
+
+
+def dot_expert(state, rng, noise):
+    step = np.clip((state["target"] - state["pos"]) / 0.2, -1, 1)
+    return np.clip(step + rng.normal(0, noise, 2), -1, 1).astype(np.float32)
+
+
+gym.register("test/DotReach-v0", entry_point=DotReach)
+
+
+def test_box_env_through_the_cli(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "robot_rl.cli", "train", "--env", "Pendulum-v1", "--steps", "300",
+                          "--run-dir", str(tmp_path), "--set", "warmup_steps=100", "--set", "eval_episodes=1",
+                          "--set", "eval_every=0", "--set", "sac.batch_size=32", "--set", "demo_episodes=0"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "evaluation success rate" in out.stdout
+    history = json.loads((tmp_path / "history.json").read_text())
+    assert history[-1]["steps"] == 300 and history[-1]["updates"] == 201
+    assert (tmp_path / "policy.pt").exists()
+
+
+def test_cli_rejects_unknown_settings_and_unsupported_envs(tmp_path):
+    bad = subprocess.run([sys.executable, "-m", "robot_rl.cli", "train", "--env", "Pendulum-v1", "--set", "nope=1"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "unknown settings" in bad.stderr
+    discrete = subprocess.run([sys.executable, "-m", "robot_rl.cli", "train", "--env", "CartPole-v1",
+                               "--set", "demo_episodes=0"], capture_output=True, text=True, timeout=120)
+    assert discrete.returncode == 2 and "Box action space" in discrete.stderr
+
+
+def _config(**kw):
+    sac = SACConfig(batch_size=16, hidden_dims=(32, 32))
+    base = dict(total_steps=60, demo_episodes=2, warmup_steps=30, eval_every=0, eval_episodes=2, sac=sac,
+                buffer_capacity=500)
+    return GymTrainConfig("test/DotReach-v0", **{**base, **kw})
+
+
+def test_dict_env_with_a_trainable_encoder_stores_frames_once():
+    encoder = EncoderConfig(cameras=("cam",), image_size=16, num_layers=2, latent_dim=8, state_dim=2)
+    trainer = Trainer(_config(encoder=encoder), expert=dot_expert)
+    history = trainer.run()
+    assert isinstance(trainer.online, FrameReplayBuffer) and len(trainer.online) == 60
+    assert len(trainer.demos) > 0 and history[-1]["updates"] == 31
+    assert 0.0 <= history[-1]["success_rate"] <= 1.0
+
+
+def test_dict_env_with_a_frozen_encoder_stores_features_and_routes_interventions(tmp_path):
+    frozen = EncoderConfig(cameras=("cam",), image_size=16, num_layers=2, latent_dim=8)
+    save_pretrained(ImageEncoder(frozen), tmp_path / "enc", {"name": "test"})
+    from robot_rl.agents.encoders import pretrained_config
+
+    calls = {"n": 0}
+
+    def intervener(state, action, rng):  # takes over every third step
+        calls["n"] += 1
+        return (dot_expert(state, rng, 0.0), True) if calls["n"] % 3 == 0 else (action, False)
+
+    trainer = Trainer(_config(encoder=pretrained_config(tmp_path / "enc", state_dim=2), demo_episodes=0),
+                      expert=dot_expert, intervener=intervener)
+    trainer.run()
+    assert trainer.online.layout["obs"][0] == (8 + 2,)  # features + state, no pixels
+    assert len(trainer.demos) == 20  # every intervened transition is a demonstration too
+    assert trainer.demos.storage["intervention"][:20].all()
+
+
+def test_missing_expert_is_a_clear_error():
+    with pytest.raises(ValueError, match="no scripted expert"):
+        Trainer(_config(), expert=None)
