@@ -7,6 +7,7 @@ the learner all read the task from here, so the three can never disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -51,7 +52,25 @@ def _arm_lift() -> TaskSpec:
     )
 
 
-_TASKS: dict[str, Callable[[], TaskSpec]] = {"arm_lift": _arm_lift}
+def _arm_pick_cube() -> TaskSpec:
+    from robot_rl.envs import arm, pick_cube
+
+    # Through ROS the gripper command is not a topic of its own: the proprioception's last entry
+    # is rebuilt from the gripper opening (closed when the fingers are within the cube's width).
+    def observation(state: State) -> np.ndarray:
+        closed = float(np.asarray(state["gripper"]).reshape(-1)[0]) < arm.CUBE_SIZE + 0.004
+        return pick_cube.proprioception(state, 1.0 if closed else -1.0)
+
+    return TaskSpec(
+        name="arm_pick_cube", obs_dim=pick_cube.PROPRIO_DIM, action_dim=4, max_episode_steps=60, control_hz=10.0,
+        observation=observation, reward=lambda s: float(arm.lift_success(s)), success=arm.lift_success,
+        terminate_on_success=True, expert=partial(arm.scripted_lift_action, gain=0.5),  # latency-tolerant
+        env_id="robot_rl/ArmPickCube-v0",
+        cameras=("front", "wrist"), image_size=64,
+    )
+
+
+_TASKS: dict[str, Callable[[], TaskSpec]] = {"arm_lift": _arm_lift, "arm_pick_cube": _arm_pick_cube}
 
 
 def get_task(name: str) -> TaskSpec:

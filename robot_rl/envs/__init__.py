@@ -7,13 +7,18 @@ when an environment is created):
   picking and lifting a cube).  Keyword arguments of ``gymnasium.make`` are forwarded to the
   constructor (``config``, ``image_obs``, ``max_episode_steps``, ``terminate_on_success``,
   ``render_mode``).  The horizon is enforced by the environment itself (default 50 steps).
+* ``robot_rl/ArmPickCube-v0`` -- :class:`robot_rl.envs.pick_cube.ArmPickCubeEnv` (the same arm
+  picking the cube from two cameras + proprioception, sparse reward, randomized scenes).
 """
 
 from gymnasium.envs.registration import register, registry
 
 ARM_LIFT_ENV_ID = "robot_rl/ArmLift-v0"
+ARM_PICK_CUBE_ENV_ID = "robot_rl/ArmPickCube-v0"
 
 if ARM_LIFT_ENV_ID not in registry:
     register(id=ARM_LIFT_ENV_ID, entry_point="robot_rl.envs.arm:ArmLiftEnv")
+if ARM_PICK_CUBE_ENV_ID not in registry:
+    register(id=ARM_PICK_CUBE_ENV_ID, entry_point="robot_rl.envs.pick_cube:ArmPickCubeEnv")
 
-__all__ = ["ARM_LIFT_ENV_ID"]
+__all__ = ["ARM_LIFT_ENV_ID", "ARM_PICK_CUBE_ENV_ID"]

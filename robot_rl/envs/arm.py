@@ -200,6 +200,7 @@ class ArmSim:
         self._finger_q = np.array([m.jnt_qposadr[m.joint(n).id] for n in FINGER_JOINT_NAMES])
         self._finger_v = np.array([m.jnt_dofadr[m.joint(n).id] for n in FINGER_JOINT_NAMES])
         self._site = m.site("ee").id
+        self._cube_geom = m.geom("cube").id
         cube_j = m.joint("cube").id
         self._cube_q = int(m.jnt_qposadr[cube_j])
         self._cube_v = int(m.jnt_dofadr[cube_j])
@@ -253,7 +254,7 @@ class ArmSim:
         )
         yaw = rng.uniform(-math.pi, math.pi) if cfg.cube_random_yaw else 0.0
         c = self._cube_q
-        d.qpos[c : c + 3] = (xy[0], xy[1], CUBE_SIZE / 2)
+        d.qpos[c : c + 3] = (xy[0], xy[1], self.model.geom_size[self._cube_geom][2])
         d.qpos[c + 3 : c + 7] = (math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2))
         self.target_pos = np.clip(self.home_ee_pos, self._low, self._high)
         for _ in range(cfg.settle_steps):
@@ -315,7 +316,7 @@ class ArmSim:
 
         ``joint_pos`` (7) [rad], ``joint_vel`` (7) [rad/s], ``gripper`` (1) finger-pad
         opening [m], ``ee_pos`` (3) [m], ``ee_quat`` (4, wxyz), ``cube_pos`` (3) [m],
-        ``cube_quat`` (4, wxyz), ``time`` (scalar) [s].  World frame, table top at z = 0.
+        ``cube_quat`` (4, wxyz), ``cube_size`` (scalar, edge length) [m], ``time`` (scalar) [s].  World frame, table top at z = 0.
         """
         d = self.data
         mujoco.mju_mat2Quat(self._ee_quat, d.site_xmat[self._site])
@@ -328,6 +329,7 @@ class ArmSim:
             "ee_quat": self._ee_quat.copy(),
             "cube_pos": d.qpos[c : c + 3].copy(),
             "cube_quat": d.qpos[c + 3 : c + 7].copy(),
+            "cube_size": np.array(2.0 * self.model.geom_size[self._cube_geom][0]),
             "time": np.array(d.time, dtype=np.float64),
         }
 
@@ -401,11 +403,21 @@ def lift_observation(state: dict[str, np.ndarray]) -> np.ndarray:
             cube,
             _canon_quat(state["cube_quat"]),
             cube - ee,
-            [cube[2] - CUBE_REST_Z],
+            [cube[2] - cube_rest_z(state)],
             np.asarray(state["joint_pos"], dtype=np.float64),
             np.asarray(state["joint_vel"], dtype=np.float64),
         ]
     ).astype(np.float32)
+
+
+def cube_size(state: dict[str, np.ndarray]) -> float:
+    """Edge length of the cube (randomized in simulation; the nominal size where a state lacks it)."""
+    return float(state.get("cube_size", CUBE_SIZE))
+
+
+def cube_rest_z(state: dict[str, np.ndarray]) -> float:
+    """Height of the cube's centre when it rests on the table."""
+    return cube_size(state) / 2 - (CUBE_SIZE / 2 - CUBE_REST_Z)
 
 
 def _quat_to_mat(q: np.ndarray) -> np.ndarray:
@@ -419,7 +431,7 @@ def _grasp_geometry(state: dict[str, np.ndarray]) -> tuple[np.ndarray, float]:
     r_ee = _quat_to_mat(state["ee_quat"])
     r_cube = _quat_to_mat(state["cube_quat"])
     rel_local = r_ee.T @ (np.asarray(state["cube_pos"]) - np.asarray(state["ee_pos"]))
-    width = CUBE_SIZE * float(np.abs(r_cube.T @ r_ee[:, 1]).sum())
+    width = cube_size(state) * float(np.abs(r_cube.T @ r_ee[:, 1]).sum())
     return rel_local, width
 
 
@@ -431,7 +443,7 @@ def cube_grasped(state: dict[str, np.ndarray]) -> bool:
         abs(rel[0]) < 0.02
         and abs(rel[1]) < 0.012
         and abs(rel[2]) < 0.015
-        and CUBE_SIZE - 0.006 < opening < width + 0.004
+        and cube_size(state) - 0.006 < opening < width + 0.004
     )
 
 
@@ -439,7 +451,7 @@ def lift_success(state: dict[str, np.ndarray]) -> bool:
     """Cube lifted >= ``LIFT_HEIGHT`` above its resting height and held by the gripper."""
     cube = np.asarray(state["cube_pos"])
     held = np.linalg.norm(cube - np.asarray(state["ee_pos"])) < 0.03
-    return bool(cube[2] - CUBE_REST_Z >= LIFT_HEIGHT and held)
+    return bool(cube[2] - cube_rest_z(state) >= LIFT_HEIGHT and held)
 
 
 def lift_reward(state: dict[str, np.ndarray]) -> float:
@@ -448,7 +460,7 @@ def lift_reward(state: dict[str, np.ndarray]) -> float:
     dist = float(np.linalg.norm(cube - np.asarray(state["ee_pos"], dtype=np.float64)))
     reach = 1.0 - math.tanh(10.0 * dist)
     grasp = 1.0 if cube_grasped(state) else 0.0
-    lift = min(max((cube[2] - CUBE_REST_Z) / LIFT_HEIGHT, 0.0), 1.0)
+    lift = min(max((cube[2] - cube_rest_z(state)) / LIFT_HEIGHT, 0.0), 1.0)
     return float(0.1 * reach + 0.25 * grasp + 0.65 * lift)
 
 
@@ -457,11 +469,14 @@ def scripted_lift_action(
     rng: np.random.Generator | None = None,
     noise: float = 0.0,
     action_scale: float = 0.03,
+    gain: float = 1.0,
 ) -> np.ndarray:
     """Stateless scripted expert: hover over the cube, descend, close, wait for grip, lift.
 
     Works from the ``state`` dict alone.  ``noise`` adds N(0, noise^2) to the motion
-    components (needs ``rng`` or uses a fresh generator).  Returns float32 (4,) in [-1, 1].
+    components (needs ``rng`` or uses a fresh generator).  ``gain`` < 1 covers only that share
+    of the remaining distance per step, which keeps it stable under action latency (a
+    deadbeat step overshoots when executed a step late).  Returns float32 (4,) in [-1, 1].
     """
     ee = np.asarray(state["ee_pos"], dtype=np.float64)
     cube = np.asarray(state["cube_pos"], dtype=np.float64)
@@ -470,7 +485,7 @@ def scripted_lift_action(
     xy_err = float(np.linalg.norm(cube[:2] - ee[:2]))
     # Contact with the cube established: fingers closed down to the cube's width.
     gripping = (
-        CUBE_SIZE - 0.006 < opening < width + 0.003
+        cube_size(state) - 0.006 < opening < width + 0.003
         and abs(rel[0]) < 0.02
         and abs(rel[1]) < 0.012
         and abs(rel[2]) < 0.015
@@ -478,9 +493,9 @@ def scripted_lift_action(
     at_grasp = xy_err < 0.012 and abs(ee[2] - cube[2]) < 0.01
 
     if gripping:
-        goal = np.array([ee[0], ee[1], CUBE_REST_Z + 0.12])
+        goal = np.array([ee[0], ee[1], cube_rest_z(state) + 0.12])
         grip = 1.0
-    elif at_grasp and opening > CUBE_SIZE - 0.006:
+    elif at_grasp and opening > cube_size(state) - 0.006:
         goal = np.array([cube[0], cube[1], cube[2]])
         grip = 1.0
     else:
@@ -491,7 +506,7 @@ def scripted_lift_action(
         if opening < width - 0.01 and ee[2] < cube[2] + 0.05:
             goal[2] = max(goal[2], ee[2] + 0.02)  # missed grasp: back off while reopening
     a = np.empty(4)
-    a[:3] = np.clip((goal - ee) / action_scale, -1.0, 1.0)
+    a[:3] = np.clip(gain * (goal - ee) / action_scale, -1.0, 1.0)
     a[3] = grip
     if noise > 0.0:
         if rng is None:
@@ -571,7 +586,7 @@ class ArmLiftEnv(gym.Env):
             "success": ok,
             "is_success": ok,
             "grasped": cube_grasped(state),
-            "cube_height": float(state["cube_pos"][2] - CUBE_REST_Z),
+            "cube_height": float(state["cube_pos"][2] - cube_rest_z(state)),
         }
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):

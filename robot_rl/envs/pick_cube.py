@@ -1,0 +1,216 @@
+"""Arm pick-cube from pixels with a sparse reward, in randomized scenes (`robot_rl/ArmPickCube-v0`).
+
+The policy sees two cameras (front, wrist) and proprioception, never the cube's pose; the
+reward is 1 when the cube is grasped and lifted (which ends the episode, as in SERL) and 0
+otherwise. Every reset draws a scene from `sim/arm/randomization.yaml` (train or eval ranges):
+cube size, mass and friction, arm damping, controller gains, lighting, colours, textures,
+camera poses, action latency and proprioceptive noise. `info["state"]` carries the true state
+for scripted experts and interventions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+from gymnasium import spaces
+
+from robot_rl.envs.arm import ArmSim, ArmSimConfig, lift_observation, lift_success
+from robot_rl.envs.randomization import Randomization
+from robot_rl.resources import package_path
+
+DEFAULT_RANDOMIZATION = Path("sim") / "arm" / "randomization.yaml"
+PROPRIO_DIM = 12
+"""Proprioception: EE position (3) [m], finger opening (1) [m], joint velocities (7) / 10 [rad/s],
+gripper command (1, +1 closed / -1 open; last, so the grasp critic finds it at index -1)."""
+
+_TEXTURES = {"table_texture": ("table_top", {"plain": "table_mat", "checker": "table_checker_mat",
+                                              "speckle": "table_speckle_mat"}),
+             "floor_texture": ("floor", {"plain": "floor_mat", "gradient": "floor_gradient_mat",
+                                         "speckle": "floor_speckle_mat"})}
+_COLOURS = {"cube_rgb": ("cube_mat",), "table_rgb": ("table_mat", "table_checker_mat", "table_speckle_mat"),
+            "floor_rgb": ("floor_mat", "floor_gradient_mat", "floor_speckle_mat"), "arm_rgb": ("link_mat",)}
+
+
+def _axis_angle_quat(rotvec: np.ndarray) -> np.ndarray:
+    angle = float(np.linalg.norm(rotvec))
+    if angle < 1e-12:
+        return np.array([1.0, 0.0, 0.0, 0.0])
+    axis = rotvec / angle
+    return np.concatenate([[math.cos(angle / 2)], math.sin(angle / 2) * axis])
+
+
+class ArmRandomizer:
+    """Applies randomization samples to an ArmSim; every sample starts from the nominal model."""
+
+    def __init__(self, sim: ArmSim):
+        self.model = m = sim.model
+        self.arm_sim = sim
+        self.cube_geom, self.cube_body = m.geom("cube").id, m.body("cube").id
+        self.arm_dofs = sim._dadr
+        self.key_light = m.light("key").id
+        self.cameras = {name: m.camera(name).id for name in ("front", "wrist")}
+        self.nominal = {
+            "geom_size": m.geom_size.copy(), "body_mass": m.body_mass.copy(), "body_inertia": m.body_inertia.copy(),
+            "geom_friction": m.geom_friction.copy(),
+            "geom_rbound": m.geom_rbound.copy(), "geom_aabb": m.geom_aabb.copy(), "dof_damping": m.dof_damping.copy(),
+            "light_diffuse": m.light_diffuse.copy(), "light_dir": m.light_dir.copy(),
+            "ambient": m.vis.headlight.ambient.copy(), "mat_rgba": m.mat_rgba.copy(), "geom_matid": m.geom_matid.copy(),
+            "cam_pos": m.cam_pos.copy(), "cam_quat": m.cam_quat.copy(), "gains": sim.controller.gains,
+        }
+
+    def apply(self, sample: dict[str, Any]) -> None:
+        m, n = self.model, self.nominal
+        for name in ("geom_size", "geom_rbound", "geom_aabb", "body_mass", "body_inertia", "geom_friction", "dof_damping", "light_diffuse",
+                     "light_dir", "mat_rgba", "geom_matid", "cam_pos", "cam_quat"):
+            getattr(m, name)[:] = n[name]
+        m.vis.headlight.ambient[:] = n["ambient"]
+        self.arm_sim.controller.gains = n["gains"]
+        unknown = set(sample) - {"cube_size", "cube_mass", "cube_friction", "joint_damping_scale",
+                                 "controller_gain_scale", "light_diffuse_scale", "light_dir_offset", "ambient",
+                                 "front_camera_offset", "front_camera_rotation", "wrist_camera_offset",
+                                 "wrist_camera_rotation", "action_latency_steps", "observation_noise",
+                                 *_TEXTURES, *_COLOURS}
+        if unknown:
+            raise ValueError(f"unknown arm randomization parameters {sorted(unknown)}")
+        size = float(sample.get("cube_size", 2 * n["geom_size"][self.cube_geom][0]))
+        mass = float(sample.get("cube_mass", n["body_mass"][self.cube_body]))
+        m.geom_size[self.cube_geom] = size / 2
+        # Collision broadphase uses the bounding sphere and box: they must follow the size.
+        m.geom_rbound[self.cube_geom] = math.sqrt(3) * size / 2
+        m.geom_aabb[self.cube_geom][3:] = size / 2
+        m.body_mass[self.cube_body] = mass
+        m.body_inertia[self.cube_body] = mass * size ** 2 / 6  # solid cube
+        if "cube_friction" in sample:
+            m.geom_friction[self.cube_geom][0] = float(sample["cube_friction"])
+        m.dof_damping[self.arm_dofs] = n["dof_damping"][self.arm_dofs] * float(sample.get("joint_damping_scale", 1.0))
+        scale = float(sample.get("controller_gain_scale", 1.0))
+        self.arm_sim.controller.gains = replace(n["gains"], kp_pos=n["gains"].kp_pos * scale,
+                                                kp_rot=n["gains"].kp_rot * scale)
+        m.light_diffuse[self.key_light] = n["light_diffuse"][self.key_light] * float(sample.get("light_diffuse_scale", 1))
+        direction = n["light_dir"][self.key_light] + np.asarray(sample.get("light_dir_offset", np.zeros(3)))
+        m.light_dir[self.key_light] = direction / np.linalg.norm(direction)
+        if "ambient" in sample:
+            m.vis.headlight.ambient[:] = float(sample["ambient"])
+        for key, materials in _COLOURS.items():
+            if key in sample:
+                for material in materials:
+                    m.mat_rgba[m.material(material).id][:3] = np.asarray(sample[key])
+        for key, (geom, choices) in _TEXTURES.items():
+            if key in sample:
+                if sample[key] not in choices:
+                    raise ValueError(f"{key} must be one of {sorted(choices)}, got {sample[key]!r}")
+                m.geom_matid[m.geom(geom).id] = m.material(choices[sample[key]]).id
+        for camera, cam in self.cameras.items():
+            m.cam_pos[cam] = n["cam_pos"][cam] + np.asarray(sample.get(f"{camera}_camera_offset", np.zeros(3)))
+            jitter = _axis_angle_quat(np.asarray(sample.get(f"{camera}_camera_rotation", np.zeros(3)), float))
+            quat = np.empty(4)
+            mujoco.mju_mulQuat(quat, n["cam_quat"][cam], jitter)
+            m.cam_quat[cam] = quat
+
+
+def proprioception(state: dict[str, np.ndarray], gripper_command: float) -> np.ndarray:
+    return np.concatenate([state["ee_pos"], np.asarray(state["gripper"]).reshape(1),
+                           np.asarray(state["joint_vel"]) / 10.0, [gripper_command]]).astype(np.float32)
+
+
+class ArmPickCubeEnv(gym.Env):
+    """Pick up the cube seen through the cameras; sparse reward; randomized scenes.
+
+    Observation: Dict(front, wrist: uint8 (S, S, 3); state: PROPRIO_DIM float32), or with
+    `observation="state"` the privileged 33-D lift observation (state-based variant).
+    Action: Box(-1, 1, (4,)) = (dx, dy, dz, gripper: > 0 close).
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, image_size: int = 64, randomization: str | Path | dict | bool | None = None,
+                 randomization_split: str = "train", cameras: tuple[str, ...] = ("front", "wrist"),
+                 max_episode_steps: int = 60, observation: str = "pixels", render_mode: str | None = None):
+        super().__init__()
+        if observation not in ("pixels", "state"):
+            raise ValueError(f"observation must be 'pixels' or 'state', got {observation!r}")
+        if randomization_split not in ("train", "eval"):
+            raise ValueError(f"randomization_split must be 'train' or 'eval', got {randomization_split!r}")
+        if max_episode_steps < 1:
+            raise ValueError("max_episode_steps must be >= 1")
+        self.sim = ArmSim(ArmSimConfig(image_size=image_size, cameras=tuple(cameras), render=observation == "pixels"))
+        self.randomizer = ArmRandomizer(self.sim)
+        if randomization is False:
+            self.randomization = None
+        else:
+            source = package_path(DEFAULT_RANDOMIZATION) if randomization in (None, True) else randomization
+            self.randomization = Randomization.load(source)
+        self.split, self.cameras, self.observation = randomization_split, tuple(cameras), observation
+        self.max_episode_steps, self.render_mode = max_episode_steps, render_mode
+        proprio = spaces.Box(-np.inf, np.inf, (PROPRIO_DIM,), np.float32)
+        if observation == "pixels":
+            self.observation_space = spaces.Dict({
+                **{c: spaces.Box(0, 255, (image_size, image_size, 3), np.uint8) for c in self.cameras},
+                "state": proprio})
+        else:
+            self.observation_space = spaces.Box(-np.inf, np.inf, (33,), np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.sample: dict[str, Any] = {}
+        self._pending: deque[np.ndarray] = deque()
+        self._state: dict[str, np.ndarray] | None = None
+
+    def _gripper_command(self) -> float:
+        return 1.0 if self.sim.data.ctrl[self.sim._grip_act] < 0.5 * self.sim.model.actuator_ctrlrange[
+            self.sim._grip_act][1] else -1.0
+
+    def _obs(self) -> Any:
+        state = self._state
+        if self.observation == "state":
+            return lift_observation(state)
+        proprio = proprioception(state, self._gripper_command())
+        noise = float(self.sample.get("observation_noise", 0.0))
+        if noise > 0:
+            proprio[:-1] += self.np_random.normal(0.0, noise, PROPRIO_DIM - 1).astype(np.float32)
+        return {**{c: self.sim.render(c) for c in self.cameras}, "state": proprio}
+
+    def _info(self) -> dict[str, Any]:
+        success = lift_success(self._state)
+        return {"success": success, "is_success": success, "state": self._state}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.sample = self.randomization.sample(self.split, self.np_random) if self.randomization else {}
+        self.randomizer.apply(self.sample)
+        self.sim.reset(self.np_random)
+        latency = int(self.sample.get("action_latency_steps", 0))
+        # Until the first decision has travelled through the latency, the arm holds still, gripper open.
+        self._pending = deque([np.array([0.0, 0.0, 0.0, -1.0], np.float32)] * latency)
+        self._steps = 0
+        self._state = self.sim.state()
+        return self._obs(), self._info()
+
+    def step(self, action):
+        if self._state is None:
+            raise RuntimeError("call reset() before step()")
+        action = np.asarray(action, np.float32)
+        if action.shape != (4,) or not np.isfinite(action).all():
+            raise ValueError(f"action must be 4 finite values, got {action}")
+        self._pending.append(action)
+        self.sim.step(self._pending.popleft())
+        self._steps += 1
+        self._state = self.sim.state()
+        info = self._info()
+        terminated = bool(info["success"])
+        return self._obs(), float(terminated), terminated, self._steps >= self.max_episode_steps, info
+
+    @property
+    def state(self) -> dict[str, np.ndarray] | None:
+        return self._state
+
+    def render(self):
+        return self.sim.render("front") if self.render_mode == "rgb_array" else None
+
+    def close(self) -> None:
+        self.sim.close()

@@ -1,0 +1,244 @@
+"""Domain randomization: named parameter distributions with separate train and eval ranges.
+
+Robot-agnostic: this module only describes and samples parameters; each simulator applies a
+sample to its own model (the arm: :meth:`robot_rl.envs.arm.ArmSim.apply_randomization`).
+
+File format (YAML, or the same structure as a dict)::
+
+    train:                                  # ranges the policy is trained on
+      cube_size: {uniform: [0.035, 0.045]}  # scalar uniform [low, high]
+      light_dir: {uniform: {low: [-0.3, 0.1, -1.0], high: [0.3, 0.6, -1.0]}}  # vector uniform
+      cube_mass: {log_uniform: [0.05, 0.2]} # log-uniform, 0 < low <= high (scalar or vector)
+      latency:   {choice: [0, 1]}           # one of the listed values (numbers, strings, lists)
+      noise:     {constant: 0.002}          # always this value
+    eval:                                   # deployment distribution benchmarks report on
+      ...
+
+``uniform`` and ``log_uniform`` take ``[low, high]`` or ``{low: ..., high: ...}``, where low
+and high are both numbers or both lists of equal length (vector-valued: each element is
+drawn independently).  Both sections are required; they may list different parameters (a
+parameter a section omits stays at the simulator's nominal value).  Sampled numbers are
+Python floats, vectors float64 arrays; ``choice`` returns the listed element itself (lists
+as float64 arrays) and ``constant`` its value (lists as float64 arrays).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import yaml
+
+__all__ = [
+    "DISTRIBUTION_KINDS",
+    "SPLITS",
+    "Choice",
+    "Constant",
+    "Distribution",
+    "LogUniform",
+    "Randomization",
+    "Uniform",
+    "parse_distribution",
+]
+
+#: Sections of a randomization file.
+SPLITS: tuple[str, ...] = ("train", "eval")
+
+Value = float | str | np.ndarray
+
+
+def _as_value(value: Any) -> Value:
+    """Lists become float64 arrays; numbers floats (ints kept, e.g. step counts); strings as is."""
+    if isinstance(value, (list, tuple)):
+        return np.asarray(value, dtype=np.float64)
+    return value
+
+
+@dataclass(frozen=True)
+class Uniform:
+    """Uniform on [low, high] (element-wise for vectors)."""
+
+    low: np.ndarray
+    """Lower bound, shape () for a scalar parameter or (n,) for a vector."""
+    high: np.ndarray
+    """Upper bound, same shape as ``low``, element-wise >= ``low``."""
+
+    def sample(self, rng: np.random.Generator) -> Value:
+        x = rng.uniform(self.low, self.high)
+        return float(x) if self.low.ndim == 0 else x
+
+
+@dataclass(frozen=True)
+class LogUniform:
+    """Log-uniform on [low, high] (0 < low <= high; element-wise for vectors)."""
+
+    low: np.ndarray
+    """Lower bound (> 0), shape () or (n,)."""
+    high: np.ndarray
+    """Upper bound, same shape as ``low``, element-wise >= ``low``."""
+
+    def sample(self, rng: np.random.Generator) -> Value:
+        x = np.exp(rng.uniform(np.log(self.low), np.log(self.high)))
+        return float(x) if self.low.ndim == 0 else x
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of a list of values, uniformly."""
+
+    values: tuple[Any, ...]
+    """Candidates as written in the file (numbers, strings or lists); at least one."""
+
+    def sample(self, rng: np.random.Generator) -> Value:
+        return _as_value(self.values[int(rng.integers(len(self.values)))])
+
+
+@dataclass(frozen=True)
+class Constant:
+    """Always the same value."""
+
+    value: Any
+    """The value as written in the file (number, string or list)."""
+
+    def sample(self, rng: np.random.Generator) -> Value:
+        return _as_value(self.value)
+
+
+Distribution = Uniform | LogUniform | Choice | Constant
+
+#: Distribution kinds a parameter may use (the single key of its mapping).
+DISTRIBUTION_KINDS: tuple[str, ...] = ("uniform", "log_uniform", "choice", "constant")
+
+
+def _bounds(where: str, kind: str, spec: Any) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(spec, Mapping):
+        if set(spec) != {"low", "high"}:
+            raise ValueError(f"{where}: {kind} mapping needs exactly the keys low and high, got {sorted(spec)}")
+        low, high = spec["low"], spec["high"]
+    elif isinstance(spec, (list, tuple)) and len(spec) == 2:
+        low, high = spec
+    else:
+        raise ValueError(f"{where}: {kind} needs [low, high] or {{low: ..., high: ...}}, got {spec!r}")
+    try:
+        lo, hi = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: {kind} bounds must be numbers or lists of numbers, got {spec!r}") from None
+    if lo.shape != hi.shape or lo.ndim > 1 or (lo.ndim == 1 and lo.size == 0):
+        raise ValueError(f"{where}: {kind} low and high must both be numbers or equal-length lists, got {spec!r}")
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+        raise ValueError(f"{where}: {kind} bounds must be finite, got {spec!r}")
+    if np.any(lo > hi):
+        raise ValueError(f"{where}: {kind} low > high ({low} > {high})")
+    return lo, hi
+
+
+def parse_distribution(where: str, spec: Any) -> Distribution:
+    """Distribution from its file form ``{kind: arguments}``; ``where`` names it in errors."""
+    if not isinstance(spec, Mapping) or len(spec) != 1:
+        raise ValueError(f"{where}: expected a mapping with one distribution kind "
+                         f"({', '.join(DISTRIBUTION_KINDS)}), got {spec!r}")
+    ((kind, args),) = spec.items()
+    if kind == "uniform":
+        return Uniform(*_bounds(where, kind, args))
+    if kind == "log_uniform":
+        low, high = _bounds(where, kind, args)
+        if np.any(low <= 0):
+            raise ValueError(f"{where}: log_uniform bounds must be > 0, got low {low}")
+        return LogUniform(low, high)
+    if kind == "choice":
+        if not isinstance(args, (list, tuple)) or not args:
+            raise ValueError(f"{where}: choice needs a non-empty list of values, got {args!r}")
+        for value in args:
+            _check_value(where, value)
+        return Choice(tuple(args))
+    if kind == "constant":
+        _check_value(where, args)
+        return Constant(args)
+    raise ValueError(f"{where}: unknown distribution kind {kind!r}; expected one of {', '.join(DISTRIBUTION_KINDS)}")
+
+
+def _check_value(where: str, value: Any) -> None:
+    """Accepts a string, a finite number or a non-empty list of finite numbers."""
+    if isinstance(value, str):
+        return
+    if isinstance(value, bool) or value is None or isinstance(value, Mapping):
+        raise ValueError(f"{where}: values must be numbers, strings or lists of numbers, got {value!r}")
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: values must be numbers, strings or lists of numbers, got {value!r}") from None
+    if arr.ndim > 1 or (arr.ndim == 1 and arr.size == 0) or not np.all(np.isfinite(arr)):
+        raise ValueError(f"{where}: values must be finite numbers or non-empty flat lists, got {value!r}")
+
+
+class Randomization:
+    """Named parameter distributions for the ``train`` and ``eval`` splits.
+
+    Args:
+        spec: ``{"train": {name: {kind: args}}, "eval": {...}}`` (see the module docstring).
+        source: where ``spec`` came from, for error messages.
+
+    Raises:
+        ValueError: a missing or unknown section, or a malformed parameter (the message
+            names ``split.parameter``).
+    """
+
+    def __init__(self, spec: Mapping[str, Any], source: str = "randomization") -> None:
+        if not isinstance(spec, Mapping):
+            raise ValueError(f"{source}: expected a mapping with sections {', '.join(SPLITS)}, got {type(spec).__name__}")
+        missing = [s for s in SPLITS if s not in spec]
+        if missing:
+            raise ValueError(f"{source}: missing section(s) {', '.join(missing)}")
+        unknown = sorted(set(spec) - set(SPLITS))
+        if unknown:
+            raise ValueError(f"{source}: unknown section(s) {', '.join(map(str, unknown))}; expected {', '.join(SPLITS)}")
+        self.source = source
+        self.distributions: dict[str, dict[str, Distribution]] = {}
+        for split in SPLITS:
+            params = spec[split]
+            if params is None:  # an empty YAML section
+                params = {}
+            if not isinstance(params, Mapping):
+                raise ValueError(f"{source}: section {split} must map parameter names to distributions")
+            self.distributions[split] = {
+                str(name): parse_distribution(f"{source}: {split}.{name}", dist) for name, dist in params.items()
+            }
+
+    @classmethod
+    def load(cls, source: str | os.PathLike | Mapping[str, Any] | Randomization) -> Randomization:
+        """From a YAML path, a dict in the file's structure, or an existing object (returned as is)."""
+        if isinstance(source, Randomization):
+            return source
+        if isinstance(source, Mapping):
+            return cls(source)
+        path = Path(source)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ValueError(f"cannot read randomization file {path}: {exc}") from None
+        try:
+            spec = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: invalid YAML: {exc}") from None
+        return cls(spec, source=str(path))
+
+    def parameters(self, split: str) -> tuple[str, ...]:
+        """Parameter names of a split, in file order."""
+        return tuple(self._split(split))
+
+    def sample(self, split: str, rng: np.random.Generator) -> dict[str, Value]:
+        """One draw of every parameter of ``split`` (in file order, so a seed reproduces it)."""
+        return {name: dist.sample(rng) for name, dist in self._split(split).items()}
+
+    def _split(self, split: str) -> dict[str, Distribution]:
+        try:
+            return self.distributions[split]
+        except KeyError:
+            raise ValueError(f"unknown randomization split {split!r}; expected one of {', '.join(SPLITS)}") from None
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{s}: {len(self.distributions[s])} parameters" for s in SPLITS)
+        return f"Randomization({self.source}; {counts})"
