@@ -188,6 +188,7 @@ class ArmPickCubeEnv(gym.Env):
         # Until the first decision has travelled through the latency, the arm holds still, gripper open.
         self._pending = deque([np.array([0.0, 0.0, 0.0, -1.0], np.float32)] * latency)
         self._steps = 0
+        self._instabilities_at_reset = self._instabilities()
         self._state = self.sim.state()
         return self._obs(), self._info()
 
@@ -203,7 +204,15 @@ class ArmPickCubeEnv(gym.Env):
         self._state = self.sim.state()
         info = self._info()
         terminated = bool(info["success"])
-        return self._obs(), float(terminated), terminated, self._steps >= self.max_episode_steps, info
+        # MuJoCo resets a diverged simulation to its initial pose: that episode cannot go on.
+        info["sim_unstable"] = self._instabilities() > self._instabilities_at_reset
+        truncated = self._steps >= self.max_episode_steps or info["sim_unstable"]
+        return self._obs(), float(terminated), terminated, truncated, info
+
+    def _instabilities(self) -> int:
+        warnings = self.sim.data.warning
+        return sum(int(warnings[w].number) for w in (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,
+                                                      mujoco.mjtWarning.mjWARN_BADQACC))
 
     @property
     def state(self) -> dict[str, np.ndarray] | None:

@@ -39,9 +39,9 @@ class PretrainConfig:
     encoder: EncoderConfig = field(default_factory=lambda: EncoderConfig(cameras=("front", "wrist"), image_size=64))
     frames: int = 30_000
     """Observations rendered for training (+ 10% more held out)."""
-    expert_noise: float = 0.3
+    expert_noise: float = 0.2
     """Action noise of the scripted episodes the frames come from."""
-    random_action_prob: float = 0.25
+    random_action_prob: float = 0.2
     """Per-step chance of a random action instead of the expert's (visits off-expert states)."""
     epochs: int = 8
     batch_size: int = 256
@@ -59,8 +59,9 @@ def arm_targets(state: dict) -> np.ndarray:
 
 def generate(config: PretrainConfig, count: int, seed: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Renders `count` observations of scripted/perturbed episodes with their state targets."""
-    from robot_rl.envs.arm import scripted_lift_action
+    from robot_rl.tasks import expert_for_env
 
+    expert = expert_for_env(config.env_id)
     env = gym.make(config.env_id, **config.env_kwargs)
     rng = np.random.default_rng(seed)
     cameras = config.encoder.cameras
@@ -78,7 +79,7 @@ def generate(config: PretrainConfig, count: int, seed: int) -> tuple[dict[str, n
             if rng.random() < config.random_action_prob:
                 action = rng.uniform(-1, 1, 4).astype(np.float32)
             else:
-                action = scripted_lift_action(info["state"], rng, config.expert_noise)
+                action = expert(info["state"], rng, config.expert_noise)
             obs, _, terminated, truncated, info = env.step(action)
             done = terminated or truncated
     env.close()

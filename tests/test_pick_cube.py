@@ -1,0 +1,121 @@
+"""Pixel pick-cube env and arm domain randomization."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import robot_rl.envs  # noqa: F401
+from robot_rl.envs.pick_cube import PROPRIO_DIM, ArmPickCubeEnv, ArmRandomizer
+from robot_rl.envs.randomization import Randomization
+from robot_rl.tasks import get_task
+
+EXPERT = get_task("arm_pick_cube").expert
+
+
+def _env(**kw):
+    return ArmPickCubeEnv(**{"image_size": 32, **kw})
+
+
+def test_spaces_hide_the_cube_and_pass_the_gymnasium_checker():
+    env = _env()
+    obs, info = env.reset(seed=0)
+    assert set(obs) == {"front", "wrist", "state"} and obs["front"].shape == (32, 32, 3)
+    assert obs["state"].shape == (PROPRIO_DIM,) and obs["state"][-1] == -1.0  # gripper open
+    assert "cube_pos" in info["state"]  # privileged state only in info
+    check_env(ArmPickCubeEnv(image_size=32), skip_render_check=True)
+
+
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_scripted_expert_succeeds_under_randomization_and_reward_is_sparse(split):
+    env = _env(randomization_split=split)
+    rng = np.random.default_rng(0)
+    successes = 0
+    for episode in range(20):
+        obs, info = env.reset(seed=episode)
+        rewards, done = [], False
+        while not done:
+            obs, reward, terminated, truncated, info = env.step(EXPERT(info["state"], rng, 0.1))
+            rewards.append(reward)
+            done = terminated or truncated
+        assert set(rewards) <= {0.0, 1.0} and sum(rewards) == float(terminated)
+        assert terminated == info["is_success"]  # success ends the episode, with reward 1
+        successes += info["is_success"]
+    assert successes >= 19
+
+
+def test_randomization_is_seeded_and_splits_differ():
+    r = Randomization.load("sim/arm/randomization.yaml")
+    a, b = r.sample("train", np.random.default_rng(3)), r.sample("train", np.random.default_rng(3))
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    assert r.distributions["train"]["light_diffuse_scale"] != r.distributions["eval"]["light_diffuse_scale"]
+    with pytest.raises(ValueError, match="train.cube_size"):
+        Randomization({"train": {"cube_size": {"uniform": [0.05, 0.03]}}, "eval": {}})
+    with pytest.raises(ValueError, match="missing section"):
+        Randomization({"train": {}})
+    with pytest.raises(ValueError, match="train.x"):
+        Randomization({"train": {"x": {"gaussian": [0, 1]}}, "eval": {}})
+
+
+def test_samples_change_the_model_and_never_compound():
+    env = _env(randomization=False)
+    model, randomizer = env.sim.model, env.randomizer
+    cube, front = model.geom("cube").id, model.camera("front").id
+    nominal_size, nominal_cam = model.geom_size[cube].copy(), model.cam_pos[front].copy()
+    base_image = env.reset(seed=0)[0]["front"]
+    sample_a = {"cube_size": 0.044, "cube_friction": 1.3, "joint_damping_scale": 1.3, "controller_gain_scale": 1.2,
+                "light_diffuse_scale": 0.5, "cube_rgb": np.array([0.2, 0.9, 0.2]), "table_texture": "checker",
+                "front_camera_offset": np.array([0.02, 0.0, 0.0])}
+    randomizer.apply(sample_a)
+    assert model.geom_size[cube][0] == pytest.approx(0.022) and model.geom_friction[cube][0] == 1.3
+    assert env.sim.controller.gains.kp_pos == pytest.approx(480.0)
+    assert model.cam_pos[front][0] == pytest.approx(nominal_cam[0] + 0.02)
+    env.sim.reset(np.random.default_rng(0))
+    assert env.sim.state()["cube_size"] == pytest.approx(0.044)
+    changed = env.sim.render("front")
+    randomizer.apply({"cube_size": 0.036})  # B after A == B alone: nothing of A survives
+    np.testing.assert_allclose(model.geom_size[cube], [0.018] * 3)
+    np.testing.assert_allclose(model.cam_pos[front], nominal_cam)
+    assert env.sim.controller.gains.kp_pos == pytest.approx(400.0)
+    randomizer.apply({})
+    np.testing.assert_allclose(model.geom_size[cube], nominal_size)
+    env.sim.reset(np.random.default_rng(0))
+    np.testing.assert_array_equal(env.sim.render("front"), base_image)
+    assert np.abs(changed.astype(int) - base_image).mean() > 2  # colour, light, texture, camera show
+    with pytest.raises(ValueError, match="unknown"):
+        randomizer.apply({"gravity": 1.0})
+    with pytest.raises(ValueError, match="table_texture"):
+        randomizer.apply({"table_texture": "marble"})
+
+
+def test_action_latency_delays_execution_by_exactly_k_steps():
+    spec = {"train": {"action_latency_steps": {"constant": 2}}, "eval": {}}
+    env = _env(randomization=spec)
+    env.reset(seed=0)
+    start = env.sim.target_pos.copy()
+    up = np.array([0.0, 0.0, 1.0, -1.0], np.float32)
+    env.step(up)
+    env.step(np.zeros(4, np.float32))
+    np.testing.assert_allclose(env.sim.target_pos, start)  # two no-ops executed so far
+    env.step(np.zeros(4, np.float32))
+    assert env.sim.target_pos[2] == pytest.approx(start[2] + env.sim.config.action_scale)
+
+
+def test_observation_noise_touches_only_the_proprioception():
+    noisy = _env(randomization={"train": {"observation_noise": {"constant": 0.01}}, "eval": {}})
+    clean = _env(randomization={"train": {"observation_noise": {"constant": 0.0}}, "eval": {}})
+    a, _ = noisy.reset(seed=1)
+    b, _ = clean.reset(seed=1)
+    np.testing.assert_array_equal(a["front"], b["front"])
+    assert np.abs(a["state"][:-1] - b["state"][:-1]).max() > 1e-4 and a["state"][-1] == b["state"][-1]
+
+
+def test_registered_id_and_state_variant():
+    env = gym.make("robot_rl/ArmPickCube-v0", observation="state", image_size=32)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (33,)
+    with pytest.raises(ValueError, match="observation"):
+        ArmPickCubeEnv(observation="depth")
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="finite"):
+        env.unwrapped.step(np.array([np.nan, 0, 0, 0], np.float32))
