@@ -47,7 +47,16 @@ def _axis_angle_quat(rotvec: np.ndarray) -> np.ndarray:
 
 
 class ArmRandomizer:
-    """Applies randomization samples to an ArmSim; every sample starts from the nominal model."""
+    """Applies randomization samples to an ArmSim; every sample starts from the nominal model.
+
+    Scene parameters change the model; `action_latency_steps` and `observation_noise` belong to
+    whoever executes actions and reads observations (the env here).
+    """
+
+    SCENE_PARAMETERS = frozenset({"cube_size", "cube_mass", "cube_friction", "joint_damping_scale",
+                                  "controller_gain_scale", "light_diffuse_scale", "light_dir_offset", "ambient",
+                                  "front_camera_offset", "front_camera_rotation", "wrist_camera_offset",
+                                  "wrist_camera_rotation", *_TEXTURES, *_COLOURS})
 
     def __init__(self, sim: ArmSim):
         self.model = m = sim.model
@@ -72,11 +81,7 @@ class ArmRandomizer:
             getattr(m, name)[:] = n[name]
         m.vis.headlight.ambient[:] = n["ambient"]
         self.arm_sim.controller.gains = n["gains"]
-        unknown = set(sample) - {"cube_size", "cube_mass", "cube_friction", "joint_damping_scale",
-                                 "controller_gain_scale", "light_diffuse_scale", "light_dir_offset", "ambient",
-                                 "front_camera_offset", "front_camera_rotation", "wrist_camera_offset",
-                                 "wrist_camera_rotation", "action_latency_steps", "observation_noise",
-                                 *_TEXTURES, *_COLOURS}
+        unknown = set(sample) - self.SCENE_PARAMETERS - {"action_latency_steps", "observation_noise"}
         if unknown:
             raise ValueError(f"unknown arm randomization parameters {sorted(unknown)}")
         size = float(sample.get("cube_size", 2 * n["geom_size"][self.cube_geom][0]))
@@ -113,6 +118,8 @@ class ArmRandomizer:
             quat = np.empty(4)
             mujoco.mju_mulQuat(quat, n["cam_quat"][cam], jitter)
             m.cam_quat[cam] = quat
+        # Constants derived from masses (constraint softness scaling, ...) must follow them.
+        mujoco.mj_setConst(m, self.arm_sim.data)
 
 
 def proprioception(state: dict[str, np.ndarray], gripper_command: float) -> np.ndarray:

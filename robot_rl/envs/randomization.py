@@ -188,13 +188,15 @@ class Randomization:
 
     def __init__(self, spec: Mapping[str, Any], source: str = "randomization") -> None:
         if not isinstance(spec, Mapping):
-            raise ValueError(f"{source}: expected a mapping with sections {', '.join(SPLITS)}, got {type(spec).__name__}")
+            raise ValueError(f"{source}: expected a mapping with sections {', '.join(SPLITS)}, "
+                             f"got {type(spec).__name__}")
         missing = [s for s in SPLITS if s not in spec]
         if missing:
             raise ValueError(f"{source}: missing section(s) {', '.join(missing)}")
         unknown = sorted(set(spec) - set(SPLITS))
         if unknown:
-            raise ValueError(f"{source}: unknown section(s) {', '.join(map(str, unknown))}; expected {', '.join(SPLITS)}")
+            raise ValueError(f"{source}: unknown section(s) {', '.join(map(str, unknown))}; "
+                             f"expected {', '.join(SPLITS)}")
         self.source = source
         self.distributions: dict[str, dict[str, Distribution]] = {}
         for split in SPLITS:
@@ -214,6 +216,8 @@ class Randomization:
             return source
         if isinstance(source, Mapping):
             return cls(source)
+        if not isinstance(source, (str, os.PathLike)):
+            raise ValueError(f"randomization must be a YAML path or a mapping, got {type(source).__name__}")
         path = Path(source)
         try:
             text = path.read_text()

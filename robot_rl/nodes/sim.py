@@ -27,10 +27,13 @@ from std_msgs.msg import Float32
 from std_srvs.srv import Trigger
 
 from robot_rl.envs.arm import ArmSim, ArmSimConfig
+from robot_rl.envs.pick_cube import ArmRandomizer
+from robot_rl.envs.randomization import Randomization
 from robot_rl.ros import qos
 from robot_rl.ros.arm_io import msgs_to_action, state_to_msgs
 from robot_rl.ros.messages import image_to_msg, ns_to_stamp, stamp_to_ns
-from robot_rl.ros.node_utils import Param, declare_params, diagnostics, run_node
+from robot_rl.resources import package_path
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
 
 PARAMS = [
     Param("clock_mode", "lockstep", "Simulated-time lockstep or wall-clock real time.",
@@ -43,6 +46,9 @@ PARAMS = [
     Param("image_size", 128, "Rendered image height and width.", 16, 1024),
     Param("command_timeout_s", 0.3, "Realtime mode: hold still when the last command is older.", 0.01, 10.0),
     Param("republish_period_s", 0.2, "Lockstep mode: republish the observation if no command came.", 0.01, 10.0),
+    Param("randomization", "", "Domain randomization file drawn at every reset (e.g. sim/arm/randomization.yaml; "
+          "'' for none). Physics and appearance; latency and noise are the actor side's."),
+    Param("randomization_split", "train", "Ranges of the randomization file to draw from.", choices=["train", "eval"]),
     Param("seed", 0, "Random seed of the cube placement.", 0, 2**31 - 1),
 ]
 
@@ -56,6 +62,13 @@ class SimNode(Node):
                                        cube_xy_range=p["cube_xy_range"], image_size=p["image_size"],
                                        cameras=tuple(p["cameras"]), render=p["publish_images"]))
         self.rng = np.random.default_rng(p["seed"])
+        self.randomizer = ArmRandomizer(self.sim)
+        self.randomization = None
+        if p["randomization"]:
+            try:
+                self.randomization = Randomization.load(package_path(p["randomization"]))
+            except (FileNotFoundError, ValueError) as exc:
+                raise ParameterError(f"randomization: {exc}") from None
         self.lockstep = p["clock_mode"] == "lockstep"
         # Simulated time never goes back, across resets too, so stamps stay unique.
         self.clock_ns = self.control_period_ns
@@ -175,6 +188,9 @@ class SimNode(Node):
     # ---- reset --------------------------------------------------------------------------------
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        if self.randomization is not None:
+            sample = self.randomization.sample(self.params["randomization_split"], self.rng)
+            self.randomizer.apply({k: v for k, v in sample.items() if k in ArmRandomizer.SCENE_PARAMETERS})
         self.sim.reset(self.rng)
         self.clock_ns += self.control_period_ns
         self.last_cmd = None

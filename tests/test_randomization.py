@@ -1,0 +1,95 @@
+"""The robot-agnostic domain-randomization format (robot_rl.envs.randomization)."""
+
+import numpy as np
+import pytest
+
+from robot_rl.envs.randomization import Randomization
+
+SPEC = {
+    "train": {
+        "size": {"uniform": [0.035, 0.045]},
+        "mass": {"log_uniform": [0.05, 0.2]},
+        "latency": {"choice": [0, 1, 2]},
+        "texture": {"choice": ["plain", "checker"]},
+        "noise": {"constant": 0.002},
+        "offset": {"uniform": {"low": [-0.1, 0.0, 1.0], "high": [0.1, 0.0, 2.0]}},
+        "gains": {"log_uniform": [[1.0, 10.0], [2.0, 20.0]]},
+    },
+    "eval": {"size": {"uniform": [0.039, 0.041]}, "offset": {"constant": [0.0, 0.0, 1.5]}},
+}
+
+
+def test_samples_have_the_declared_kinds_ranges_and_shapes():
+    r = Randomization.load(SPEC)
+    for seed in range(50):
+        s = r.sample("train", np.random.default_rng(seed))
+        assert list(s) == list(SPEC["train"])  # file order
+        assert isinstance(s["size"], float) and 0.035 <= s["size"] <= 0.045
+        assert 0.05 <= s["mass"] <= 0.2
+        assert s["latency"] in (0, 1, 2) and isinstance(s["latency"], int)
+        assert s["texture"] in ("plain", "checker") and s["noise"] == 0.002
+        assert s["offset"].shape == (3,) and -0.1 <= s["offset"][0] <= 0.1 and s["offset"][1] == 0.0
+        assert 1.0 <= s["offset"][2] <= 2.0
+        assert 1.0 <= s["gains"][0] <= 2.0 and 10.0 <= s["gains"][1] <= 20.0
+    masses = [r.sample("train", np.random.default_rng(i))["mass"] for i in range(400)]
+    assert np.median(masses) == pytest.approx(np.sqrt(0.05 * 0.2), rel=0.15)  # log-uniform, not uniform
+    ev = r.sample("eval", np.random.default_rng(0))
+    assert set(ev) == {"size", "offset"} and 0.039 <= ev["size"] <= 0.041
+    np.testing.assert_array_equal(ev["offset"], [0.0, 0.0, 1.5])
+
+
+def test_sampling_is_reproducible_and_the_splits_differ():
+    r = Randomization.load("sim/arm/randomization.yaml")
+    a = r.sample("train", np.random.default_rng(7))
+    b = r.sample("train", np.random.default_rng(7))
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    c = r.sample("train", np.random.default_rng(8))
+    assert any(not np.array_equal(a[k], c[k]) for k in a)
+    assert r.distributions["train"] != r.distributions["eval"]
+    e = r.sample("eval", np.random.default_rng(7))
+    assert any(not np.array_equal(a[k], e[k]) for k in a)
+    with pytest.raises(ValueError, match="split"):
+        r.sample("test", np.random.default_rng(0))
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"train": {}}, "missing section"),
+    ({"train": {}, "eval": {}, "validation": {}}, "unknown section"),
+    ([1, 2], "mapping"),
+    ({"train": [], "eval": {}}, "section train"),
+    ({"train": {"cube_size": {"gaussian": [0, 1]}}, "eval": {}}, "train.cube_size: unknown distribution kind"),
+    ({"train": {}, "eval": {"cube_size": {"uniform": [0.05, 0.03]}}}, r"eval.cube_size: uniform low > high"),
+    ({"train": {"v": {"uniform": {"low": [0, 1], "high": [1, 0]}}}, "eval": {}}, "train.v: uniform low > high"),
+    ({"train": {"v": {"uniform": {"low": [0, 1], "high": [1]}}}, "eval": {}}, "train.v: .*equal-length"),
+    ({"train": {"v": {"uniform": [0, 1, 2]}}, "eval": {}}, "train.v: uniform needs"),
+    ({"train": {"v": {"uniform": {"lo": 0, "high": 1}}}, "eval": {}}, "train.v: .*low and high"),
+    ({"train": {"v": {"uniform": ["a", "b"]}}, "eval": {}}, "train.v: .*numbers"),
+    ({"train": {"v": {"uniform": [0, float("inf")]}}, "eval": {}}, "train.v: .*finite"),
+    ({"train": {"m": {"log_uniform": [0.0, 1.0]}}, "eval": {}}, "train.m: log_uniform bounds must be > 0"),
+    ({"train": {"c": {"choice": []}}, "eval": {}}, "train.c: choice needs a non-empty list"),
+    ({"train": {"c": {"choice": [1, None]}}, "eval": {}}, "train.c: values"),
+    ({"train": {"k": {"constant": {"a": 1}}}, "eval": {}}, "train.k: values"),
+    ({"train": {"k": {"uniform": [0, 1], "constant": 1}}, "eval": {}}, "train.k: expected a mapping with one"),
+    ({"train": {"k": 0.5}, "eval": {}}, "train.k: expected a mapping with one"),
+])
+def test_invalid_specs_raise_naming_the_parameter(spec, message):
+    with pytest.raises(ValueError, match=message):
+        Randomization.load(spec)
+
+
+def test_yaml_files(tmp_path):
+    good = tmp_path / "r.yaml"
+    good.write_text("train:\n  a: {uniform: [0, 1]}\neval:\n")  # an empty section is allowed
+    r = Randomization.load(good)
+    assert r.parameters("train") == ("a",) and r.parameters("eval") == ()
+    assert Randomization.load(r) is r
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: {a: {uniform: [0, 1]\n")
+    with pytest.raises(ValueError, match="invalid YAML"):
+        Randomization.load(bad)
+    with pytest.raises(ValueError, match="cannot read"):
+        Randomization.load(tmp_path / "missing.yaml")
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("train:\n  a: {uniform: [2, 1]}\neval: {}\n")
+    with pytest.raises(ValueError, match=r"wrong.yaml: train.a"):
+        Randomization.load(wrong)
