@@ -27,7 +27,6 @@ if "MUJOCO_GL" not in os.environ and not (
     os.environ["MUJOCO_GL"] = "osmesa"
 
 import math  # noqa: E402
-import sys  # noqa: E402
 from dataclasses import dataclass, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -38,6 +37,7 @@ import numpy as np  # noqa: E402
 from gymnasium import spaces  # noqa: E402
 
 from robot_rl.control.osc import TOP_DOWN_QUAT, OperationalSpaceController, OSCGains  # noqa: E402
+from robot_rl.resources import package_path  # noqa: E402
 
 __all__ = [
     "ARM_JOINT_NAMES",
@@ -83,23 +83,7 @@ _GRIPPER_CLOSED = 0.0
 
 def _find_scene_xml() -> Path:
     env = os.environ.get("ROBOT_RL_ARM_XML")
-    if env:
-        return Path(env)
-    rel = Path("sim") / "arm" / "arm_scene.xml"
-    source_tree = Path(__file__).resolve().parents[2] / rel
-    candidates = [source_tree, Path(sys.prefix) / "share" / "robot_rl" / rel]
-    for c in candidates:
-        if c.is_file():
-            return c
-    try:  # installed ROS 2 package (colcon)
-        from ament_index_python.packages import get_package_share_directory
-
-        c = Path(get_package_share_directory("robot_rl")) / rel
-        if c.is_file():
-            return c
-    except Exception:  # pragma: no cover - ament not available / package not installed
-        pass
-    return source_tree
+    return Path(env) if env else package_path(Path("sim") / "arm" / "arm_scene.xml")
 
 
 #: Path of the MJCF scene (override with the ``ROBOT_RL_ARM_XML`` environment variable).

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import copy
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
+
+from robot_rl.resources import share_dir
 
 PACKAGE = "robot_rl"
 
@@ -50,23 +51,6 @@ class NodeSpec:
     kind: NodeKind
     parameters: dict[str, Any] = field(default_factory=dict)
     namespace: str = ""
-
-
-def share_dir() -> Path:
-    """Where config/, sim/, hardware/ and policies/ are: the ament share directory of an
-    installed package, the venv's share/ of a pip install, or the source tree."""
-    candidates = []
-    try:
-        from ament_index_python.packages import get_package_share_directory
-
-        candidates.append(Path(get_package_share_directory(PACKAGE)))
-    except Exception:  # not a colcon install (ament index absent or package not registered)
-        pass
-    candidates += [Path(__file__).resolve().parents[2], Path(sys.prefix) / "share" / PACKAGE]
-    for candidate in candidates:
-        if (candidate / "config").is_dir():
-            return candidate
-    raise FileNotFoundError(f"cannot find the robot_rl config directory in {[str(c) for c in candidates]}")
 
 
 def config_path(task: str) -> Path:
@@ -177,10 +161,23 @@ def prepare_run(config: Mapping[str, Any], run_dir: str | os.PathLike) -> dict[s
         task = get_task(config["robot_rl"]["task"])
         sim_params = config.get("sim", {}).get("ros__parameters", {})
         robot = ArmSim(ArmSimConfig(**{k: sim_params[k] for k in ("control_hz", "action_scale", "cube_xy_range")
-                                       if k in sim_params}))
+                                       if k in sim_params}, render=bool(task.cameras)))
+        before_reset = None
+        if sim_params.get("randomization"):  # demonstrations in the same randomized scenes as training
+            from robot_rl.envs.pick_cube import ArmRandomizer
+            from robot_rl.envs.randomization import Randomization
+            from robot_rl.resources import package_path
+
+            randomization = Randomization.load(package_path(sim_params["randomization"]))
+            randomizer = ArmRandomizer(robot)
+            split = sim_params.get("randomization_split", "train")
+
+            def before_reset(rng):
+                sample = randomization.sample(split, rng)
+                randomizer.apply({k: v for k, v in sample.items() if k in ArmRandomizer.SCENE_PARAMETERS})
         try:
             arrays, info = collect_demonstrations(task, robot, int(demos["episodes"]), int(demos.get("seed", 0)),
-                                                  float(demos.get("noise", 0.0)))
+                                                  float(demos.get("noise", 0.0)), before_reset=before_reset)
         finally:
             robot.close()
         Path(run_dir).mkdir(parents=True, exist_ok=True)

@@ -23,11 +23,15 @@ class Robot(Protocol):
     def reset(self, rng: np.random.Generator) -> None: ...
     def step(self, action: np.ndarray) -> None: ...
     def state(self) -> State: ...
+    def render(self, camera: str, size: int | None = None) -> np.ndarray: ...
 
 
 def collect_demonstrations(task: TaskSpec, robot: Robot, episodes: int, seed: int = 0, noise: float = 0.0,
-                           successful_only: bool = True) -> tuple[dict[str, np.ndarray], dict]:
-    """Runs the task's scripted expert; returns stacked transitions and episode statistics."""
+                           successful_only: bool = True,
+                           before_reset: Callable[[np.random.Generator], None] | None = None
+                           ) -> tuple[dict[str, np.ndarray], dict]:
+    """Runs the task's scripted expert; returns stacked transitions (with camera frames for pixel
+    tasks) and episode statistics. `before_reset(rng)` may randomize the scene of each episode."""
     if task.expert is None:
         raise ValueError(f"task {task.name} has no scripted expert")
     rng = np.random.default_rng(seed)
@@ -37,28 +41,35 @@ def collect_demonstrations(task: TaskSpec, robot: Robot, episodes: int, seed: in
         attempted += 1
         if attempted > 10 * episodes + 10:
             raise RuntimeError(f"scripted expert succeeded in only {kept} of {attempted} episodes")
+        if before_reset is not None:
+            before_reset(rng)
         robot.reset(rng)
         state = robot.state()
+        frames = {c: robot.render(c, task.image_size) for c in task.cameras}
         episode = {k: [] for k in fields}
         for t in range(task.max_episode_steps):
             obs = task.observation(state)
             action = task.expert(state, rng, noise)
             robot.step(action)
             state = robot.state()
+            next_frames = {c: robot.render(c, task.image_size) for c in task.cameras}
             success = task.success(state)
             terminated = success and task.terminate_on_success
-            for name, value in (("obs", obs), ("action", action), ("reward", task.reward(state)),
-                                ("next_obs", task.observation(state)), ("terminated", terminated),
-                                ("truncated", not terminated and t == task.max_episode_steps - 1),
-                                ("intervention", False)):
-                episode[name].append(value)
+            values = {"obs": obs, "action": action, "reward": task.reward(state), "next_obs": task.observation(state),
+                      "terminated": terminated, "truncated": not terminated and t == task.max_episode_steps - 1,
+                      "intervention": False}
+            for camera in task.cameras:
+                values[f"obs_{camera}"], values[f"next_obs_{camera}"] = frames[camera], next_frames[camera]
+            for name, value in values.items():
+                episode.setdefault(name, []).append(value)
+            frames = next_frames
             if terminated:
                 break
         if success or not successful_only:
             kept += 1
-            for name in fields:
-                fields[name].extend(episode[name])
-    arrays = stack_transitions(fields, task.obs_dim, task.action_dim)
+            for name in episode:
+                fields.setdefault(name, []).extend(episode[name])
+    arrays = stack_transitions(fields, task.obs_dim, task.action_dim, task.frame_shapes)
     return arrays, {"episodes": kept, "attempted": attempted, "noise": noise, "seed": seed}
 
 

@@ -72,10 +72,12 @@ def generate(config: PretrainConfig, count: int, seed: int) -> tuple[dict[str, n
         obs, info = env.reset(seed=int(rng.integers(2**31)))
         done = False
         while not done and n < count:
-            for k in cameras:
-                frames[k][n] = obs[k]
-            targets[n] = arm_targets(info["state"])
-            n += 1
+            target = arm_targets(info["state"])
+            if np.abs(target[:6]).max() < 2.0:  # a diverged simulation's frame teaches nothing
+                for k in cameras:
+                    frames[k][n] = obs[k]
+                targets[n] = target
+                n += 1
             if rng.random() < config.random_action_prob:
                 action = rng.uniform(-1, 1, 4).astype(np.float32)
             else:
@@ -92,7 +94,7 @@ def pretrain(config: PretrainConfig, log=print) -> tuple[ImageEncoder, dict]:
     held_out = max(config.frames // 10, config.batch_size)
     train_frames, train_targets = generate(config, config.frames, config.seed)
     test_frames, test_targets = generate(config, held_out, config.seed + 1)
-    log(f"rendered {config.frames} + {held_out} frames in {time.perf_counter() - start:.0f} s")
+    log(f"rendered {config.frames} + {held_out} frames in {time.perf_counter() - start:.0f} s", flush=True)
     mean, std = train_targets.mean(0), train_targets.std(0) + 1e-3
     encoder_config = EncoderConfig(**{**asdict(config.encoder), "kind": "conv", "weights": None, "freeze": False,
                                       "state_dim": 0})
@@ -116,7 +118,7 @@ def pretrain(config: PretrainConfig, log=print) -> tuple[ImageEncoder, dict]:
         optimizer.step()
         schedule.step()
         if step % 200 == 0 or step == steps - 1:
-            log(f"step {step}/{steps} loss {loss.item():.4f}")
+            log(f"step {step}/{steps} loss {loss.item():.4f}", flush=True)
     metrics = evaluate(encoder, head, test_frames, test_targets, mean, std)
     metrics["train_seconds"] = round(time.perf_counter() - start, 1)
     log(f"held-out: {metrics}")
