@@ -94,7 +94,7 @@ def pretrain(config: PretrainConfig, log=print) -> tuple[ImageEncoder, dict]:
     held_out = max(config.frames // 10, config.batch_size)
     train_frames, train_targets = generate(config, config.frames, config.seed)
     test_frames, test_targets = generate(config, held_out, config.seed + 1)
-    log(f"rendered {config.frames} + {held_out} frames in {time.perf_counter() - start:.0f} s", flush=True)
+    log(f"rendered {config.frames} + {held_out} frames in {time.perf_counter() - start:.0f} s")
     mean, std = train_targets.mean(0), train_targets.std(0) + 1e-3
     encoder_config = EncoderConfig(**{**asdict(config.encoder), "kind": "conv", "weights": None, "freeze": False,
                                       "state_dim": 0})
@@ -118,7 +118,7 @@ def pretrain(config: PretrainConfig, log=print) -> tuple[ImageEncoder, dict]:
         optimizer.step()
         schedule.step()
         if step % 200 == 0 or step == steps - 1:
-            log(f"step {step}/{steps} loss {loss.item():.4f}", flush=True)
+            log(f"step {step}/{steps} loss {loss.item():.4f}")
     metrics = evaluate(encoder, head, test_frames, test_targets, mean, std)
     metrics["train_seconds"] = round(time.perf_counter() - start, 1)
     log(f"held-out: {metrics}")
