@@ -106,7 +106,23 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
         if name == "actor" and robot is not None:
             params["reset_service"] = f"{prefix}/{robot}/reset"
         specs.append(NodeSpec(name, NODE_KINDS[name], params, namespace))
+    _check_lockstep_sync(config)
     return specs
+
+
+def _check_lockstep_sync(config: Mapping[str, Any]) -> None:
+    """A lockstep actor waiting for learner updates must be allowed to run ahead far enough to
+    fill the learner's warm-up, or the two wait for each other forever."""
+    actor = config.get("actor", {}).get("ros__parameters", {})
+    learner = config.get("learner", {}).get("ros__parameters", {})
+    if float(actor.get("sync_updates_per_step", 0.0)) <= 0 or not learner:
+        return
+    slack, batch = int(actor.get("sync_slack_steps", 500)), int(actor.get("batch_transitions", 50))
+    warmup = int(learner.get("warmup_transitions", 256))
+    if slack // batch * batch < warmup:  # transitions the learner surely has when the actor starts waiting
+        raise ValueError(f"actor.sync_slack_steps={slack} sends at least {slack // batch * batch} transitions in "
+                         f"batches of {batch} before waiting, fewer than learner.warmup_transitions={warmup}: "
+                         "actor and learner would wait for each other forever")
 
 
 def params_file(specs: list[NodeSpec], path: str | os.PathLike) -> Path:
