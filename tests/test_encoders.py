@@ -154,3 +154,23 @@ def test_compile_flag_matches_eager_math():
     compiled.update(batch)
     for a, b in zip(eager.critic.parameters(), compiled.critic.parameters()):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_pixel_grasp_checkpoint_resume_reproduces_the_next_update_exactly(tmp_path):
+    enc = EncoderConfig(cameras=("front", "wrist"), image_size=16, num_layers=2, latent_dim=5, state_dim=2)
+    cfg = SACConfig(grasp_critic=True, batch_size=4, hidden_dims=(8,), grasp_hidden_dims=(8,))
+    torch.manual_seed(0)
+    a = SAC(0, 3, cfg, encoder=enc)
+    for seed in range(3):
+        a.update(_pixel_batch(4, seed=seed))
+    torch.save(a.state_dict(), tmp_path / "ckpt.pt")
+    b = SAC(0, 3, cfg, encoder=enc)
+    b.load_state_dict(torch.load(tmp_path / "ckpt.pt", weights_only=True))
+    rng = torch.get_rng_state()
+    a.update(_pixel_batch(4, seed=7))
+    torch.set_rng_state(rng)
+    b.update(_pixel_batch(4, seed=7))
+    for net_a, net_b in ((a.policy.network, b.policy.network), (a.critic, b.critic), (a.target_grasp, b.target_grasp)):
+        for pa, pb in zip(net_a.state_dict().values(), net_b.state_dict().values()):
+            torch.testing.assert_close(pa, pb, rtol=0, atol=0)
+    assert a.num_updates == b.num_updates == 4
