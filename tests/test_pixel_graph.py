@@ -39,3 +39,37 @@ def test_a_lockstep_actor_that_would_deadlock_with_the_warm_up_is_refused():
     config["actor"]["ros__parameters"]["sync_slack_steps"] = 100
     with pytest.raises(ValueError, match="sync_slack_steps"):
         build_graph(config)
+
+
+def test_recorded_episodes_load_as_pixel_demonstrations(tmp_path):
+    import numpy as np
+
+    from robot_rl.data.episodes import EpisodeSchema, EpisodeWriter
+    from robot_rl.nodes.learner import demonstration_arrays
+    from robot_rl.tasks import get_task
+    from robot_rl.training.learner import LearnerConfig, LearnerCore
+
+    task = get_task("arm_pick_cube")
+    writer = EpisodeWriter(tmp_path / "rec.zarr", EpisodeSchema(task.frame_shapes, task.obs_dim, task.action_dim),
+                           {"task": task.name})
+    rng = np.random.default_rng(0)
+
+    def obs(t):
+        return {**{c: np.full(s, t, np.uint8) for c, s in task.frame_shapes.items()},
+                "state": np.full(task.obs_dim, t, np.float32)}
+
+    for t in range(3):
+        writer.add_step(obs(t), rng.uniform(-1, 1, 4).astype(np.float32), 0.0, False, False, t == 1, None, float(t))
+    writer.end_episode(obs(3))
+    arrays = demonstration_arrays(str(tmp_path / "rec.zarr"), task)
+    assert arrays["obs_front"].shape == (3, 64, 64, 3) and arrays["next_obs_wrist"][2, 0, 0, 0] == 3
+    np.testing.assert_array_equal(arrays["intervention"], [False, True, False])
+    encoder_dir = tmp_path / "encoder"
+    save_pretrained(ImageEncoder(EncoderConfig(cameras=("front", "wrist"), image_size=64, latent_dim=4)),
+                    encoder_dir, {"name": "test"})
+    core = LearnerCore(LearnerConfig(task.obs_dim, task.action_dim, cameras=task.cameras, image_size=64,
+                                     encoder=str(encoder_dir)), tmp_path / "run")
+    assert core.load_demonstrations(arrays) == 3
+    assert core.demos.storage["obs"].shape[1] == 2 * 4 + task.obs_dim  # features + proprioception
+    with pytest.raises(ValueError, match="arm_lift"):
+        demonstration_arrays(str(tmp_path / "rec.zarr"), get_task("arm_lift"))
