@@ -6,7 +6,7 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 PACKAGE = "robot_rl"
-NODES = ["sim", "actor", "learner", "camera", "arm", "quadrotor"]
+NODES = ["sim", "actor", "learner", "camera", "arm", "quadrotor", "teleop"]
 
 
 def share_tree(folder: str) -> list[tuple[str, list[str]]]:
@@ -41,9 +41,11 @@ setup(
     extras_require={
         # real devices: RealSense and V4L2/OpenCV cameras, MCAP recording
         "hardware": ["pyrealsense2", "opencv-python-headless", "mcap", "mcap-ros2-support", "pymavlink", "cflib"],
+        # teleop input devices: SpaceMouse (HID) and Linux gamepads (evdev; prebuilt wheel)
+        "teleop": ["hidapi", "evdev-binary"],
         # the tests drive the hardware adapters through their real libraries
         "test": ["pytest", "pytest-timeout", "matplotlib", "hypothesis", "pyrealsense2", "opencv-python-headless",
-                 "mcap", "mcap-ros2-support", "pymavlink", "cflib"],
+                 "mcap", "mcap-ros2-support", "pymavlink", "cflib", "hidapi", "evdev-binary"],
     },
     entry_points={
         "console_scripts": [

@@ -39,6 +39,7 @@ NODE_KINDS: dict[str, NodeKind] = {
     "camera": NodeKind("camera", "robot_rl.nodes.camera", critical=False),
     "arm": NodeKind("arm", "robot_rl.nodes.arm", critical=True),
     "quadrotor": NodeKind("quadrotor", "robot_rl.nodes.quadrotor", critical=True),
+    "teleop": NodeKind("teleop", "robot_rl.nodes.teleop", critical=False),
 }
 
 # Real-robot nodes take the simulator's place with `backend: real` (see hardware/).

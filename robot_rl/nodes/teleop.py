@@ -1,0 +1,251 @@
+"""Teleop node: a person takes over from the policy with a SpaceMouse, a gamepad or a keyboard.
+
+- `device` picks the backend (`robot_rl.teleop.devices`): spacemouse (HID), evdev (a gamepad
+  read from /dev/input), joy (`sensor_msgs/Joy` on `joy`, e.g. from the `joy` package's
+  joy_node) or keyboard (a terminal in raw mode: works over SSH). The device is read on a thread
+  of its own, never on the executor; an absent or unplugged device is reported on /diagnostics
+  and reopened every `reconnect_s`.
+- `mapping` (hardware/teleop_*.yaml) maps raw axes and buttons to the task's action frame and
+  says what takes over; the arbitration (`robot_rl.teleop.arbitration`) decides who drives.
+- Publishes at `rate_hz`: `teleop/engaged` (Bool) always; while engaged `teleop/cmd`
+  (TwistStamped: the person's twist, each axis in the task's action scale [-1, 1]) and
+  `teleop/gripper` (Float32: -1 open, +1 close, held between presses: the 4th entry of the arm
+  action); exactly one zero `teleop/cmd` on release. `teleop/event` (String): success, failure,
+  rerecord, reset, takeover, handback.
+- `/estop` (latched Bool): while True nobody has control; only the release's zero command and
+  `teleop/engaged` False are published, and after it the person must let go before taking over.
+- `/diagnostics`: device status and errors, engagement, events, rejected inputs by reason.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections import deque
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from geometry_msgs.msg import TwistStamped
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Joy
+from std_msgs.msg import Bool, Float32, String
+
+from robot_rl.hardware.safety import Rejected
+from robot_rl.ros import qos
+from robot_rl.ros.hardware_node import ESTOP_QOS
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.teleop.arbitration import ArbitrationConfig, Arbitrator
+from robot_rl.teleop.devices import DeviceError, InputBackend, JoyDecoder, backend_opener
+from robot_rl.teleop.inputs import InputRejections, TeleopInput
+from robot_rl.teleop.mapping import DEVICE_KINDS, load_mapping
+
+DEFAULT_MAPPINGS = {"spacemouse": "teleop_spacemouse", "evdev": "teleop_gamepad", "joy": "teleop_gamepad",
+                    "keyboard": "teleop_keyboard"}
+
+PARAMS = [
+    Param("device", "spacemouse", "Input device backend.", choices=DEVICE_KINDS),
+    Param("mapping", "", "Mapping file: a name in the package's hardware/ folder or a path. Empty: the device's "
+          "default (teleop_spacemouse, teleop_gamepad or teleop_keyboard)."),
+    Param("device_path", "", "Which device: spacemouse a /dev/hidraw* path (empty: the first known USB id); evdev "
+          "/dev/input/eventN or a device name substring (empty: the mapping's evdev.name); keyboard a terminal "
+          "such as /dev/pts/3 (empty: stdin). Unused for joy."),
+    Param("rate_hz", 50.0, "Rate of teleop/engaged, and of teleop/cmd while engaged.", 1.0, 1000.0),
+    Param("hold_s", 0.5, "The person keeps control this long after their last input (SERL: 0.5 s).", 0.0, 10.0),
+    Param("silence_timeout_s", 0.5, "No input from the device for this long while engaged hands control back "
+          "(reported). For joy, joy_node's autorepeat_rate must be faster than this.", 0.02, 10.0),
+    Param("initial_gripper", -1.0, "Gripper command before the first gripper press and after each episode label "
+          "(-1 open, +1 close).", -1.0, 1.0),
+    Param("frame_id", "world", "header.frame_id of teleop/cmd: the task's action frame."),
+    Param("reconnect_s", 1.0, "Time between attempts to open an absent device.", 0.05, 60.0),
+    Param("diagnostics_period_s", 1.0, "Period of /diagnostics.", 0.05, 60.0),
+]
+
+# sensor_msgs/Joy input: best effort matches any publisher (joy_node publishes reliable), and a
+# queue of 20 keeps a burst for validation rather than overwriting it unread.
+JOY_INPUT = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=20, reliability=ReliabilityPolicy.BEST_EFFORT)
+
+_OK, _WARN, _ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
+
+
+class TeleopNode(Node):
+    def __init__(self):
+        super().__init__("teleop")
+        p = self.params = declare_params(self, PARAMS)
+        self.device = p["device"]
+        self.rejections = InputRejections()
+        try:
+            self.mapping = load_mapping(p["mapping"] or DEFAULT_MAPPINGS[self.device], self.device)
+            self.arbitrator = Arbitrator(ArbitrationConfig(self.mapping.engage, p["hold_s"], p["silence_timeout_s"],
+                                                           p["initial_gripper"]))
+            opener = None if self.device == "joy" else \
+                backend_opener(self.device, self.mapping, p["device_path"], self.rejections)
+        except ValueError as exc:
+            raise ParameterError(f"teleop: {exc}") from None
+        self._cmd_pub = self.create_publisher(TwistStamped, "teleop/cmd", qos.COMMAND)
+        self._gripper_pub = self.create_publisher(Float32, "teleop/gripper", qos.COMMAND)
+        self._engaged_pub = self.create_publisher(Bool, "teleop/engaged", qos.COMMAND)
+        self._event_pub = self.create_publisher(String, "teleop/event", qos.EVENTS)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_subscription(Bool, "/estop", self._on_estop, ESTOP_QOS)
+
+        self._samples: deque[TeleopInput] = deque()  # reader thread / joy callback -> executor
+        self._device_description = ""
+        self._device_error = ""
+        self._connected = False
+        self._disconnects = 0
+        self._reported_rejections = 0
+        self._stop = threading.Event()
+        self._reader: threading.Thread | None = None
+        self.get_logger().info(f"device {self.device}, mapping {self.mapping.source}")
+        if opener is None:
+            self._joy = JoyDecoder(self.mapping)
+            self.create_subscription(Joy, "joy", self._on_joy, JOY_INPUT)
+        else:
+            # Poll fast enough that a connected, quiet device refreshes its state well within the
+            # silence timeout.
+            poll_s = min(0.05, p["silence_timeout_s"] / 4)
+            self._reader = threading.Thread(target=self._read_device, args=(opener, poll_s), name="teleop-device",
+                                            daemon=True)
+            self._reader.start()
+        # Timers run on the steady clock: teleop never follows a simulated /clock.
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self.create_timer(1.0 / p["rate_hz"], self._tick, clock=steady)
+        self.create_timer(p["diagnostics_period_s"], self._publish_diagnostics, clock=steady)
+
+    # ---- device side (own thread / joy callback) -----------------------------------------------------
+
+    def _read_device(self, opener, poll_s: float) -> None:
+        backend: InputBackend | None = None
+        try:
+            while not self._stop.is_set():
+                if backend is None:
+                    backend = self._open(opener)
+                    if backend is None:
+                        self._stop.wait(self.params["reconnect_s"])
+                    continue
+                try:
+                    self._samples.extend(backend.read(poll_s))
+                except Exception as exc:  # noqa: BLE001 - a device failure must never end the reader
+                    self._lost(backend, exc)
+                    backend = None
+        finally:
+            if backend is not None:
+                backend.close()
+
+    def _open(self, opener) -> InputBackend | None:
+        try:
+            backend = opener()
+        except Exception as exc:  # noqa: BLE001 - DeviceError, or a library's own error: report, retry
+            message = str(exc) if isinstance(exc, DeviceError) else f"{type(exc).__name__}: {exc}"
+            if message != self._device_error:  # log each new reason once, not every retry
+                self.get_logger().error(f"cannot open the {self.device}: {message}; retrying every "
+                                        f"{self.params['reconnect_s']} s")
+            self._device_error = message
+            return None
+        self._device_description, self._device_error, self._connected = backend.description, "", True
+        self.get_logger().info(f"reading {backend.description}")
+        return backend
+
+    def _lost(self, backend: InputBackend, exc: Exception) -> None:
+        self._connected = False
+        self._disconnects += 1
+        if isinstance(exc, DeviceError):
+            self._device_error = str(exc)
+            self.get_logger().error(f"{self._device_error}; reopening")
+        else:
+            self._device_error = f"{type(exc).__name__}: {exc}"
+            self.get_logger().error(f"reading {backend.description} failed: {traceback.format_exc()}")
+        try:
+            backend.close()
+        except Exception as close_exc:  # noqa: BLE001 - the device is already gone
+            self.get_logger().warning(f"closing {backend.description}: {close_exc}")
+
+    def _on_joy(self, msg: Joy) -> None:
+        try:
+            self._samples.append(self._joy(msg.axes, msg.buttons, time.monotonic()))
+        except Rejected as exc:
+            self.rejections.record(exc.reason, exc.detail)
+        except Exception as exc:  # noqa: BLE001 - a malformed message must never kill the node
+            self.rejections.record("error", f"{type(exc).__name__}: {exc}")
+        else:
+            self._connected = True
+
+    # ---- executor side ---------------------------------------------------------------------------------
+
+    def _on_estop(self, msg: Bool) -> None:
+        if bool(msg.data) != self.arbitrator.estop:  # log changes, not every (re)published value
+            self.get_logger().warning("e-stop: teleop disengaged" if msg.data else "e-stop released")
+        self.arbitrator.set_estop(msg.data)
+        self._tick()  # the release's zero goes out now, not at the next period
+
+    def _tick(self) -> None:
+        while self._samples:
+            self.arbitrator.on_input(self._samples.popleft())
+        out = self.arbitrator.step(time.monotonic())
+        if out.command is not None:
+            self._publish_command(out.command)
+        if out.engaged:
+            self._gripper_pub.publish(Float32(data=float(out.gripper)))
+        self._engaged_pub.publish(Bool(data=out.engaged))
+        for event in out.events:
+            self._event_pub.publish(String(data=event))
+            reason = self.arbitrator.last_handback_reason
+            if event == "handback" and reason == "silence":
+                self.get_logger().warning(f"handback: no input for {self.params['silence_timeout_s']} s")
+            else:
+                self.get_logger().info(f"{event} ({reason})" if event == "handback" else event)
+
+    def _publish_command(self, twist) -> None:
+        msg = TwistStamped()
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.header.frame_id = self.params["frame_id"]
+        t = msg.twist
+        t.linear.x, t.linear.y, t.linear.z, t.angular.x, t.angular.y, t.angular.z = (float(v) for v in twist)
+        self._cmd_pub.publish(msg)
+
+    def _publish_diagnostics(self) -> None:
+        now = time.monotonic()
+        counts, last_rejection = self.rejections.snapshot()
+        total = sum(counts.values())
+        new = total - self._reported_rejections
+        self._reported_rejections = total
+        if new:
+            self.get_logger().warning(f"{new} input(s) rejected; last: {last_rejection}")
+        if self._connected:
+            status = "silent" if self.arbitrator.silent(now) else "connected"
+        else:
+            status = "waiting for joy" if self.device == "joy" else "disconnected"
+        if status == "disconnected":
+            level, message = _ERROR, f"disconnected: {self._device_error or 'not opened yet'}"
+        elif status != "connected":
+            level, message = _WARN, status
+        elif new:
+            level, message = _WARN, f"{new} input(s) rejected"
+        else:
+            level, message = _OK, "engaged" if self.arbitrator.engaged else "idle"
+        values = {"device": self.device, "device_status": status, "device_description": self._device_description,
+                  "last_device_error": self._device_error, "disconnects": self._disconnects,
+                  "mapping": self.mapping.source, **self.arbitrator.status(now), "rejected": total,
+                  **{f"rejected_{reason}": n for reason, n in sorted(counts.items())},
+                  "last_rejection": last_rejection}
+        self._diag_pub.publish(diagnostics(self, values, level, message))
+
+    def close(self) -> None:
+        """Stops the reader (which releases the device and restores a terminal); a person in
+        control gets the release's zero command on the way out."""
+        self._stop.set()
+        if self._reader is not None:
+            self._reader.join(timeout=2.0)
+        if self.arbitrator.engaged:
+            self._publish_command([0.0] * 6)
+            self._engaged_pub.publish(Bool(data=False))
+
+
+def main(args=None) -> int:
+    return run_node(TeleopNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,18 @@
+"""Teleoperation without ROS: input devices (SpaceMouse, gamepad over evdev or sensor_msgs/Joy,
+keyboard in a terminal), their per-device mapping files (hardware/teleop_*.yaml) and the
+person/policy arbitration. The node is `robot_rl.nodes.teleop`."""
+
+from robot_rl.teleop.arbitration import EVENTS, ArbitrationConfig, ArbitrationOutput, Arbitrator, EngageRule
+from robot_rl.teleop.devices import (
+    DeviceError, EvdevBackend, EvdevState, InputBackend, JoyDecoder, KeyboardBackend, KeyDecoder, SpaceMouseBackend,
+    SpaceMouseReport, backend_opener, parse_spacemouse_report,
+)
+from robot_rl.teleop.inputs import ACTIONS, AXES, EPISODE_LABELS, InputRejections, TeleopInput
+from robot_rl.teleop.mapping import DEVICE_KINDS, DeviceMapping, InputMapper, load_mapping, parse_mapping
+
+__all__ = [
+    "ACTIONS", "AXES", "DEVICE_KINDS", "EPISODE_LABELS", "EVENTS", "ArbitrationConfig", "ArbitrationOutput",
+    "Arbitrator", "DeviceError", "DeviceMapping", "EngageRule", "EvdevBackend", "EvdevState", "InputBackend",
+    "InputMapper", "InputRejections", "JoyDecoder", "KeyDecoder", "KeyboardBackend", "SpaceMouseBackend",
+    "SpaceMouseReport", "TeleopInput", "backend_opener", "load_mapping", "parse_mapping", "parse_spacemouse_report",
+]
