@@ -86,7 +86,12 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> int:
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         while rclpy.ok() and not stop.is_set():
-            executor.spin_once(timeout_sec=0.1)
+            try:
+                executor.spin_once(timeout_sec=0.1)
+            except Exception:  # noqa: BLE001
+                if rclpy.ok():
+                    raise
+                break  # Ctrl-C shut the context down between the check and the wait: a normal stop
         code = node.exit_code
     except ParameterError as exc:
         print(f"[robot_rl] {exc}", file=sys.stderr, flush=True)
