@@ -71,3 +71,21 @@ def test_a_dying_critical_node_shuts_the_graph_down_and_says_why(tmp_path):
     assert "critical node 'sim' exited with code -9" in text
     for node in ("actor", "learner"):
         assert _node_pids(tmp_path, node) == []
+
+
+def test_killing_robot_rl_with_sigkill_takes_its_nodes_down(tmp_path):
+    proc = _start(tmp_path)
+    lines: list[str] = []
+    try:
+        _wait_for_steps(proc, lines)
+        os.kill(proc.pid, signal.SIGKILL)  # no chance to stop anything in order
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_node_pids(tmp_path, n) for n in ("sim", "actor", "learner")):
+            time.sleep(0.5)
+    finally:
+        for node in ("sim", "actor", "learner"):
+            for pid in _node_pids(tmp_path, node):
+                os.kill(pid, signal.SIGKILL)
+    for node in ("sim", "actor", "learner"):
+        assert _node_pids(tmp_path, node) == [], f"{node} outlived its supervisor"

@@ -3,6 +3,7 @@ does on a full ROS install; here it is what `robot-rl` uses where the ROS CLI is
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -22,6 +23,16 @@ class NodeProcess:
     spec: NodeSpec
     process: subprocess.Popen
     log_path: Path
+
+
+def _terminate_with_parent() -> None:
+    """In the child before exec (Linux): SIGTERM when the supervisor dies, even by SIGKILL, so a
+    killed `robot-rl train` never leaves nodes running (and a robot moving) behind it."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+PR_SET_PDEATHSIG = 1
 
 
 def node_command(spec: NodeSpec, params_path: Path) -> list[str]:
@@ -44,7 +55,8 @@ class Supervisor:
             log = open(log_path, "ab")
             # Own session: a Ctrl-C reaches only the supervisor, which then stops nodes in order.
             process = subprocess.Popen(node_command(spec, self.params_path), env=self.env, stdout=log,
-                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                       preexec_fn=_terminate_with_parent)
             log.close()
             self.nodes[spec.name] = NodeProcess(spec, process, log_path)
 
