@@ -124,7 +124,9 @@ class SAC:
         if encoder is not None and policy_encoder is not None:
             raise ValueError("give either a trained encoder or a frozen policy encoder, not both")
         shipped = encoder or policy_encoder
-        self.obs_dim = ImageEncoder(shipped).output_dim if shipped is not None else obs_dim
+        # Built (and its pretrained weights loaded) once; it becomes the policy's encoder below.
+        encoder_module = ImageEncoder(shipped).to(self.device) if shipped is not None else None
+        self.obs_dim = encoder_module.output_dim if encoder_module is not None else obs_dim
         self.action_dim = action_dim
         self.continuous_dim = action_dim - 1 if cfg.grasp_critic else action_dim
         if self.continuous_dim < 1:
@@ -135,8 +137,8 @@ class SAC:
                           gripper_state_index=cfg.gripper_state_index)
         self.policy = Policy(spec, device=self.device)
         network = self.policy.network
-        if shipped is not None:  # the trunk's weights (pretrained / resnet) come from the config
-            network.encoder = ImageEncoder(shipped).to(self.device)
+        if encoder_module is not None:  # the trunk's weights (pretrained / resnet) come from the config
+            network.encoder = encoder_module
         self.policy.network.train()
         self.actor = network.actor
         # A trainable encoder is part of the critic (DrQ): trained by the critic loss, used by the

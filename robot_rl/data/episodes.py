@@ -34,7 +34,7 @@ import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import zarr
@@ -178,15 +178,22 @@ class EpisodeDataset:
         episode.update({name: self._group[f"step/{name}"][start:stop] for name in STEP_DTYPES})
         return episode
 
-    def transitions(self) -> dict[str, np.ndarray]:
+    def transitions(self, cameras: Sequence[str] = ()) -> dict[str, np.ndarray]:
         """All steps as flat transitions on the state vector (obs, action, reward, next_obs, terminated,
-        truncated, intervention): the layout of `replay.transition_layout` for `ReplayBuffer.add_batch`."""
+        truncated, intervention): the layout of `replay.transition_layout` for `ReplayBuffer.add_batch`.
+        With `cameras`, also each camera's `obs_<camera>` / `next_obs_<camera>` frames (the layout
+        pixel tasks send to the learner)."""
+        unknown = sorted(set(cameras) - set(self.schema.cameras))
+        if unknown:
+            raise ValueError(f"{self.path} has no camera(s) {unknown}; it has {sorted(self.schema.cameras)}")
         steps = self.num_steps
         index = self._step_observations()
-        state = self._group["obs/state"][:steps + len(self)]
         transitions = {name: self._group[f"step/{name}"][:steps]
                        for name in ("action", "reward", "terminated", "truncated", "intervention")}
-        return {"obs": state[index], "next_obs": state[index + 1], **transitions}
+        for stream, key in (("state", ""), *((camera, f"_{camera}") for camera in cameras)):
+            observations = self._group[f"obs/{stream}"][:steps + len(self)]
+            transitions[f"obs{key}"], transitions[f"next_obs{key}"] = observations[index], observations[index + 1]
+        return transitions
 
     def labelled_frames(self, camera: str) -> tuple[np.ndarray, np.ndarray]:
         """(frames, success) of every labelled step: the camera's frame of the observation the step

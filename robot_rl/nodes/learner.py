@@ -13,7 +13,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
@@ -75,17 +74,9 @@ def demonstration_arrays(path: str, task) -> dict:
     dataset = EpisodeDataset(path)
     if dataset.task_config.get("task", task.name) != task.name:
         raise ValueError(f"demos {path} are for task {dataset.task_config.get('task')!r}, not {task.name!r}")
-    parts = []
-    for i in range(len(dataset)):
-        episode = dataset.episode(i)
-        part = {k: episode[k] for k in ("action", "reward", "terminated", "truncated", "intervention")}
-        part["obs"], part["next_obs"] = episode["state"][:-1], episode["state"][1:]
-        for camera in task.cameras:
-            part[f"obs_{camera}"], part[f"next_obs_{camera}"] = episode[camera][:-1], episode[camera][1:]
-        parts.append(part)
-    if not parts:
+    if len(dataset) == 0:
         raise ValueError(f"demos {path} hold no episodes")
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    return dataset.transitions(task.cameras)
 
 
 class LearnerNode(Node):
