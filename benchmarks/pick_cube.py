@@ -9,7 +9,7 @@ grasp critic for the gripper. Target: >= 90 % within 20k steps, median of 3 seed
 
     python benchmarks/pick_cube.py [--quick] [--seeds 0 1 2] [--interventions] [--state]
 
-`--state` runs the state-based variant (privileged 33-D state instead of cameras, 10k steps).
+`--state` runs the state-based variant (privileged lift state + gripper command instead of cameras, 10k steps).
 Writes pick_cube[_state][_interventions].png (success versus steps per seed) and prints one
 JSON line per evaluation, then the summary as the last line: {"success", "steps", ...} where
 `success` is the median final success rate and `steps` the median number of environment

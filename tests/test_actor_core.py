@@ -69,6 +69,29 @@ def test_human_action_overrides_policy_and_is_flagged(tmp_path):
         core.step({"x": 0}, human_action=np.array([np.nan], np.float32))
 
 
+@pytest.mark.parametrize(("label", "terminate", "reward", "terminated", "success"), [
+    ("success", True, 1.0, True, True),     # sparse task: HIL-SERL's success key, reward 1, terminal
+    ("success", False, 0.0, False, True),   # dense task: the episode is cut there, labelled a success
+    ("failure", True, 0.0, False, False),   # a failure is no terminal state: truncated
+    ("reset", True, 0.0, False, False),
+])
+def test_person_labels_end_the_episode(tmp_path, label, terminate, reward, terminated, success):
+    core = ActorCore(_task(horizon=10, terminate=terminate), ActorConfig(total_steps=0), Outbox(tmp_path))
+    core.start_episode()
+    core.step({"x": 0})
+    core.label(label)
+    result = core.step({"x": 0})
+    assert result.action is None and result.episode.success is success and result.episode.steps == 1
+    batch = codec.decode(core.outbox.due(now=0.0)[0][1]).arrays
+    assert batch["reward"].tolist() == [reward]
+    assert batch["terminated"].tolist() == [terminated] and batch["truncated"].tolist() == [not terminated]
+    core.start_episode()  # a label never leaks into the next episode
+    core.step({"x": 0})
+    assert core.step({"x": 0}).action is not None
+    with pytest.raises(ValueError, match="label"):
+        core.label("rerecord")
+
+
 def test_evaluation_after_training_is_deterministic_and_not_recorded(tmp_path):
     core = ActorCore(_task(horizon=2), ActorConfig(total_steps=2, eval_episodes=2), Outbox(tmp_path))
     _run_episode(core, [0, 1, 2])

@@ -24,7 +24,7 @@ from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float32, Float64MultiArray  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
-from ros_testing import RosTestNode, start_node, stop_node  # noqa: E402
+from robot_rl.ros.probe import RosProbe, start_node, stop_node  # noqa: E402
 from robot_rl.hardware.arm_adapters import (  # noqa: E402
     CartesianTargetShaper, DHChain, Measured, dls_step, load_hardware, make_adapter, parse_command, parse_ee_pose,
     parse_gripper, parse_hardware, parse_joint_states,
@@ -217,7 +217,7 @@ def test_dls_ik_follows_a_cartesian_target():
 # ---- the node as a process ---------------------------------------------------------------------------
 
 
-class Harness(RosTestNode):
+class Harness(RosProbe):
     """Test-side node: a fake driver that follows the arm node's output, plus an observer of
     /diagnostics and outputs, a command publisher and service clients."""
 

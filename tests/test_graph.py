@@ -24,7 +24,7 @@ from robot_rl.ros.graph import apply_overrides, build_graph, config_path, load_c
     params_file  # noqa: E402
 from robot_rl.ros.messages import bytes_to_uint8_multiarray  # noqa: E402
 from robot_rl.ros.supervisor import Supervisor  # noqa: E402
-from ros_testing import RosTestNode  # noqa: E402
+from robot_rl.ros.probe import RosProbe  # noqa: E402
 
 SMALL = {
     "robot_rl.demos": {"episodes": 0},
@@ -41,7 +41,7 @@ SMALL = {
 }
 
 
-class Observer(RosTestNode):
+class Observer(RosProbe):
     """The graph seen from the test: diagnostics of every node, and a way to inject payloads."""
 
     def __init__(self, domain_id: int):

@@ -6,7 +6,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import robot_rl.envs  # noqa: F401
-from robot_rl.envs.pick_cube import PROPRIO_DIM, ArmPickCubeEnv, ArmRandomizer
+from robot_rl.envs.pick_cube import PROPRIO_DIM, STATE_DIM, ArmPickCubeEnv, ArmRandomizer
 from robot_rl.envs.randomization import Randomization
 from robot_rl.tasks import get_task
 
@@ -113,7 +113,10 @@ def test_observation_noise_touches_only_the_proprioception():
 def test_registered_id_and_state_variant():
     env = gym.make("robot_rl/ArmPickCube-v0", observation="state", image_size=32)
     obs, _ = env.reset(seed=0)
-    assert obs.shape == (33,)
+    assert obs.shape == (STATE_DIM,) and obs[-1] == -1.0  # gripper command last: open
+    for _ in range(2):  # at most one step of randomized action latency
+        obs, *_ = env.step(np.array([0, 0, 0, 1], np.float32))
+    assert obs[-1] == 1.0
     with pytest.raises(ValueError, match="observation"):
         ArmPickCubeEnv(observation="depth")
     env.reset(seed=0)

@@ -27,7 +27,7 @@ from hypothesis import strategies as st  # noqa: E402
 from nav_msgs.msg import Odometry  # noqa: E402
 from pymavlink import mavutil  # noqa: E402
 
-from ros_testing import RosTestNode, start_node, stop_node  # noqa: E402
+from robot_rl.ros.probe import RosProbe, start_node, stop_node  # noqa: E402
 from robot_rl.hardware.quad_links import (  # noqa: E402
     CF_MANUAL_THRUST_MAX, CF_MANUAL_THRUST_MIN, FLYING, IDLE, KILLED, LANDING, STOPPED, CrazyflieConfig, CrazyflieLink,
     Geofence, LinkError, MavlinkConfig, MavlinkLink, MotorThrustModel, crazyflie_rates_deg,
@@ -502,7 +502,7 @@ def test_crazyflie_kill_sends_stop_then_emergency_stop():
 # ---- the node as a process ------------------------------------------------------------------------
 
 
-class Harness(RosTestNode):
+class Harness(RosProbe):
     """Test-side ROS node: fake motion capture (quad/odom at 50 Hz), the actor's command and
     /estop publishers, /diagnostics and service clients."""
 

@@ -52,6 +52,19 @@ def test_sampling_is_reproducible_and_the_splits_differ():
         r.sample("test", np.random.default_rng(0))
 
 
+def test_pretrain_ranges_cover_train_and_eval_appearance():
+    r = Randomization.load("sim/arm/randomization.yaml")
+    assert r.parameters("pretrain") == r.parameters("train")
+    for name in ("light_diffuse_scale", "cube_rgb", "table_rgb", "front_camera_offset", "wrist_camera_rotation"):
+        wide = r.distributions["pretrain"][name]
+        for split in ("train", "eval"):
+            narrow = r.distributions[split][name]
+            assert np.all(wide.low <= narrow.low) and np.all(wide.high >= narrow.high), (name, split)
+    # a file without the optional section pretrains on its train ranges
+    plain = Randomization({"train": {"size": {"constant": 0.04}}, "eval": {}})
+    assert plain.sample("pretrain", np.random.default_rng(0)) == {"size": 0.04}
+
+
 @pytest.mark.parametrize(("spec", "message"), [
     ({"train": {}}, "missing section"),
     ({"train": {}, "eval": {}, "validation": {}}, "unknown section"),

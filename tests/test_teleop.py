@@ -640,3 +640,71 @@ def test_config_and_input_validation():
         TeleopInput(np.array([2.0, 0, 0, 0, 0, 0]), frozenset(), 0.0)
     with pytest.raises(ValueError, match="unknown actions"):
         TeleopInput(np.zeros(6), frozenset({"jump"}), 0.0)
+
+
+def test_human_command_follows_the_teleop_topics_and_goes_stale():
+    from robot_rl.teleop.takeover import HumanCommand, human_action
+
+    human = HumanCommand(action_dim=4, timeout_s=0.3)
+    assert human.action(0.0) is None  # nobody engaged
+    human.on_twist([0.5, -0.25, 1.0, 0.3, 0, 0], now=1.0)
+    assert human.action(1.0) is None  # a command without engagement drives nothing
+    human.on_engaged(True)
+    human.on_twist([0.5, -0.25, 1.0, 0.3, 0, 0], now=1.0)
+    human.on_gripper(1.0)
+    np.testing.assert_allclose(human.action(1.1), [0.5, -0.25, 1.0, 1.0])
+    assert human.action(1.31) is None and human.stale == 1  # the command went stale: the policy drives
+    human.on_twist([float("nan")] * 6, now=1.4)
+    human.on_twist([2.0, 0, 0, 0, 0, 0], now=1.4)
+    human.on_gripper(float("inf"))
+    assert human.rejected == 3 and human.action(1.4) is None and human.gripper == 1.0
+    human.on_twist([0.0] * 6, now=1.5)
+    np.testing.assert_allclose(human.action(1.5), [0, 0, 0, 1.0])
+    human.on_engaged(False)
+    assert human.action(1.5) is None
+    np.testing.assert_allclose(human_action(np.arange(6) / 10, -1.0, 7), [0, 0.1, 0.2, 0.3, 0.4, 0.5, -1.0])
+    with pytest.raises(ValueError, match="4 .* or 7"):
+        HumanCommand(action_dim=2)
+
+
+def test_raw_for_inverts_the_joy_mapping():
+    from robot_rl.teleop.mapping import InputMapper
+
+    mapper = InputMapper(load_mapping("teleop_gamepad", "joy"))
+    for twist in ([0.5, -0.25, 1.0, 0, 0, 0], [0, 0, 0, 0, 0, 0], [-1, 1, -0.01, 0, 0, 0]):
+        raw, buttons = mapper.raw_for(twist, ["takeover", "gripper_close"])
+        sample = mapper(raw, buttons, 0.0)
+        np.testing.assert_allclose(sample.twist, twist, atol=1e-9)
+        assert sample.buttons == {"takeover", "gripper_close"}
+    assert mapper.raw_for([0.5, 0, 0, 0, 0, 0], [])[0][1] == pytest.approx(0.1 + 0.5 * 0.9)  # deadzone 0.1
+    with pytest.raises(ValueError, match="roll"):
+        mapper.raw_for([0, 0, 0, 0.5, 0, 0], [])
+    with pytest.raises(ValueError, match="no button"):
+        InputMapper(load_mapping("teleop_keyboard", "keyboard")).raw_for(np.zeros(6), ["unknown_action"])
+
+
+def test_scripted_gamepad_takes_over_through_the_joy_layout():
+    from robot_rl.envs.arm import ArmSim, ArmSimConfig, scripted_lift_action
+    from robot_rl.teleop.devices import JoyDecoder
+    from robot_rl.teleop.scripted import ScriptedGamepad
+    from robot_rl.training.interventions import InterventionConfig, ScriptedIntervener
+
+    mapping = load_mapping("teleop_gamepad", "joy")
+    gamepad = ScriptedGamepad(ScriptedIntervener(scripted_lift_action, InterventionConfig(off_track_steps=2,
+                                                                                          hold_steps=3)),
+                              mapping, np.random.default_rng(0))
+    decode = JoyDecoder(mapping)
+    sim = ArmSim(ArmSimConfig(render=False))
+    sim.reset(np.random.default_rng(0))
+    state = sim.state()
+    expert = scripted_lift_action(state, None, 0.0)
+    wrong = -expert
+    wrong[3] = expert[3]
+    seen = [decode(*gamepad.step(state, wrong), 0.0) for _ in range(6)]
+    assert [("takeover" in s.buttons) for s in seen] == [False, True, True, True, False, True]
+    np.testing.assert_allclose(seen[1].twist[:3], np.clip(expert[:3], -1, 1), atol=1e-6)  # the expert's motion
+    assert ("gripper_close" in seen[1].buttons) == (expert[3] > 0)
+    assert not seen[0].buttons and not seen[0].twist.any()  # hands off: centred, nothing pressed
+    assert gamepad.takeovers == 2
+    with pytest.raises(ValueError, match="joy"):
+        ScriptedGamepad(gamepad.intervener, load_mapping("teleop_keyboard", "keyboard"), np.random.default_rng(0))

@@ -18,14 +18,14 @@ from geometry_msgs.msg import TwistStamped  # noqa: E402
 from sensor_msgs.msg import Joy  # noqa: E402
 from std_msgs.msg import Bool, Float32, String  # noqa: E402
 
-from ros_testing import RosTestNode, start_node, stop_node  # noqa: E402
+from robot_rl.ros.probe import RosProbe, start_node, stop_node  # noqa: E402
 from robot_rl.ros import qos  # noqa: E402
 from robot_rl.ros.graph import loopback_environment  # noqa: E402
 
 UP, SPACE = b"\x1b[A", b" "
 
 
-class Harness(RosTestNode):
+class Harness(RosProbe):
     """Observes everything the teleop node publishes; publishes /estop and joy."""
 
     watched = "teleop"

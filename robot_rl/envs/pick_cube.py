@@ -21,14 +21,17 @@ import mujoco
 import numpy as np
 from gymnasium import spaces
 
-from robot_rl.envs.arm import ArmSim, ArmSimConfig, lift_observation, lift_success
-from robot_rl.envs.randomization import Randomization
+from robot_rl.envs.arm import LIFT_OBS_DIM, ArmSim, ArmSimConfig, lift_observation, lift_success
+from robot_rl.envs.randomization import OPTIONAL_SPLITS, SPLITS, Randomization
 from robot_rl.resources import package_path
 
 DEFAULT_RANDOMIZATION = Path("sim") / "arm" / "randomization.yaml"
 PROPRIO_DIM = 12
 """Proprioception: EE position (3) [m], finger opening (1) [m], joint velocities (7) / 10 [rad/s],
 gripper command (1, +1 closed / -1 open; last, so the grasp critic finds it at index -1)."""
+STATE_DIM = LIFT_OBS_DIM + 1
+"""State-based variant: the privileged lift observation (`arm.lift_observation`) + the gripper
+command, last as in the proprioception (the grasp critic and the policy read it there)."""
 
 _TEXTURES = {"table_texture": ("table_top", {"plain": "table_mat", "checker": "table_checker_mat",
                                               "speckle": "table_speckle_mat"}),
@@ -131,7 +134,7 @@ class ArmPickCubeEnv(gym.Env):
     """Pick up the cube seen through the cameras; sparse reward; randomized scenes.
 
     Observation: Dict(front, wrist: uint8 (S, S, 3); state: PROPRIO_DIM float32), or with
-    `observation="state"` the privileged 33-D lift observation (state-based variant).
+    `observation="state"` the privileged lift observation + gripper command (`STATE_DIM`).
     Action: Box(-1, 1, (4,)) = (dx, dy, dz, gripper: > 0 close).
     """
 
@@ -143,8 +146,9 @@ class ArmPickCubeEnv(gym.Env):
         super().__init__()
         if observation not in ("pixels", "state"):
             raise ValueError(f"observation must be 'pixels' or 'state', got {observation!r}")
-        if randomization_split not in ("train", "eval"):
-            raise ValueError(f"randomization_split must be 'train' or 'eval', got {randomization_split!r}")
+        if randomization_split not in SPLITS + OPTIONAL_SPLITS:
+            raise ValueError(f"randomization_split must be one of {SPLITS + OPTIONAL_SPLITS}, "
+                             f"got {randomization_split!r}")
         if max_episode_steps < 1:
             raise ValueError("max_episode_steps must be >= 1")
         self.sim = ArmSim(ArmSimConfig(image_size=image_size, cameras=tuple(cameras), render=observation == "pixels"))
@@ -162,7 +166,7 @@ class ArmPickCubeEnv(gym.Env):
                 **{c: spaces.Box(0, 255, (image_size, image_size, 3), np.uint8) for c in self.cameras},
                 "state": proprio})
         else:
-            self.observation_space = spaces.Box(-np.inf, np.inf, (33,), np.float32)
+            self.observation_space = spaces.Box(-np.inf, np.inf, (STATE_DIM,), np.float32)
         self.action_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
         self.sample: dict[str, Any] = {}
         self._pending: deque[np.ndarray] = deque()
@@ -175,12 +179,15 @@ class ArmPickCubeEnv(gym.Env):
     def _obs(self) -> Any:
         state = self._state
         if self.observation == "state":
-            return lift_observation(state)
-        proprio = proprioception(state, self._gripper_command())
+            vector = np.append(lift_observation(state), np.float32(self._gripper_command()))
+        else:
+            vector = proprioception(state, self._gripper_command())
         noise = float(self.sample.get("observation_noise", 0.0))
-        if noise > 0:
-            proprio[:-1] += self.np_random.normal(0.0, noise, PROPRIO_DIM - 1).astype(np.float32)
-        return {**{c: self.sim.render(c) for c in self.cameras}, "state": proprio}
+        if noise > 0:  # sensors are noisy; the command the robot was sent is not
+            vector[:-1] += self.np_random.normal(0.0, noise, vector.size - 1).astype(np.float32)
+        if self.observation == "state":
+            return vector
+        return {**{c: self.sim.render(c) for c in self.cameras}, "state": vector}
 
     def _info(self) -> dict[str, Any]:
         success = lift_success(self._state)

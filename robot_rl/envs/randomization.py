@@ -13,11 +13,15 @@ File format (YAML, or the same structure as a dict)::
       noise:     {constant: 0.002}          # always this value
     eval:                                   # deployment distribution benchmarks report on
       ...
+    pretrain:                               # optional: what a pretrained vision encoder sees
+      ...
 
 ``uniform`` and ``log_uniform`` take ``[low, high]`` or ``{low: ..., high: ...}``, where low
 and high are both numbers or both lists of equal length (vector-valued: each element is
-drawn independently).  Both sections are required; they may list different parameters (a
-parameter a section omits stays at the simulator's nominal value).  Sampled numbers are
+drawn independently).  ``train`` and ``eval`` are required; they may list different parameters (a
+parameter a section omits stays at the simulator's nominal value).  ``pretrain`` is optional (a
+file without it pretrains on ``train``): an encoder that is frozen later should have seen more
+visual variety than any one policy is trained on.  Sampled numbers are
 Python floats, vectors float64 arrays; ``choice`` returns the listed element itself (lists
 as float64 arrays) and ``constant`` its value (lists as float64 arrays).
 """
@@ -34,6 +38,7 @@ import yaml
 
 __all__ = [
     "DISTRIBUTION_KINDS",
+    "OPTIONAL_SPLITS",
     "SPLITS",
     "Choice",
     "Constant",
@@ -44,8 +49,10 @@ __all__ = [
     "parse_distribution",
 ]
 
-#: Sections of a randomization file.
+#: Required sections of a randomization file.
 SPLITS: tuple[str, ...] = ("train", "eval")
+#: Optional sections, each falling back to ``train`` when a file lacks it.
+OPTIONAL_SPLITS: tuple[str, ...] = ("pretrain",)
 
 Value = float | str | np.ndarray
 
@@ -193,13 +200,13 @@ class Randomization:
         missing = [s for s in SPLITS if s not in spec]
         if missing:
             raise ValueError(f"{source}: missing section(s) {', '.join(missing)}")
-        unknown = sorted(set(spec) - set(SPLITS))
+        unknown = sorted(set(spec) - set(SPLITS) - set(OPTIONAL_SPLITS))
         if unknown:
             raise ValueError(f"{source}: unknown section(s) {', '.join(map(str, unknown))}; "
-                             f"expected {', '.join(SPLITS)}")
+                             f"expected {', '.join(SPLITS + OPTIONAL_SPLITS)}")
         self.source = source
         self.distributions: dict[str, dict[str, Distribution]] = {}
-        for split in SPLITS:
+        for split in (*SPLITS, *(s for s in OPTIONAL_SPLITS if s in spec)):
             params = spec[split]
             if params is None:  # an empty YAML section
                 params = {}
@@ -238,11 +245,14 @@ class Randomization:
         return {name: dist.sample(rng) for name, dist in self._split(split).items()}
 
     def _split(self, split: str) -> dict[str, Distribution]:
+        if split in OPTIONAL_SPLITS and split not in self.distributions:
+            return self.distributions["train"]
         try:
             return self.distributions[split]
         except KeyError:
-            raise ValueError(f"unknown randomization split {split!r}; expected one of {', '.join(SPLITS)}") from None
+            raise ValueError(f"unknown randomization split {split!r}; expected one of "
+                             f"{', '.join(SPLITS + OPTIONAL_SPLITS)}") from None
 
     def __repr__(self) -> str:
-        counts = ", ".join(f"{s}: {len(self.distributions[s])} parameters" for s in SPLITS)
+        counts = ", ".join(f"{s}: {len(d)} parameters" for s, d in self.distributions.items())
         return f"Randomization({self.source}; {counts})"

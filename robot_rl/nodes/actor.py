@@ -5,6 +5,12 @@ lockstep simulator and any robot publishing at the control rate) or on a timer a
 control rate with the freshest set (`control_mode: timer`, cameras faster than control).
 Weights are decoded on a worker thread and swapped in between steps. Unacknowledged
 transition batches are kept (spilling to disk) and resent until the learner has them.
+
+A person at the teleop node takes over whenever `teleop/engaged` is true: their `teleop/cmd` and
+`teleop/gripper` are executed instead of the policy's action and the transitions are flagged as
+interventions (the learner stores them as demonstrations too). A command older than
+`teleop_timeout_s` is stale and the policy drives again. `teleop/event` labels end the episode
+(success, failure, reset).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from geometry_msgs.msg import PoseStamped, TwistStamped
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import Float32, UInt8MultiArray
+from std_msgs.msg import Bool, Float32, String, UInt8MultiArray
 from std_srvs.srv import Trigger
 
 from robot_rl.data.delivery import Outbox
@@ -31,7 +37,8 @@ from robot_rl.ros.messages import bytes_to_uint8_multiarray, msg_to_image, stamp
 from robot_rl.ros.node_utils import Param, declare_params, diagnostics, run_node
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.tasks import get_task, task_names
-from robot_rl.training.actor import ActorConfig, ActorCore
+from robot_rl.teleop.takeover import HumanCommand
+from robot_rl.training.actor import LABELS, ActorConfig, ActorCore
 
 PARAMS = [
     Param("task", "arm_lift", "Task name.", choices=task_names()),
@@ -54,6 +61,7 @@ PARAMS = [
     Param("resend_after_s", 2.0, "Resend a batch not acknowledged within this time.", 0.05, 600.0),
     Param("outbox_max_mb", 256, "Unacknowledged batches held in memory before spilling to disk.", 1, 65536),
     Param("drain_timeout_s", 60.0, "After evaluation, wait this long for the learner to acknowledge.", 0.0, 3600.0),
+    Param("teleop_timeout_s", 0.3, "A teleop/cmd older than this is stale: the policy drives again.", 0.01, 10.0),
     Param("seed", 0, "Random seed.", 0, 2**31 - 1),
 ]
 
@@ -89,6 +97,12 @@ class ActorNode(Node):
         topic_types = [*zip(TOPICS, (JointState, PoseStamped, PoseStamped)), *((t, Image) for t in self.camera_topics)]
         for topic, msg_type in topic_types:
             self.create_subscription(msg_type, topic, lambda m, t=topic: self._on_observation(t, m), qos.SENSOR)
+        self.human = HumanCommand(self.task.action_dim, p["teleop_timeout_s"])
+        self.teleop_events = 0
+        self.create_subscription(Bool, "teleop/engaged", lambda m: self.human.on_engaged(m.data), qos.COMMAND)
+        self.create_subscription(TwistStamped, "teleop/cmd", self._on_teleop_cmd, qos.COMMAND)
+        self.create_subscription(Float32, "teleop/gripper", lambda m: self.human.on_gripper(m.data), qos.COMMAND)
+        self.create_subscription(String, "teleop/event", self._on_teleop_event, qos.EVENTS)
         self.create_subscription(UInt8MultiArray, "rl/policy", self._on_policy, qos.POLICY)
         self.create_subscription(UInt8MultiArray, "rl/acks", self._on_ack, qos.EVENTS)
         self.reset_client = self.create_client(Trigger, p["reset_service"])
@@ -144,7 +158,7 @@ class ActorNode(Node):
                 return
             self.acted_stamp = stamp
             try:
-                result = self.core.step(state)
+                result = self.core.step(state, self.human.action(time.monotonic()))
             except ValueError as exc:  # e.g. a frame of the wrong size: skip it, the robot's watchdog holds
                 self.invalid_messages += 1
                 self.get_logger().warning(f"observation not usable: {exc}", throttle_duration_sec=5.0)
@@ -154,6 +168,19 @@ class ActorNode(Node):
                                                   self.params["control_hz"]))
             return
         self._on_episode_end(result.episode)
+
+    def _on_teleop_cmd(self, msg: TwistStamped) -> None:
+        t = msg.twist
+        self.human.on_twist((t.linear.x, t.linear.y, t.linear.z, t.angular.x, t.angular.y, t.angular.z),
+                            time.monotonic())
+
+    def _on_teleop_event(self, msg: String) -> None:
+        if msg.data not in LABELS:  # takeover/handback are carried by teleop/engaged; rerecord is the recorder's
+            return
+        self.teleop_events += 1
+        self.get_logger().info(f"person labelled the episode: {msg.data}")
+        with self.core_lock:
+            self.core.label(msg.data)
 
     def _publish_command(self, twist: TwistStamped, gripper: Float32) -> None:
         self.last_command = (twist, gripper)
@@ -269,6 +296,9 @@ class ActorNode(Node):
             "outbox_pending": len(c.outbox), "outbox_spilled": c.outbox.spilled, "resends": c.outbox.resends,
             "sync_dropped": self.sync.dropped, "invalid_messages": self.invalid_messages,
             "learner_waits": self.learner_waits, "learner_updates_seen": c.learner_updates,
+            "teleop_engaged": self.human.engaged, "teleop_stale_steps": self.human.stale,
+            "teleop_rejected": self.human.rejected, "teleop_labels": self.teleop_events,
+            "intervention_rate_last20": round(c.intervention_rate(20), 3),
         }
         level = DiagnosticStatus.WARN if len(c.outbox) > 100 else DiagnosticStatus.OK
         self.diag_pub.publish(diagnostics(self, values, level, "learner not acknowledging" if level != DiagnosticStatus.OK

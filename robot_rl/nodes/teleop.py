@@ -7,7 +7,8 @@
   and reopened every `reconnect_s`.
 - `mapping` (hardware/teleop_*.yaml) maps raw axes and buttons to the task's action frame and
   says what takes over; the arbitration (`robot_rl.teleop.arbitration`) decides who drives.
-- Publishes at `rate_hz`: `teleop/engaged` (Bool) always; while engaged `teleop/cmd`
+- Publishes at `rate_hz` and at once on every device input (an input is on the topic within a
+  millisecond or two, not up to a period later): `teleop/engaged` (Bool) always; while engaged `teleop/cmd`
   (TwistStamped: the person's twist, each axis in the task's action scale [-1, 1]) and
   `teleop/gripper` (Float32: -1 open, +1 close, held between presses: the 4th entry of the arm
   action); exactly one zero `teleop/cmd` on release. `teleop/event` (String): success, failure,
@@ -98,6 +99,8 @@ class TeleopNode(Node):
         self._reported_rejections = 0
         self._stop = threading.Event()
         self._reader: threading.Thread | None = None
+        # The reader thread wakes the executor through this when input arrives.
+        self._input_ready = self.create_guard_condition(self._tick)
         self.get_logger().info(f"device {self.device}, mapping {self.mapping.source}")
         if opener is None:
             self._joy = JoyDecoder(self.mapping)
@@ -126,7 +129,10 @@ class TeleopNode(Node):
                         self._stop.wait(self.params["reconnect_s"])
                     continue
                 try:
-                    self._samples.extend(backend.read(poll_s))
+                    samples = backend.read(poll_s)
+                    if samples:
+                        self._samples.extend(samples)
+                        self._input_ready.trigger()
                 except Exception as exc:  # noqa: BLE001 - a device failure must never end the reader
                     self._lost(backend, exc)
                     backend = None
@@ -171,6 +177,7 @@ class TeleopNode(Node):
             self.rejections.record("error", f"{type(exc).__name__}: {exc}")
         else:
             self._connected = True
+            self._tick()
 
     # ---- executor side ---------------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ NODE_KINDS: dict[str, NodeKind] = {
     "arm": NodeKind("arm", "robot_rl.nodes.arm", critical=True),
     "quadrotor": NodeKind("quadrotor", "robot_rl.nodes.quadrotor", critical=True),
     "teleop": NodeKind("teleop", "robot_rl.nodes.teleop", critical=False),
+    "scripted_human": NodeKind("scripted_human", "robot_rl.nodes.scripted_human", critical=False),
 }
 
 # Real-robot nodes take the simulator's place with `backend: real` (see hardware/).

@@ -1,6 +1,7 @@
 """Teleoperation without ROS: input devices (SpaceMouse, gamepad over evdev or sensor_msgs/Joy,
 keyboard in a terminal), their per-device mapping files (hardware/teleop_*.yaml) and the
-person/policy arbitration. The node is `robot_rl.nodes.teleop`."""
+person/policy arbitration, and the actor's view of what the person commands (`HumanCommand`).
+The node is `robot_rl.nodes.teleop`."""
 
 from robot_rl.teleop.arbitration import EVENTS, ArbitrationConfig, ArbitrationOutput, Arbitrator, EngageRule
 from robot_rl.teleop.devices import (
@@ -9,10 +10,11 @@ from robot_rl.teleop.devices import (
 )
 from robot_rl.teleop.inputs import ACTIONS, AXES, EPISODE_LABELS, InputRejections, TeleopInput
 from robot_rl.teleop.mapping import DEVICE_KINDS, DeviceMapping, InputMapper, load_mapping, parse_mapping
+from robot_rl.teleop.takeover import HumanCommand, human_action
 
 __all__ = [
     "ACTIONS", "AXES", "DEVICE_KINDS", "EPISODE_LABELS", "EVENTS", "ArbitrationConfig", "ArbitrationOutput",
     "Arbitrator", "DeviceError", "DeviceMapping", "EngageRule", "EvdevBackend", "EvdevState", "InputBackend",
-    "InputMapper", "InputRejections", "JoyDecoder", "KeyDecoder", "KeyboardBackend", "SpaceMouseBackend",
-    "SpaceMouseReport", "TeleopInput", "backend_opener", "load_mapping", "parse_mapping", "parse_spacemouse_report",
+    "HumanCommand", "InputMapper", "InputRejections", "JoyDecoder", "KeyDecoder", "KeyboardBackend", "SpaceMouseBackend",
+    "SpaceMouseReport", "TeleopInput", "backend_opener", "human_action", "load_mapping", "parse_mapping", "parse_spacemouse_report",
 ]

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from robot_rl.teleop.inputs import ACTIONS, EPISODE_LABELS, TeleopInput
+from robot_rl.teleop.takeover import human_action
 
 __all__ = ["EVENTS", "ArbitrationConfig", "ArbitrationOutput", "Arbitrator", "EngageRule"]
 
@@ -119,7 +120,7 @@ class ArbitrationOutput:
         None while the policy drives."""
         if not self.engaged:
             return None
-        return np.array([*self.command[:3], self.gripper])
+        return human_action(self.command, self.gripper, 4)
 
 
 class Arbitrator:

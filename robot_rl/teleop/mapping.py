@@ -137,6 +137,26 @@ class InputMapper:
         buttons = frozenset(self.mapping.buttons[b] for b in raw_buttons if b in self.mapping.buttons)
         return TeleopInput(twist, buttons, stamp)
 
+    def raw_for(self, twist, actions: Iterable[str]) -> tuple[dict[Hashable, float], list[Hashable]]:
+        """The inverse: raw axes and buttons that read as `twist` with `actions` held (what a hand
+        does to the device; the scripted human drives a gamepad this way). Raises ValueError for a
+        twist axis the mapping has no source for, or an action no button means."""
+        twist = np.clip(np.asarray(twist, dtype=np.float64), -1.0, 1.0)
+        raw: dict[Hashable, float] = {}
+        mapped = {index for index, _, _ in self._axes}
+        for index in np.flatnonzero(twist):
+            if index not in mapped:
+                raise ValueError(f"the mapping has no source for axis {AXES[index]!r}")
+        for index, source, scale in self._axes:
+            value = twist[index] / scale
+            magnitude = min(abs(value), 1.0)
+            raw[source] = math.copysign(self._dz + magnitude * (1.0 - self._dz), value) if magnitude > 0 else 0.0
+        by_action = {action: button for button, action in self.mapping.buttons.items()}
+        missing = set(actions) - set(by_action)
+        if missing:
+            raise ValueError(f"no button of the mapping means {sorted(missing)}")
+        return raw, [by_action[a] for a in actions]
+
 
 def load_mapping(name_or_path: str, device: str) -> DeviceMapping:
     """`teleop_spacemouse` (in the package's hardware/ folder) or a path -> the `device` section's

@@ -21,6 +21,10 @@ from robot_rl.tasks import State, TaskSpec
 from robot_rl.training.learner import ACK, POLICY, TRANSITIONS
 
 
+LABELS = ("success", "failure", "reset")
+"""Episode labels a person can give through teleop/event (see ActorCore.label)."""
+
+
 @dataclass
 class ActorConfig:
     """Actor settings (node parameters map one to one onto these fields)."""
@@ -97,6 +101,7 @@ class ActorCore:
         self.acked = 0
         self._episode: EpisodeStats | None = None
         self._prev: tuple[np.ndarray, np.ndarray, bool] | None = None  # obs, action, intervention
+        self._label: str | None = None
         self._pending = _Pending()
 
     # ---- policy -------------------------------------------------------------------------------
@@ -134,7 +139,7 @@ class ActorCore:
     def start_episode(self) -> None:
         if self.finished:
             raise RuntimeError("actor finished: training and evaluation are done")
-        self._prev = None
+        self._prev, self._label = None, None
         self._episode = EpisodeStats(self.episode_index, evaluation=self.evaluating,
                                      policy_version=self.policy_version)
         self.episode_index += 1
@@ -142,6 +147,20 @@ class ActorCore:
     @property
     def in_episode(self) -> bool:
         return self._episode is not None
+
+    def label(self, event: str) -> None:
+        """A person's episode label (teleop/event), applied at the next step:
+
+        - "success": the episode ends as a success; on a task whose success ends the episode
+          (sparse reward) that transition gets the success reward 1 and is terminal, as HIL-SERL's
+          success key does; otherwise the episode is truncated there.
+        - "failure": the episode ends (truncated: a failure is not a terminal state), unsuccessful.
+        - "reset": the episode ends (truncated) without a label.
+        """
+        if event not in LABELS:
+            raise ValueError(f"unknown episode label {event!r}; expected one of {LABELS}")
+        if self._episode is not None:
+            self._label = event
 
     def step(self, state: State, human_action: np.ndarray | None = None) -> StepResult:
         """Consumes the state reached after the previous action; returns the next action.
@@ -156,10 +175,15 @@ class ActorCore:
         if self._prev is not None:
             reward = float(self.task.reward(state))
             success = bool(self.task.success(state))
+            label, self._label = self._label, None
+            if label is not None:
+                success = label == "success" or (success and label == "reset")
+                if label == "success" and self.task.terminate_on_success:
+                    reward = 1.0
             terminated = success and self.task.terminate_on_success
             episode.steps += 1
             episode.ret += reward
-            truncated = not terminated and episode.steps >= self.task.max_episode_steps
+            truncated = not terminated and (episode.steps >= self.task.max_episode_steps or label is not None)
             if not episode.evaluation:
                 self._record(self._prev, reward, obs, terminated, truncated)
                 self.train_steps += 1
@@ -266,6 +290,11 @@ class ActorCore:
     def success_rate(self, last: int = 20, evaluation: bool = False) -> float:
         episodes = [e for e in self.history if e.evaluation == evaluation][-last:]
         return float(np.mean([e.success for e in episodes])) if episodes else 0.0
+
+    def intervention_rate(self, last: int = 20) -> float:
+        """Share of the last training episodes in which a person took over."""
+        episodes = [e for e in self.history if not e.evaluation][-last:]
+        return float(np.mean([e.interventions > 0 for e in episodes])) if episodes else 0.0
 
     def eval_summary(self) -> dict[str, Any]:
         successes = [e.success for e in self.eval_results]

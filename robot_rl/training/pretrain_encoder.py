@@ -35,7 +35,9 @@ class PretrainConfig:
     """Data generation and training of the pretrained encoder."""
 
     env_id: str = "robot_rl/ArmPickCube-v0"
-    env_kwargs: dict = field(default_factory=lambda: {"image_size": 64, "randomization_split": "train"})
+    env_kwargs: dict = field(default_factory=lambda: {"image_size": 64, "randomization_split": "pretrain"})
+    """Scenes the frames come from: the randomization file's `pretrain` ranges (wider appearance
+    than the policies' train ranges)."""
     encoder: EncoderConfig = field(default_factory=lambda: EncoderConfig(cameras=("front", "wrist"), image_size=64))
     frames: int = 30_000
     """Observations rendered for training (+ 10% more held out)."""

@@ -1,5 +1,6 @@
-"""A test-side ROS node shared by the integration tests: it joins a graph's domain, keeps the
-latest /diagnostics of every node, spins, waits for conditions and calls services."""
+"""A probe into a running node graph for integration tests and benchmarks: start a node as its own
+process on a fresh loopback domain, join that domain, keep the latest /diagnostics of every node,
+spin, wait for conditions and call services."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 
 
-class RosTestNode:
+class RosProbe:
     watched: str | None = None
     """The node whose diagnostics `diag` and `value(key)` refer to by default."""
 
@@ -58,11 +59,12 @@ class RosTestNode:
             self.executor.spin_once(timeout_sec=0.005)
             if predicate():
                 return
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}; diagnostics: {self.diagnostics}")
+        raise TimeoutError(f"timed out after {timeout}s waiting for {what}; diagnostics: {self.diagnostics}")
 
     def call(self, srv_type, name: str, request, timeout: float = 5.0):
         client = self.node.create_client(srv_type, name)
-        assert client.wait_for_service(timeout_sec=timeout), f"{name} not available"
+        if not client.wait_for_service(timeout_sec=timeout):
+            raise TimeoutError(f"{name} not available after {timeout} s")
         future = client.call_async(request)
         self.wait_for(future.done, timeout, f"{name} response")
         self.node.destroy_client(client)
@@ -73,11 +75,13 @@ class RosTestNode:
         self.rclpy.shutdown(context=self.context)
 
 
-def start_node(module: str, log_path: Path, *params: str) -> tuple[subprocess.Popen, int]:
-    """Starts `python -m module` with `-p` parameters on a fresh loopback domain; returns (process, domain id)."""
+def start_node(module: str, log_path: Path, *params: str, domain_id: int | None = None
+               ) -> tuple[subprocess.Popen, int]:
+    """Starts `python -m module` with `-p` parameters on a loopback domain (a random fresh one
+    unless given); returns (process, domain id)."""
     from robot_rl.ros.graph import loopback_environment
 
-    domain_id = random.randint(120, 230)
+    domain_id = random.randint(120, 230) if domain_id is None else domain_id
     args = [sys.executable, "-m", module, "--ros-args"]
     for p in params:
         args += ["-p", p]
@@ -87,7 +91,7 @@ def start_node(module: str, log_path: Path, *params: str) -> tuple[subprocess.Po
 
 
 def stop_node(proc: subprocess.Popen, log_path: Path) -> None:
-    """SIGTERM, then asserts a clean exit (showing the end of the node's log if not)."""
+    """SIGTERM; raises (with the end of the node's log) unless the node exits cleanly."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
     try:
@@ -95,4 +99,5 @@ def stop_node(proc: subprocess.Popen, log_path: Path) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         code = proc.wait()
-    assert code == 0, Path(log_path).read_text()[-3000:]
+    if code != 0:
+        raise RuntimeError(f"node exited with {code}:\n{Path(log_path).read_text()[-3000:]}")

@@ -1,0 +1,112 @@
+"""Scripted human node: a simulated person at a gamepad, for HIL sessions in simulation.
+
+Watches the arm (`joint_states`, `arm/ee_pose`, `cube/pose`) and what the actor executes
+(`arm/cmd`, `arm/gripper`); after each executed command it judges the policy with the task's
+scripted expert (`robot_rl.teleop.scripted.ScriptedGamepad`) and publishes the gamepad's state on
+`joy` (`sensor_msgs/Joy`) at `rate_hz` and on every change, as the `joy` package's joy_node does.
+Run the teleop node with `device:=joy` next to it: interventions then travel the same path as a
+real person's (teleop node, arbitration, actor, learner), so they are tested and measured end to end.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import PoseStamped, TwistStamped
+from rclpy.node import Node
+from sensor_msgs.msg import JointState, Joy
+from std_msgs.msg import Float32
+
+from robot_rl.envs.arm import ArmSimConfig
+from robot_rl.ros import qos
+from robot_rl.ros.arm_io import msgs_to_action, msgs_to_state
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.tasks import get_task, task_names
+from robot_rl.teleop.mapping import load_mapping
+from robot_rl.teleop.scripted import ScriptedGamepad
+from robot_rl.training.interventions import InterventionConfig, ScriptedIntervener
+
+PARAMS = [
+    Param("task", "arm_lift", "Task whose scripted expert the person follows.", choices=task_names()),
+    Param("mapping", "teleop_gamepad", "Gamepad mapping (joy section) the person's hands produce; the teleop "
+          "node must read the same one."),
+    Param("rate_hz", 50.0, "Rate of joy messages (joy_node's autorepeat).", 1.0, 1000.0),
+    Param("action_scale", ArmSimConfig.action_scale, "End-effector metres per step at action 1 (as the actor's).",
+          1e-4, 1.0),
+    Param("control_hz", 10.0, "The actor's control rate (as the actor's).", 0.1, 1000.0),
+    Param("takeover_prob_start", 1.0, "Probability of taking over an off-track policy at first.", 0.0, 1.0),
+    Param("takeover_prob_end", 0.0, "That probability after decay_steps.", 0.0, 1.0),
+    Param("decay_steps", 10_000, "Control steps over which the takeover probability decays.", 0, 100_000_000),
+    Param("off_track_steps", 3, "Consecutive disagreeing steps before the policy counts as off track.", 1, 1000),
+    Param("hold_steps", 5, "Steps an intervention lasts.", 1, 10_000),
+    Param("seed", 0, "Random seed.", 0, 2**31 - 1),
+]
+
+STATE_TOPICS = ("joint_states", "arm/ee_pose", "cube/pose")
+
+
+class ScriptedHumanNode(Node):
+    def __init__(self):
+        super().__init__("scripted_human")
+        p = self.params = declare_params(self, PARAMS)
+        task = get_task(p["task"])
+        if task.expert is None or task.action_dim != 4:
+            raise ParameterError(f"scripted_human: task {task.name} has no scripted arm expert")
+        try:
+            mapping = load_mapping(p["mapping"], "joy")
+        except ValueError as exc:
+            raise ParameterError(f"scripted_human: {exc}") from None
+        intervener = ScriptedIntervener(task.expert, InterventionConfig(
+            p["takeover_prob_start"], p["takeover_prob_end"], p["decay_steps"], p["off_track_steps"], p["hold_steps"]))
+        self.gamepad = ScriptedGamepad(intervener, mapping, np.random.default_rng(p["seed"]))
+        self.state_msgs: dict[str, object] = {}
+        self.gripper = 0.0
+        self.steps = self.invalid = 0
+        self.joy_pub = self.create_publisher(Joy, "joy", 10)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        for topic, msg_type in zip(STATE_TOPICS, (JointState, PoseStamped, PoseStamped)):
+            self.create_subscription(msg_type, topic, lambda m, t=topic: self.state_msgs.__setitem__(t, m), qos.SENSOR)
+        # The actor publishes arm/gripper just before arm/cmd: the command completes the step.
+        self.create_subscription(Float32, "arm/gripper", self._on_gripper, qos.COMMAND)
+        self.create_subscription(TwistStamped, "arm/cmd", self._on_command, qos.COMMAND)
+        self.create_timer(1.0 / p["rate_hz"], self._publish_joy)
+        self.create_timer(1.0, self._publish_diagnostics)
+
+    def _on_gripper(self, msg: Float32) -> None:
+        self.gripper = float(msg.data)
+
+    def _on_command(self, msg: TwistStamped) -> None:
+        if len(self.state_msgs) < len(STATE_TOPICS):
+            return
+        try:
+            state = msgs_to_state(*(self.state_msgs[t] for t in STATE_TOPICS))
+            action = msgs_to_action(msg, self.gripper, self.params["action_scale"], self.params["control_hz"])
+        except ValueError as exc:
+            self.invalid += 1
+            self.get_logger().warning(f"cannot judge this step: {exc}", throttle_duration_sec=5.0)
+            return
+        before = (self.gamepad.axes, self.gamepad.buttons)
+        self.steps += 1
+        if self.gamepad.step(state, action) != before:
+            self._publish_joy()  # a hand moves at once, not at the next autorepeat
+
+    def _publish_joy(self) -> None:
+        msg = Joy()
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.axes, msg.buttons = self.gamepad.axes, self.gamepad.buttons
+        self.joy_pub.publish(msg)
+
+    def _publish_diagnostics(self) -> None:
+        g = self.gamepad
+        self.diag_pub.publish(diagnostics(self, {
+            "steps_judged": self.steps, "takeovers": g.takeovers, "intervening": g.intervening,
+            "intervention_steps": g.intervener.intervention_steps,
+            "takeover_probability": round(g.intervener.takeover_probability, 4), "invalid": self.invalid}))
+
+
+def main(args=None) -> int:
+    return run_node(ScriptedHumanNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""A scripted person with a gamepad: HIL-SERL's human, for tests and benchmarks in simulation.
+
+It watches the robot state and each executed action, decides like
+`robot_rl.training.interventions.ScriptedIntervener` (take over when the policy goes off track,
+with a probability that decays as training goes on) and expresses the decision as a gamepad's
+raw state: takeover button held, sticks deflected toward the expert's motion, gripper buttons
+pressed. The scripted human node publishes that state as `sensor_msgs/Joy`, so the teleop node,
+its arbitration and the actor treat it exactly as a person at a real gamepad.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from robot_rl.teleop.mapping import DeviceMapping, InputMapper
+from robot_rl.training.interventions import ScriptedIntervener
+
+__all__ = ["ScriptedGamepad"]
+
+
+class ScriptedGamepad:
+    """Per control step: (state, executed action) -> the gamepad's raw `Joy` axes and buttons."""
+
+    def __init__(self, intervener: ScriptedIntervener, mapping: DeviceMapping, rng: np.random.Generator):
+        if mapping.device != "joy":
+            raise ValueError(f"the scripted human drives a joy mapping, got a {mapping.device!r} one")
+        self.intervener, self.rng = intervener, rng
+        self.mapper = InputMapper(mapping)
+        self.num_axes = max((src.source for src in mapping.axes.values()), default=-1) + 1
+        self.num_buttons = max(mapping.buttons, default=-1) + 1
+        self.takeovers = 0
+        self.intervening = False
+        self.axes, self.buttons = self._joy(np.zeros(6), ())
+
+    def _joy(self, twist: np.ndarray, actions) -> tuple[list[float], list[int]]:
+        raw_axes, raw_buttons = self.mapper.raw_for(twist, actions)
+        axes = [0.0] * self.num_axes
+        for index, value in raw_axes.items():
+            axes[index] = float(value)
+        buttons = [0] * self.num_buttons
+        for index in raw_buttons:
+            buttons[index] = 1
+        return axes, buttons
+
+    def start_episode(self) -> None:
+        self.intervener.start_episode()
+        self.release()
+
+    def release(self) -> None:
+        """Hands off the gamepad: nothing held, sticks centred."""
+        self.intervening = False
+        self.axes, self.buttons = self._joy(np.zeros(6), ())
+
+    def step(self, state: Mapping[str, np.ndarray], executed_action: np.ndarray) -> tuple[list[float], list[int]]:
+        """Judges the action just executed in `state` and sets the gamepad for the next step."""
+        action, intervening = self.intervener(state, np.asarray(executed_action, np.float32), self.rng)
+        if not intervening:
+            self.release()
+            return self.axes, self.buttons
+        self.takeovers += int(not self.intervening)
+        self.intervening = True
+        twist = np.zeros(6)
+        twist[:3] = action[:3]
+        gripper = "gripper_close" if action[3] > 0 else "gripper_open"
+        self.axes, self.buttons = self._joy(twist, ("takeover", gripper))
+        return self.axes, self.buttons
