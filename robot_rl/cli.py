@@ -5,6 +5,8 @@
   robot-rl pretrain-encoder --out DIR                 pretrain the shipped arm vision encoder
   robot-rl node NAME [--ros-args ...]                run one node (what `ros2 run` would)
   robot-rl demos --task arm_lift --episodes 20 --out demos.zarr
+  robot-rl record --task arm_pick_cube --device spacemouse --episodes 20 --out demos.zarr
+  robot-rl report RUN_DIR                            success and intervention rate over a run (PNG)
 """
 
 from __future__ import annotations
@@ -40,11 +42,11 @@ class Monitor:
     """Reads /diagnostics from the graph and renders live progress (rich on a terminal,
     periodic plain lines otherwise, e.g. in CI logs)."""
 
-    def __init__(self, total_steps: int, eval_episodes: int):
+    def __init__(self, total_steps: int, eval_episodes: int, record_episodes: int | None = None):
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
 
-        self.total_steps, self.eval_episodes = total_steps, eval_episodes
+        self.total_steps, self.eval_episodes, self.record_episodes = total_steps, eval_episodes, record_episodes
         self.values: dict[str, dict[str, str]] = {}
         rclpy.init(args=[])
         self.rclpy = rclpy
@@ -64,11 +66,20 @@ class Monitor:
     def line(self) -> str:
         a, l = self.values.get("actor", {}), self.values.get("learner", {})
         elapsed = time.monotonic() - self.started
+        person = "PERSON DRIVING" if a.get("teleop_engaged") == "True" else "policy driving"
+        if self.record_episodes is not None:
+            target = f"/{self.record_episodes}" if self.record_episodes else ""
+            person = "PERSON DRIVING" if a.get("teleop_engaged") == "True" else "robot holding"
+            return (f"[{elapsed:6.0f}s] recording  kept {a.get('episodes_recorded', 0)}{target}  discarded "
+                    f"{a.get('episodes_discarded', 0)}  episode {a.get('episodes', 0)} step {a.get('episode_steps', 0)}"
+                    f"  {person}  (labels: success / failure / rerecord / reset on the device)")
         if a.get("evaluating") == "True":
             phase = f"evaluating {a.get('eval_done', 0)}/{self.eval_episodes}  success {a.get('eval_success_rate', '-')}"
         else:
-            phase = (f"step {a.get('train_steps', 0)}/{self.total_steps}  episodes {a.get('episodes', 0)}  "
-                     f"success(last20) {a.get('success_rate_last20', '-')}")
+            phase = (f"step {a.get('train_steps', 0)}/{self.total_steps}  episode {a.get('episodes', 0)} "
+                     f"(step {a.get('episode_steps', 0)}, last return {a.get('last_return', '-')})  "
+                     f"success(last20) {a.get('success_rate_last20', '-')}  "
+                     f"interventions(last20) {a.get('intervention_rate_last20', '-')}  {person}")
         return (f"[{elapsed:6.0f}s] {phase}  policy v{a.get('policy_version', 0)}  "
                 f"updates {l.get('updates', 0)} ({l.get('updates_per_s', '-')}/s)  "
                 f"buffer {l.get('online_size', 0)}+{l.get('demo_size', 0)} demo  "
@@ -79,10 +90,54 @@ class Monitor:
         self.rclpy.shutdown()
 
 
+def run_graph(specs, params_path: Path, run_dir: Path, env: dict, monitor: "Monitor", plain: bool,
+              status_period: float, line_end: str = "") -> tuple[dict[str, int], int]:
+    """Starts the nodes as separate processes and shows live status until the node that finishes
+    the run exits, a critical node fails, or Ctrl-C. Returns (exit codes, the command's code)."""
+    from robot_rl.ros.supervisor import Supervisor
+
+    supervisor = Supervisor(specs, params_path, run_dir / "logs", env)
+    interrupted = {"flag": False}
+    signal.signal(signal.SIGINT, lambda *_: interrupted.update(flag=True))
+    signal.signal(signal.SIGTERM, lambda *_: interrupted.update(flag=True))
+    supervisor.start()
+    print(f"robot_rl: started {', '.join(s.name for s in specs)} as separate processes; logs in {run_dir / 'logs'}",
+          flush=True)
+    reason, code = "", 0
+    live = None
+    try:
+        if sys.stdout.isatty() and not plain:
+            from rich.live import Live
+
+            live = Live(monitor.line(), refresh_per_second=4, transient=False)
+            live.start()
+        while not reason:
+            monitor.spin_once()
+            if live is not None:
+                live.update(monitor.line())
+            elif time.monotonic() - monitor.last_plain >= status_period:
+                monitor.last_plain = time.monotonic()
+                print(monitor.line(), end=line_end + "\n", flush=True)
+            if interrupted["flag"]:
+                reason, code = "interrupted by the user (Ctrl-C)", 130
+            for node, exit_code in supervisor.exited():
+                if node.spec.kind.finishes_run and exit_code == 0:
+                    reason = f"{node.spec.name} finished"
+                elif node.spec.kind.critical or exit_code != 0:
+                    reason, code = f"critical node {node.spec.name!r} exited with code {exit_code}", 1
+                    print(f"--- last lines of {node.log_path} ---\n{supervisor.log_tail(node)}", file=sys.stderr)
+    finally:
+        if live is not None:
+            live.stop()
+        print(f"robot_rl: shutting down the graph: {reason or 'error'}", flush=True)
+        codes = supervisor.stop()
+        monitor.close()
+    return codes, code
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from robot_rl.ros.graph import (apply_overrides, build_graph, config_path, load_config, loopback_environment,
                                     params_file, prepare_run)
-    from robot_rl.ros.supervisor import Supervisor
 
     config = load_config(args.config or config_path(args.task))
     overrides = _parse_overrides(args.set)
@@ -109,43 +164,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     eval_path = run_dir / "eval.json"
     eval_path.unlink(missing_ok=True)
 
-    supervisor = Supervisor(specs, params_path, run_dir / "logs", env)
     monitor = Monitor(int(actor_params.get("total_steps", 0)), int(actor_params.get("eval_episodes", 0)))
-    interrupted = {"flag": False}
-    signal.signal(signal.SIGINT, lambda *_: interrupted.update(flag=True))
-    signal.signal(signal.SIGTERM, lambda *_: interrupted.update(flag=True))
-    supervisor.start()
-    print(f"robot_rl: started {', '.join(s.name for s in specs)} as separate processes; logs in {run_dir / 'logs'}",
-          flush=True)
-    reason, code = "", 0
-    live = None
-    try:
-        if sys.stdout.isatty() and not args.plain:
-            from rich.live import Live
-
-            live = Live(monitor.line(), refresh_per_second=4, transient=False)
-            live.start()
-        while not reason:
-            monitor.spin_once()
-            if live is not None:
-                live.update(monitor.line())
-            elif time.monotonic() - monitor.last_plain >= args.status_period:
-                monitor.last_plain = time.monotonic()
-                print(monitor.line(), flush=True)
-            if interrupted["flag"]:
-                reason, code = "interrupted by the user (Ctrl-C)", 130
-            for node, exit_code in supervisor.exited():
-                if node.spec.kind.finishes_run and exit_code == 0:
-                    reason = f"{node.spec.name} finished"
-                elif node.spec.kind.critical or exit_code != 0:
-                    reason, code = f"critical node {node.spec.name!r} exited with code {exit_code}", 1
-                    print(f"--- last lines of {node.log_path} ---\n{supervisor.log_tail(node)}", file=sys.stderr)
-    finally:
-        if live is not None:
-            live.stop()
-        print(f"robot_rl: shutting down the graph: {reason or 'error'}", flush=True)
-        codes = supervisor.stop()
-        monitor.close()
+    codes, code = run_graph(specs, params_path, run_dir, env, monitor, plain=args.plain,
+                            status_period=args.status_period)
     if codes:
         print("robot_rl: exit codes " + ", ".join(f"{n}={c}" for n, c in codes.items()), flush=True)
     if eval_path.exists():
@@ -159,6 +180,80 @@ def cmd_train(args: argparse.Namespace) -> int:
         code = 1
         print("robot_rl: no evaluation result was produced", file=sys.stderr)
     return code
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    """A teleop recording session: robot (sim in real time, or the real arm), teleop node, and the
+    actor in record mode writing the person's episodes to a zarr dataset."""
+    from robot_rl.ros.graph import apply_overrides, build_graph, config_path, load_config, loopback_environment, \
+        params_file
+
+    config = load_config(args.config or config_path(args.task))
+    out = Path(args.out).resolve()
+    scripted = args.device == "scripted"
+    robot = [n for n in config["robot_rl"]["nodes"] if n not in ("actor", "learner", "teleop", "scripted_human")]
+    nodes = [*robot, "actor", "teleop", *(["scripted_human"] if scripted else [])]
+    overrides = {"robot_rl.nodes": nodes, "robot_rl.demos": {"episodes": 0},
+                 "actor.mode": "record", "actor.record_path": str(out), "actor.record_episodes": args.episodes,
+                 "actor.sync_updates_per_step": 0.0, "teleop.device": "joy" if scripted else args.device}
+    if "sim" in robot:
+        overrides["sim.clock_mode"] = "realtime"  # a person (scripted too: it reacts in wall time) needs real time
+    keyboard_here = args.device == "keyboard" and not args.device_path
+    if keyboard_here:
+        if not sys.stdin.isatty():
+            raise SystemExit("record --device keyboard needs a terminal (or --device-path /dev/pts/N of another one)")
+        overrides["teleop.device_path"] = os.ttyname(sys.stdin.fileno())
+    elif args.device_path:
+        overrides["teleop.device_path"] = args.device_path
+    if args.mapping:
+        overrides["teleop.mapping"] = args.mapping
+    if scripted:
+        overrides.update({"scripted_human.task": config["robot_rl"]["task"], "scripted_human.takeover_prob_start": 1.0,
+                          "scripted_human.takeover_prob_end": 1.0, "scripted_human.off_track_steps": 1,
+                          "scripted_human.hold_steps": 1_000, "scripted_human.label_success": True,
+                          "teleop.hold_s": 0.05})
+    overrides.update(_parse_overrides(args.set))
+    config = apply_overrides(config, overrides)
+    run_dir = Path(args.run_dir or f"runs/record-{config['robot_rl']['task']}-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir = run_dir.resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    domain_id = args.domain_id if args.domain_id is not None else _default_domain_id()
+    env = loopback_environment(domain_id)
+    os.environ.update(env)
+    print(f"robot_rl: recording {config['robot_rl']['task']} with {args.device} into {out}, run dir {run_dir}, "
+          f"ROS_DOMAIN_ID={domain_id} (discovery on localhost only)", flush=True)
+    specs = build_graph(config, args.backend, str(run_dir))
+    params_path = params_file(specs, run_dir / "params.yaml")
+    (run_dir / "record.json").unlink(missing_ok=True)
+    monitor = Monitor(0, 0, record_episodes=args.episodes)
+    # The keyboard puts this terminal in raw mode: plain lines with their own carriage returns.
+    codes, code = run_graph(specs, params_path, run_dir, env, monitor, plain=args.plain or keyboard_here,
+                            status_period=args.status_period, line_end="\r" if keyboard_here else "")
+    summary_path = run_dir / "record.json"
+    if summary_path.exists():
+        print(json.dumps(json.loads(summary_path.read_text())), flush=True)
+    elif out.exists():
+        from robot_rl.data.episodes import EpisodeDataset
+
+        data = EpisodeDataset(out)
+        print(json.dumps({"dataset": str(out), "episodes": len(data), "steps": data.num_steps}), flush=True)
+    if codes.get("actor", 0) not in (0, None):
+        code = code or 1
+    return code
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from robot_rl.training.report import load_run, write_report
+
+    try:
+        rows = load_run(args.run)
+        out = write_report(rows, args.out or Path(args.run) / "report.png", window=args.window,
+                           title=args.title or Path(args.run).resolve().name)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"robot-rl report: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out} ({len(rows)} episodes)")
+    return 0
 
 
 def gym_train_config(args: argparse.Namespace):
@@ -314,6 +409,26 @@ def build_parser() -> argparse.ArgumentParser:
     demos.add_argument("--noise", type=float, default=0.1)
     demos.add_argument("--seed", type=int, default=0)
     demos.add_argument("--out", required=True)
+    rec = sub.add_parser("record", help="teleop recording session: a person drives, episodes go to a zarr dataset")
+    rec.add_argument("--task", default="arm_pick_cube", help="task (its config/<task>.yaml gives the robot and cameras)")
+    rec.add_argument("--config", help="task config YAML instead of the package's")
+    rec.add_argument("--out", required=True, help="zarr episode dataset (appended to if it exists)")
+    rec.add_argument("--episodes", type=int, default=20, help="episodes to keep (0: until Ctrl-C)")
+    rec.add_argument("--device", default="spacemouse", choices=["spacemouse", "evdev", "joy", "keyboard", "scripted"],
+                     help="input device; scripted: the scripted human on a virtual gamepad (tests, demos)")
+    rec.add_argument("--device-path", help="which device (see the teleop node's device_path)")
+    rec.add_argument("--mapping", help="teleop mapping file (default: the device's)")
+    rec.add_argument("--backend", default="sim", choices=["sim", "real"])
+    rec.add_argument("--run-dir", help="logs and record.json (default: runs/record-<task>-<time>)")
+    rec.add_argument("--domain-id", type=int, help="ROS_DOMAIN_ID (default: a random free one)")
+    rec.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE", help="override a node parameter")
+    rec.add_argument("--plain", action="store_true", help="plain status lines instead of a live display")
+    rec.add_argument("--status-period", type=float, default=5.0, help="seconds between plain status lines")
+    rep = sub.add_parser("report", help="PNG of success and intervention rate over a run")
+    rep.add_argument("run", help="run directory (episodes.jsonl of robot-rl train, or history.json of train --env)")
+    rep.add_argument("--out", help="output PNG (default: <run>/report.png)")
+    rep.add_argument("--window", type=int, default=20, help="episodes per moving average")
+    rep.add_argument("--title")
     bag = sub.add_parser("record-bag", help="record topics to an MCAP file (ROS 2 profile) until Ctrl-C or "
                                             "--duration")
     bag.add_argument("--topics", nargs="+", required=True, metavar="TOPIC", help="topics to record (any types)")
@@ -334,8 +449,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "train" and args.env:
         return cmd_train_env(args)
-    return {"train": cmd_train, "demos": cmd_demos, "record-bag": cmd_record_bag,
-            "pretrain-encoder": cmd_pretrain_encoder}[args.command](args)
+    return {"train": cmd_train, "demos": cmd_demos, "record-bag": cmd_record_bag, "record": cmd_record,
+            "report": cmd_report, "pretrain-encoder": cmd_pretrain_encoder}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def test_person_labels_end_the_episode(tmp_path, label, terminate, reward, termi
     core.step({"x": 0})
     assert core.step({"x": 0}).action is not None
     with pytest.raises(ValueError, match="label"):
-        core.label("rerecord")
+        core.label("takeover")
 
 
 def test_evaluation_after_training_is_deterministic_and_not_recorded(tmp_path):
@@ -131,3 +131,49 @@ def test_stamp_synchronizer_pairs_by_stamp_and_counts_drops():
     assert sync.dropped == 1  # the set at 100 never completed
     assert sync.add("b", 203, "again") is None and sync.dropped == 1  # a repeat is not a loss
     assert sync.add("a", 150, "late") is None and sync.dropped == 2
+
+
+def test_recording_session_keeps_discards_and_commits_on_the_next_start(tmp_path):
+    from robot_rl.data.episodes import EpisodeDataset, EpisodeSchema, EpisodeWriter
+
+    task = TaskSpec(name="toy_arm", obs_dim=2, action_dim=2, max_episode_steps=3, control_hz=10.0,
+                    observation=lambda s: np.array([s["x"], 1.0], np.float32), reward=lambda s: 0.0,
+                    success=lambda s: False, terminate_on_success=True, expert=None, env_id="none")
+    path = tmp_path / "rec.zarr"
+    writer = EpisodeWriter(path, EpisodeSchema({}, 2, 2), {"task": "toy_arm"})
+    core = ActorCore(task, ActorConfig(record_only=True, record_episodes=2, total_steps=0), Outbox(tmp_path / "o"),
+                     recorder=writer)
+    person = np.array([0.5, 1.0], np.float32)
+
+    core.start_episode()  # the person drives, then holds still, says success, then throws it away
+    assert core.step({"x": 0}, person).action.tolist() == [0.5, 1.0]
+    assert core.step({"x": 1}).action.tolist() == [0.0, 1.0]  # nobody drives: hold, gripper as it was
+    core.label("success")
+    assert core.step({"x": 2}).action is None
+    core.label("rerecord")  # during the reset: the finished episode is dropped
+    core.start_episode()  # kept: a failure
+    core.step({"x": 0}, person)
+    core.step({"x": 5})
+    core.label("failure")
+    assert core.step({"x": 6}).action is None
+    assert len(EpisodeDataset(path)) == 0  # held for review until the next episode starts
+    core.start_episode()  # discarded while in progress
+    assert len(EpisodeDataset(path)) == 1
+    core.step({"x": 0}, person)
+    core.label("rerecord")
+    assert core.step({"x": 9}).action is None
+    core.start_episode()  # kept at the horizon; the second kept one is written at once and ends the session
+    for x in range(4):
+        core.step({"x": x})
+    assert core.finished and core.episodes_recorded == 2 and core.episodes_discarded == 2
+    data = EpisodeDataset(path)
+    assert len(data) == 2 and data.num_steps == 5
+    first = data.episode(0)
+    assert first["state"][:, 0].tolist() == [0, 5, 6]
+    assert first["intervention"].tolist() == [True, False]
+    assert first["success_label"].tolist() == [-1, 0] and first["truncated"].tolist() == [False, True]
+    second = data.episode(1)
+    assert second["truncated"].tolist() == [False, False, True] and not second["intervention"].any()
+    assert core.outbox.due(now=0.0) == []  # nothing for a learner
+    with pytest.raises(ValueError, match="recorder"):
+        ActorCore(task, ActorConfig(record_only=True), Outbox(tmp_path / "p"))

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
+
 import pytest
 
 pytest.importorskip("rclpy")
@@ -63,3 +65,33 @@ def test_scripted_human_interventions_reach_the_learner_as_demonstrations(tmp_pa
     assert all(code == 0 for code in codes.values()), codes
     summary = json.loads((tmp_path / "learner_summary.json").read_text())
     assert summary["demo_size"] >= 10
+
+
+def test_record_session_with_the_scripted_human_writes_a_labelled_dataset(tmp_path):
+    import subprocess
+    import sys
+
+    from robot_rl.data.episodes import EpisodeDataset
+
+    out = tmp_path / "rec.zarr"
+    cmd = [sys.executable, "-m", "robot_rl.cli", "record", "--task", "arm_lift", "--device", "scripted",
+           "--episodes", "2", "--out", str(out), "--run-dir", str(tmp_path / "run"), "--plain",
+           "--status-period", "1"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "recording" in done.stdout and "kept" in done.stdout  # the live status lines
+    data = EpisodeDataset(out)
+    assert len(data) == 2 and data.task_config["task"] == "arm_lift" and data.task_config["source"] == "teleop"
+    for index in range(2):
+        episode = data.episode(index)
+        # the robot held still until the person (starting up, then reacting) took over; then they drove to the end
+        flags = episode["intervention"].astype(int)
+        assert flags[-1] and flags.mean() > 0.5 and (np.diff(flags) >= 0).all(), flags
+        assert episode["success_label"][-1] == 1  # and said success when the cube was up
+        assert episode["truncated"][-1]
+    summary = json.loads((tmp_path / "run" / "record.json").read_text())
+    assert summary["episodes_recorded"] == 2
+    # appending to the dataset checks it is the same task and layout
+    again = subprocess.run([*cmd[:cmd.index("--task") + 1], "arm_pick_cube", *cmd[cmd.index("--task") + 2:]],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode != 0 and "schema" in (again.stdout + again.stderr)

@@ -10,7 +10,11 @@ A person at the teleop node takes over whenever `teleop/engaged` is true: their 
 `teleop/gripper` are executed instead of the policy's action and the transitions are flagged as
 interventions (the learner stores them as demonstrations too). A command older than
 `teleop_timeout_s` is stale and the policy drives again. `teleop/event` labels end the episode
-(success, failure, reset).
+(success, failure, reset, rerecord).
+
+`mode: record` (what `robot-rl record` starts) is a recording session: only the person drives
+(the robot holds still otherwise), nothing is learned, and episodes are appended to the zarr
+dataset `record_path`; "rerecord" throws the current or just finished episode away.
 """
 
 from __future__ import annotations
@@ -30,11 +34,12 @@ from std_msgs.msg import Bool, Float32, String, UInt8MultiArray
 from std_srvs.srv import Trigger
 
 from robot_rl.data.delivery import Outbox
+from robot_rl.data.episodes import EpisodeSchema, EpisodeWriter
 from robot_rl.envs.arm import ArmSimConfig
 from robot_rl.ros import codec, qos
 from robot_rl.ros.arm_io import action_to_msgs, msgs_to_state
 from robot_rl.ros.messages import bytes_to_uint8_multiarray, msg_to_image, stamp_to_ns, uint8_multiarray_view
-from robot_rl.ros.node_utils import Param, declare_params, diagnostics, run_node
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.tasks import get_task, task_names
 from robot_rl.teleop.takeover import HumanCommand
@@ -42,6 +47,11 @@ from robot_rl.training.actor import LABELS, ActorConfig, ActorCore
 
 PARAMS = [
     Param("task", "arm_lift", "Task name.", choices=task_names()),
+    Param("mode", "train", "train: the policy acts and transitions go to the learner; record: a person's "
+          "episodes go to the dataset record_path.", choices=["train", "record"]),
+    Param("record_path", "", "Record mode: zarr episode dataset to append to (created if absent)."),
+    Param("record_episodes", 0, "Record mode: finish after this many kept episodes (0: until stopped).", 0,
+          1_000_000),
     Param("actor_id", "actor0", "Unique id of this actor among those feeding one learner."),
     Param("run_dir", "runs/default", "Directory for the outbox spill and the evaluation result."),
     Param("total_steps", 10_000, "Training steps before evaluation (0: train forever).", 0, 1_000_000_000),
@@ -68,6 +78,13 @@ PARAMS = [
 TOPICS = ("joint_states", "arm/ee_pose", "cube/pose")
 
 
+def record_task_config(task) -> dict:
+    """What a recorded dataset says about its task (stored inside it; appending checks it matches)."""
+    return {"task": task.name, "obs_dim": task.obs_dim, "action_dim": task.action_dim,
+            "cameras": list(task.cameras), "image_size": task.image_size, "control_hz": task.control_hz,
+            "max_episode_steps": task.max_episode_steps, "source": "teleop"}
+
+
 class ActorNode(Node):
     def __init__(self):
         super().__init__("actor")
@@ -75,9 +92,20 @@ class ActorNode(Node):
         self.task = get_task(p["task"])
         self.run_dir = Path(p["run_dir"])
         outbox = Outbox(self.run_dir / f"outbox-{p['actor_id']}", p["outbox_max_mb"] << 20, p["resend_after_s"])
+        recording = p["mode"] == "record"
+        recorder = None
+        if recording:
+            if not p["record_path"]:
+                raise ParameterError("actor: mode record needs record_path (the dataset to write)")
+            try:
+                recorder = EpisodeWriter(p["record_path"], EpisodeSchema(
+                    self.task.frame_shapes, self.task.obs_dim, self.task.action_dim), record_task_config(self.task))
+            except ValueError as exc:
+                raise ParameterError(f"actor: cannot record into {p['record_path']}: {exc}") from None
         self.core = ActorCore(self.task, ActorConfig(
             p["actor_id"], p["batch_transitions"], p["total_steps"], p["random_steps"], p["eval_episodes"],
-            p["sync_updates_per_step"], p["sync_slack_steps"], p["seed"]), outbox)
+            p["sync_updates_per_step"], p["sync_slack_steps"], recording, p["record_episodes"], p["seed"]),
+            outbox, recorder)
         self.core_lock = threading.Lock()
         # Pixel tasks add their cameras to the synchronized set (rgb8 at the task's image size).
         self.camera_topics = {f"{camera}/color/image_raw": camera for camera in self.task.cameras}
@@ -175,7 +203,7 @@ class ActorNode(Node):
                             time.monotonic())
 
     def _on_teleop_event(self, msg: String) -> None:
-        if msg.data not in LABELS:  # takeover/handback are carried by teleop/engaged; rerecord is the recorder's
+        if msg.data not in LABELS:  # takeover/handback are carried by teleop/engaged
             return
         self.teleop_events += 1
         self.get_logger().info(f"person labelled the episode: {msg.data}")
@@ -197,7 +225,10 @@ class ActorNode(Node):
         else:
             self.get_logger().info(f"training {text}", throttle_duration_sec=5.0)
         if self.core.finished:
-            self.draining_since = time.monotonic()
+            if self.core.config.record_only:
+                self._finish(drained=True)
+            else:
+                self.draining_since = time.monotonic()
             return
         self._request_reset()
 
@@ -275,6 +306,14 @@ class ActorNode(Node):
                 self._finish(drained)
 
     def _finish(self, drained: bool) -> None:
+        if self.core.config.record_only:
+            summary = self.core.record_summary()
+            (self.run_dir / "record.json").write_text(json.dumps(summary, indent=2))
+            self.get_logger().info(f"recorded {summary['episodes_recorded']} episodes "
+                                   f"({summary['episodes_discarded']} discarded) -> {summary['dataset']}")
+            self.exit_code = 0
+            self.request_shutdown()
+            return
         summary = self.core.eval_summary() | {"transitions_sent": self.core.transitions_sent,
                                               "transitions_acked_all": drained,
                                               "unacked_payloads": len(self.core.outbox)}
@@ -299,6 +338,8 @@ class ActorNode(Node):
             "teleop_engaged": self.human.engaged, "teleop_stale_steps": self.human.stale,
             "teleop_rejected": self.human.rejected, "teleop_labels": self.teleop_events,
             "intervention_rate_last20": round(c.intervention_rate(20), 3),
+            "episode_steps": c.episode_steps, "last_return": round(c.history[-1].ret, 4) if c.history else 0.0,
+            "episodes_recorded": c.episodes_recorded, "episodes_discarded": c.episodes_discarded,
         }
         level = DiagnosticStatus.WARN if len(c.outbox) > 100 else DiagnosticStatus.OK
         self.diag_pub.publish(diagnostics(self, values, level, "learner not acknowledging" if level != DiagnosticStatus.OK
@@ -307,6 +348,8 @@ class ActorNode(Node):
     def close(self) -> None:
         self._stop.set()
         self._policy_thread.join(timeout=5)
+        with self.core_lock:
+            self.core.commit_recording()  # a session stopped during the reset keeps its last episode
 
 
 def main(args=None) -> int:

@@ -178,17 +178,26 @@ class LearnerNode(Node):
                 n = self.core.agent.num_updates
                 self.stats["updates_per_s"] = (n - updates_at_last_rate) / (now - last_rate)
                 updates_at_last_rate, last_rate = n, now
+                step = self.core.transitions_received
+                self.writer.add_scalar("learner/updates_per_s", self.stats["updates_per_s"], step)
+                self.writer.add_scalar("learner/policy_version", self.core.policy_version, step)
+                self.writer.add_scalar("buffer/online", len(self.core.online), step)
+                self.writer.add_scalar("buffer/demos", len(self.core.demos), step)
         self.core.save_checkpoint()
 
     def _publish_policy(self) -> None:
         self.policy_pub.publish(bytes_to_uint8_multiarray(self.core.policy_payload()))
 
     def _log_episode(self, episode: dict) -> None:
+        """TensorBoard, and one JSON line per episode in episodes.jsonl (what `robot-rl report` plots)."""
         step = self.core.transitions_received
         self.writer.add_scalar("episode/return", episode["return"], step)
         self.writer.add_scalar("episode/success", float(episode["success"]), step)
         self.writer.add_scalar("episode/intervention_count", episode["interventions"], step)
         self.writer.add_scalar("episode/intervention_steps", episode.get("intervention_steps", 0), step)
+        with open(Path(self.params["run_dir"]) / "episodes.jsonl", "a") as f:
+            f.write(json.dumps({**episode, "env_steps": step, "time": round(time.time(), 3),
+                                "learner_updates": self.core.agent.num_updates}) + "\n")
 
     # ---- executor thread ----------------------------------------------------------------------
 

@@ -10,6 +10,8 @@ real person's (teleop node, arbitration, actor, learner), so they are tested and
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped, TwistStamped
@@ -39,6 +41,10 @@ PARAMS = [
     Param("decay_steps", 10_000, "Control steps over which the takeover probability decays.", 0, 100_000_000),
     Param("off_track_steps", 3, "Consecutive disagreeing steps before the policy counts as off track.", 1, 1000),
     Param("hold_steps", 5, "Steps an intervention lasts.", 1, 10_000),
+    Param("expert_gain", 0.5, "Gain of the arm expert the person follows: below 1 it tolerates the step of "
+          "reaction latency a person (scripted or not) has.", 0.05, 1.0),
+    Param("label_success", False, "Press the success button when the state shows success (tasks whose "
+          "episodes do not end on success by themselves, as on a real robot)."),
     Param("seed", 0, "Random seed.", 0, 2**31 - 1),
 ]
 
@@ -56,9 +62,12 @@ class ScriptedHumanNode(Node):
             mapping = load_mapping(p["mapping"], "joy")
         except ValueError as exc:
             raise ParameterError(f"scripted_human: {exc}") from None
-        intervener = ScriptedIntervener(task.expert, InterventionConfig(
+        expert = partial(task.expert, gain=p["expert_gain"])
+        intervener = ScriptedIntervener(expert, InterventionConfig(
             p["takeover_prob_start"], p["takeover_prob_end"], p["decay_steps"], p["off_track_steps"], p["hold_steps"]))
-        self.gamepad = ScriptedGamepad(intervener, mapping, np.random.default_rng(p["seed"]))
+        # A task that ends its episodes on success needs no label (one would reach the next episode).
+        success = task.success if p["label_success"] and not task.terminate_on_success else None
+        self.gamepad = ScriptedGamepad(intervener, mapping, np.random.default_rng(p["seed"]), success)
         self.state_msgs: dict[str, object] = {}
         self.gripper = 0.0
         self.steps = self.invalid = 0
@@ -99,7 +108,7 @@ class ScriptedHumanNode(Node):
     def _publish_diagnostics(self) -> None:
         g = self.gamepad
         self.diag_pub.publish(diagnostics(self, {
-            "steps_judged": self.steps, "takeovers": g.takeovers, "intervening": g.intervening,
+            "steps_judged": self.steps, "takeovers": g.takeovers, "success_labels": g.labels, "intervening": g.intervening,
             "intervention_steps": g.intervener.intervention_steps,
             "takeover_probability": round(g.intervener.takeover_probability, 4), "invalid": self.invalid}))
 

@@ -245,7 +245,7 @@ class TeleopNode(Node):
         self._stop.set()
         if self._reader is not None:
             self._reader.join(timeout=2.0)
-        if self.arbitrator.engaged:
+        if self.arbitrator.engaged and self.context.ok():  # after a Ctrl-C the context is gone: nothing to send on
             self._publish_command([0.0] * 6)
             self._engaged_pub.publish(Bool(data=False))
 

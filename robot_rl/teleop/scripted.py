@@ -10,7 +10,7 @@ its arbitration and the actor treat it exactly as a person at a real gamepad.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -23,14 +23,17 @@ __all__ = ["ScriptedGamepad"]
 class ScriptedGamepad:
     """Per control step: (state, executed action) -> the gamepad's raw `Joy` axes and buttons."""
 
-    def __init__(self, intervener: ScriptedIntervener, mapping: DeviceMapping, rng: np.random.Generator):
+    def __init__(self, intervener: ScriptedIntervener, mapping: DeviceMapping, rng: np.random.Generator,
+                 success: Callable[[Mapping[str, np.ndarray]], bool] | None = None):
+        """`success`: when given, the person presses the success button on a state that shows
+        success (for tasks whose episodes a person ends, as on a real robot)."""
         if mapping.device != "joy":
             raise ValueError(f"the scripted human drives a joy mapping, got a {mapping.device!r} one")
-        self.intervener, self.rng = intervener, rng
+        self.intervener, self.rng, self.success = intervener, rng, success
         self.mapper = InputMapper(mapping)
         self.num_axes = max((src.source for src in mapping.axes.values()), default=-1) + 1
         self.num_buttons = max(mapping.buttons, default=-1) + 1
-        self.takeovers = 0
+        self.takeovers = self.labels = 0
         self.intervening = False
         self.axes, self.buttons = self._joy(np.zeros(6), ())
 
@@ -55,6 +58,11 @@ class ScriptedGamepad:
 
     def step(self, state: Mapping[str, np.ndarray], executed_action: np.ndarray) -> tuple[list[float], list[int]]:
         """Judges the action just executed in `state` and sets the gamepad for the next step."""
+        if self.success is not None and self.success(state):
+            self.labels += 1
+            self.intervening = False
+            self.axes, self.buttons = self._joy(np.zeros(6), ("success",))
+            return self.axes, self.buttons
         action, intervening = self.intervener(state, np.asarray(executed_action, np.float32), self.rng)
         if not intervening:
             self.release()

@@ -3,6 +3,11 @@
 The node feeds it one synchronized robot state per control step and executes the action it
 returns; everything else (what a transition is, when an episode ends, what goes to the
 learner and when) is decided here, so it is testable with a plain gymnasium env.
+
+Recording sessions (`robot-rl record`, `record_only`) use the same loop: a person drives, the
+robot holds still while nobody does, nothing goes to a learner, and every finished episode goes
+to an `EpisodeWriter`. A finished episode is committed when the next one starts (or the session
+ends), so a person can still throw it away with "rerecord" during the reset.
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ import numpy as np
 
 from robot_rl.agents.policy import Policy, PolicySpec
 from robot_rl.data.delivery import Outbox
+from robot_rl.data.episodes import EpisodeWriter
 from robot_rl.data.replay import TRANSITION_FIELDS, stack_transitions
 from robot_rl.ros import codec
 from robot_rl.tasks import State, TaskSpec
 from robot_rl.training.learner import ACK, POLICY, TRANSITIONS
 
 
-LABELS = ("success", "failure", "reset")
+LABELS = ("success", "failure", "reset", "rerecord")
 """Episode labels a person can give through teleop/event (see ActorCore.label)."""
 
 
@@ -45,6 +51,11 @@ class ActorConfig:
     on how fast this machine is. 0 runs free, as a real robot must."""
     sync_slack_steps: int = 500
     """Steps the actor may run ahead of the learner's update count."""
+    record_only: bool = False
+    """Recording session: the person's actions only (the robot holds still without one), no
+    learner, no evaluation; episodes go to the recorder."""
+    record_episodes: int = 0
+    """Recording: finish after this many kept episodes (0: until stopped)."""
     seed: int = 0
 
 
@@ -84,8 +95,10 @@ class _Pending:
 
 
 class ActorCore:
-    def __init__(self, task: TaskSpec, config: ActorConfig, outbox: Outbox):
-        self.task, self.config, self.outbox = task, config, outbox
+    def __init__(self, task: TaskSpec, config: ActorConfig, outbox: Outbox, recorder: EpisodeWriter | None = None):
+        if config.record_only and recorder is None:
+            raise ValueError("record_only needs a recorder (an EpisodeWriter)")
+        self.task, self.config, self.outbox, self.recorder = task, config, outbox, recorder
         self.rng = np.random.default_rng(config.seed)
         self.policy: Policy | None = None
         self.policy_version = 0
@@ -102,6 +115,9 @@ class ActorCore:
         self._episode: EpisodeStats | None = None
         self._prev: tuple[np.ndarray, np.ndarray, bool] | None = None  # obs, action, intervention
         self._label: str | None = None
+        self._held_episode: Any = None  # final observation of a recorded episode awaiting its commit
+        self.episodes_recorded = 0
+        self.episodes_discarded = 0
         self._pending = _Pending()
 
     # ---- policy -------------------------------------------------------------------------------
@@ -139,6 +155,7 @@ class ActorCore:
     def start_episode(self) -> None:
         if self.finished:
             raise RuntimeError("actor finished: training and evaluation are done")
+        self.commit_recording()
         self._prev, self._label = None, None
         self._episode = EpisodeStats(self.episode_index, evaluation=self.evaluating,
                                      policy_version=self.policy_version)
@@ -156,11 +173,24 @@ class ActorCore:
           success key does; otherwise the episode is truncated there.
         - "failure": the episode ends (truncated: a failure is not a terminal state), unsuccessful.
         - "reset": the episode ends (truncated) without a label.
+        - "rerecord": with a recorder the episode is thrown away (the one in progress, or the one
+          just finished and not yet committed); without one, as reset.
         """
         if event not in LABELS:
             raise ValueError(f"unknown episode label {event!r}; expected one of {LABELS}")
-        if self._episode is not None:
+        if event == "rerecord" and self._held_episode is not None:
+            self.recorder.discard_episode()
+            self._held_episode = None
+            self.episodes_discarded += 1
+        elif self._episode is not None:
             self._label = event
+
+    def commit_recording(self) -> None:
+        """Writes the finished episode held for review (recording sessions; else nothing)."""
+        if self._held_episode is not None:
+            self.recorder.end_episode(self._held_episode)
+            self._held_episode = None
+            self.episodes_recorded += 1
 
     def step(self, state: State, human_action: np.ndarray | None = None) -> StepResult:
         """Consumes the state reached after the previous action; returns the next action.
@@ -176,8 +206,10 @@ class ActorCore:
             reward = float(self.task.reward(state))
             success = bool(self.task.success(state))
             label, self._label = self._label, None
+            if label == "rerecord" and self.recorder is not None:
+                return StepResult(None, self._end_episode(obs, discard=True))
             if label is not None:
-                success = label == "success" or (success and label == "reset")
+                success = label == "success" or (success and label in ("reset", "rerecord"))
                 if label == "success" and self.task.terminate_on_success:
                     reward = 1.0
             terminated = success and self.task.terminate_on_success
@@ -185,11 +217,13 @@ class ActorCore:
             episode.ret += reward
             truncated = not terminated and (episode.steps >= self.task.max_episode_steps or label is not None)
             if not episode.evaluation:
-                self._record(self._prev, reward, obs, terminated, truncated)
+                # A person's label, or the task's own success where it ends the episode (the sim knows).
+                success_label = {"success": True, "failure": False}.get(label, True if terminated else None)
+                self._record(self._prev, reward, obs, terminated, truncated, success_label)
                 self.train_steps += 1
             if terminated or truncated:
                 episode.success = success
-                return StepResult(None, self._end_episode())
+                return StepResult(None, self._end_episode(obs))
         action, intervention = self._choose_action(obs, human_action, episode.evaluation)
         taking_over = intervention and not (self._prev is not None and self._prev[2])
         episode.interventions += int(taking_over)
@@ -220,6 +254,8 @@ class ActorCore:
             if action.shape != (self.task.action_dim,) or not np.isfinite(action).all():
                 raise ValueError(f"human action has shape {action.shape} or non-finite values")
             return np.clip(action, -1.0, 1.0), True
+        if self.config.record_only:
+            return self._hold_action(), False
         if self.policy is None or (not evaluation and self.train_steps < self.config.random_steps):
             return self.rng.uniform(-1.0, 1.0, self.task.action_dim).astype(np.float32), False
         action = self.policy.act(obs, deterministic=evaluation)
@@ -227,8 +263,19 @@ class ActorCore:
             raise ValueError("policy produced a non-finite action")
         return np.clip(action, -1.0, 1.0).astype(np.float32), False
 
-    def _record(self, prev, reward, next_obs, terminated, truncated) -> None:
+    def _hold_action(self) -> np.ndarray:
+        """Nobody drives a recording session: no motion, the gripper (the last entry) as it was."""
+        action = np.zeros(self.task.action_dim, np.float32)
+        action[-1] = self._prev[1][-1] if self._prev is not None else -1.0
+        return action
+
+    def _record(self, prev, reward, next_obs, terminated, truncated, success_label: bool | None) -> None:
         obs, action, intervention = prev
+        if self.recorder is not None:
+            self.recorder.add_step(obs if isinstance(obs, dict) else {"state": obs}, action, reward, terminated,
+                                   truncated, intervention, success_label, time.time())
+        if self.config.record_only:
+            return
         f = self._pending.fields
         values = {"action": action, "reward": reward, "terminated": terminated, "truncated": truncated,
                   "intervention": intervention}
@@ -243,9 +290,21 @@ class ActorCore:
         if len(f["reward"]) >= self.config.batch_transitions:
             self.flush()
 
-    def _end_episode(self) -> EpisodeStats:
+    def _end_episode(self, final_obs, discard: bool = False) -> EpisodeStats:
         episode, self._episode, self._prev = self._episode, None, None
         self.history.append(episode)
+        if self.recorder is not None and not episode.evaluation:
+            if discard:
+                self.recorder.discard_episode()
+                self.episodes_discarded += 1
+            elif self.recorder.steps_in_episode:
+                self._held_episode = final_obs if isinstance(final_obs, dict) else {"state": final_obs}
+        if self.config.record_only:
+            target = self.config.record_episodes
+            if target and self.episodes_recorded + (self._held_episode is not None) >= target:
+                self.commit_recording()  # the last one: nothing follows to review it during
+                self.finished = True
+            return episode
         if episode.evaluation:
             self.eval_results.append(episode)
             if len(self.eval_results) >= self.config.eval_episodes:
@@ -290,6 +349,17 @@ class ActorCore:
     def success_rate(self, last: int = 20, evaluation: bool = False) -> float:
         episodes = [e for e in self.history if e.evaluation == evaluation][-last:]
         return float(np.mean([e.success for e in episodes])) if episodes else 0.0
+
+    @property
+    def episode_steps(self) -> int:
+        """Steps of the episode in progress (0 between episodes)."""
+        return self._episode.steps if self._episode is not None else 0
+
+    def record_summary(self) -> dict[str, Any]:
+        return {"dataset": str(self.recorder.path) if self.recorder is not None else None,
+                "episodes_recorded": self.episodes_recorded, "episodes_discarded": self.episodes_discarded,
+                "steps": self.recorder.num_steps if self.recorder is not None else 0,
+                "interventions": sum(e.interventions for e in self.history)}
 
     def intervention_rate(self, last: int = 20) -> float:
         """Share of the last training episodes in which a person took over."""
