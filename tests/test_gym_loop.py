@@ -117,3 +117,35 @@ def test_dict_env_with_a_frozen_encoder_stores_features_and_routes_interventions
 def test_missing_expert_is_a_clear_error():
     with pytest.raises(ValueError, match="no scripted expert"):
         Trainer(_config(), expert=None)
+
+
+def test_config_interventions_and_early_stop():
+    trainer = Trainer(_config(interventions=True, demo_episodes=0, total_steps=90, eval_every=30,
+                              stop_success_rate=0.0), expert=dot_expert)
+    history = trainer.run()
+    assert len(history) == 1 and history[0]["steps"] == 30  # the first evaluation met the (trivial) bar
+    assert trainer.intervener is not None and trainer.intervener.steps == 30
+    assert len(trainer.demos) == trainer.intervener.intervention_steps > 0  # a fresh policy gets corrected
+
+
+def test_vlac_protocol_offline_replay_and_return_and_explore():
+    import robot_rl.envs  # noqa: F401
+    from robot_rl.tasks import expert_for_env
+
+    env_id = "robot_rl/ArmPickCube-v0"
+    config = GymTrainConfig(env_id, env_kwargs={"observation": "state"}, total_steps=40, demo_episodes=2,
+                            warmup_steps=20, eval_every=0, eval_episodes=1, buffer_capacity=500,
+                            sac=SACConfig(batch_size=16, hidden_dims=(32, 32), grasp_critic=True),
+                            offline_updates=7, return_and_explore=1.0)
+    trainer = Trainer(config, expert=expert_for_env(env_id))
+    starts = []
+    reset = trainer.env.reset
+    trainer.env.reset = lambda **kw: (starts.append(kw.get("options")), reset(**kw))[1]
+    history = trainer.run()
+    training_starts = starts[history[-1]["demo_attempts"]:]  # the demonstrations' own resets come first
+    assert trainer.demo_states and training_starts
+    assert all(o is not None and "snapshot" in o for o in training_starts)  # every episode from a demo state
+    # 7 offline updates, then one per step after the 20-step warm-up
+    assert trainer.agent.num_updates == 7 + (40 - 20 + 1)
+    with pytest.raises(ValueError, match="snapshot"):
+        Trainer(_config(return_and_explore=0.5), expert=dot_expert)

@@ -285,6 +285,28 @@ class ArmSim:
         mujoco.mj_comPos(m, d)
         mujoco.mj_camlight(m, d)
 
+    _SNAPSHOT = mujoco.mjtState.mjSTATE_INTEGRATION
+
+    def snapshot(self) -> np.ndarray:
+        """Everything that determines the future of the simulation (MuJoCo's integration state,
+        controls included, and the controller's target), as one float64 vector."""
+        size = mujoco.mj_stateSize(self.model, self._SNAPSHOT)
+        state = np.empty(size + 3)
+        mujoco.mj_getState(self.model, self.data, state[:size], self._SNAPSHOT)
+        state[size:] = self.target_pos
+        return state
+
+    def restore(self, snapshot: np.ndarray) -> None:
+        """Returns the simulation to a `snapshot()` of the same model; ValueError if it does not fit."""
+        size = mujoco.mj_stateSize(self.model, self._SNAPSHOT)
+        snapshot = np.asarray(snapshot, dtype=np.float64)
+        if snapshot.shape != (size + 3,) or not np.isfinite(snapshot).all():
+            raise ValueError(f"snapshot must be {size + 3} finite values of this model, got shape {snapshot.shape}")
+        mujoco.mj_setState(self.model, self.data, snapshot[:size], self._SNAPSHOT)
+        self.target_pos = snapshot[size:].copy()
+        mujoco.mj_forward(self.model, self.data)
+        self._refresh()
+
     def set_cube_pose(self, pos: np.ndarray, quat: np.ndarray | None = None) -> None:
         """Teleport the cube (world position (3,), optional wxyz quaternion) and zero its velocity."""
         c, v = self._cube_q, self._cube_v

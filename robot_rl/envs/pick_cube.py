@@ -193,14 +193,30 @@ class ArmPickCubeEnv(gym.Env):
         success = lift_success(self._state)
         return {"success": success, "is_success": success, "state": self._state}
 
+    def snapshot(self) -> dict[str, Any]:
+        """The scene and simulation now: `reset(options={"snapshot": ...})` starts an episode here
+        (VLAC's return-and-explore starts exploring from demonstration states)."""
+        if self._state is None:
+            raise RuntimeError("call reset() before snapshot()")
+        return {"sample": dict(self.sample), "sim": self.sim.snapshot(), "pending": [a.copy() for a in self._pending]}
+
     def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """options={"snapshot": snapshot()}: start from that state (its scene, physics and actions
+        in flight) instead of a fresh draw; the episode's step budget starts anew."""
         super().reset(seed=seed)
-        self.sample = self.randomization.sample(self.split, self.np_random) if self.randomization else {}
+        snapshot = (options or {}).get("snapshot")
+        if snapshot is not None:
+            self.sample = dict(snapshot["sample"])
+        else:
+            self.sample = self.randomization.sample(self.split, self.np_random) if self.randomization else {}
         self.randomizer.apply(self.sample)
         self.sim.reset(self.np_random)
         latency = int(self.sample.get("action_latency_steps", 0))
         # Until the first decision has travelled through the latency, the arm holds still, gripper open.
         self._pending = deque([np.array([0.0, 0.0, 0.0, -1.0], np.float32)] * latency)
+        if snapshot is not None:
+            self.sim.restore(snapshot["sim"])
+            self._pending = deque(np.asarray(a, np.float32) for a in snapshot["pending"])
         self._steps = 0
         self._instabilities_at_reset = self._instabilities()
         self._state = self.sim.state()

@@ -30,6 +30,7 @@ from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.data.episodes import EpisodeDataset
 from robot_rl.data.frames import FrameReplayBuffer
 from robot_rl.data.replay import MixedSampler, ReplayBuffer, transition_layout
+from robot_rl.training.interventions import InterventionConfig, ScriptedIntervener
 from robot_rl.training.learner import resolve_device
 
 Expert = Callable[[dict, np.random.Generator, float], np.ndarray]
@@ -68,7 +69,18 @@ class GymTrainConfig:
     eval_episodes: int = 50
     """Deterministic evaluation episodes per evaluation."""
     interventions: bool = False
-    """A scripted human takes over when the policy goes off track (needs an expert)."""
+    """A scripted human (`ScriptedIntervener` with its defaults) takes over when the policy goes
+    off track (needs an expert); a caller may pass its own intervener instead."""
+    offline_updates: int = 0
+    """VLAC's offline demonstration replay: agent updates on the demonstrations alone before the
+    first online step."""
+    return_and_explore: float = 0.0
+    """VLAC's return-and-explore: chance that a training episode starts from a state of a scripted
+    demonstration instead of a fresh reset (the env must offer `snapshot()` and
+    `reset(options={"snapshot": ...})`, as robot_rl/ArmPickCube-v0 does). Human-guided
+    exploration, the third mode of VLAC's protocol, is `interventions`."""
+    stop_success_rate: float | None = None
+    """End training at the first evaluation with at least this success rate (None: run to total_steps)."""
     buffer_capacity: int = 200_000
     device: str = "auto"
 
@@ -117,11 +129,16 @@ class Trainer:
         self.rng = np.random.default_rng(cfg.seed)
         torch.manual_seed(cfg.seed)
         self.env = make_env(cfg.env_id, cfg.env_kwargs)
-        self.expert, self.intervener, self.log = expert, intervener, log or (lambda row: None)
         if (cfg.demo_episodes or cfg.interventions) and expert is None:
             raise ValueError(f"{cfg.env_id} has no scripted expert: set demo_episodes=0 and interventions=False "
                              "or give demo_dataset")
         action_dim = self.env.action_space.shape[0]
+        if cfg.interventions and intervener is None:
+            # Every continuous entry is motion; with a grasp critic the last one is the gripper command.
+            continuous = action_dim - 1 if cfg.sac.grasp_critic else action_dim
+            intervener = ScriptedIntervener(expert, InterventionConfig(
+                motion_dims=tuple(range(continuous)), gripper_index=continuous if cfg.sac.grasp_critic else None))
+        self.expert, self.intervener, self.log = expert, intervener, log or (lambda row: None)
         obs_space = self.env.observation_space
         self.cameras = image_keys(obs_space)
         state_dim = obs_space["state"].shape[0] if self.cameras and "state" in obs_space.spaces else 0
@@ -146,6 +163,13 @@ class Trainer:
             make = lambda: ReplayBuffer(cfg.buffer_capacity, layout)  # noqa: E731
         self.online, self.demos = make(), make()
         self.sampler = MixedSampler(self.online, self.demos, cfg.demo_fraction)
+        if not 0.0 <= cfg.return_and_explore <= 1.0:
+            raise ValueError(f"return_and_explore must be in [0, 1], got {cfg.return_and_explore}")
+        if cfg.return_and_explore and not (cfg.demo_episodes and hasattr(self.env.unwrapped, "snapshot")):
+            raise ValueError(f"return_and_explore needs scripted demonstrations in an env with snapshot(); "
+                             f"{cfg.env_id} has {'no snapshot()' if cfg.demo_episodes else 'demo_episodes=0'}")
+        self.demo_states: list[Any] = []
+        """Snapshots of the states scripted demonstrations passed through (return-and-explore)."""
         self.state_dim = state_dim
         self.steps = 0
         self.history: list[dict[str, Any]] = []
@@ -193,9 +217,11 @@ class Trainer:
             if attempted > 5 * cfg.demo_episodes + 10:
                 raise RuntimeError(f"scripted expert succeeded in only {kept} of {attempted} episodes")
             obs, info = self.env.reset(seed=int(self.rng.integers(2**31)))
-            episode, success, done = [], False, False
+            episode, states, success, done = [], [], False, False
             stored = self.stored(obs)
             while not done:
+                if cfg.return_and_explore:
+                    states.append(self.env.unwrapped.snapshot())
                 action = self.expert(info["state"], self.rng, cfg.demo_noise)
                 obs, reward, terminated, truncated, info = self.env.step(action)
                 next_stored = self.stored(obs)
@@ -204,6 +230,7 @@ class Trainer:
                 success = success or bool(info.get("is_success", False))
             if success:
                 kept += 1
+                self.demo_states += states
                 for transition in episode:
                     self.add(self.demos, *transition, False, stream=f"demo{kept}")
         if cfg.demo_dataset:
@@ -257,11 +284,22 @@ class Trainer:
             env.close()
         return {"success_rate": float(np.mean(successes)), "mean_return": float(np.mean(returns))}
 
+    def reset_training_episode(self, seed: int):
+        """A fresh reset, or (return-and-explore) a reset into a demonstration's state."""
+        if self.demo_states and self.rng.random() < self.config.return_and_explore:
+            snapshot = self.demo_states[int(self.rng.integers(len(self.demo_states)))]
+            return self.env.reset(seed=seed, options={"snapshot": snapshot})
+        return self.env.reset(seed=seed)
+
     def run(self) -> list[dict[str, Any]]:
         cfg = self.config
         start = time.perf_counter()
         demo_stats = self.collect_demos() if (cfg.demo_episodes or cfg.demo_dataset) else {}
-        obs, info = self.env.reset(seed=cfg.seed)
+        if cfg.offline_updates and len(self.demos):
+            for _ in range(cfg.offline_updates):  # the online buffer is empty: demonstrations only
+                self.agent.update(self.batch())
+        offline = self.agent.num_updates
+        obs, info = self.reset_training_episode(cfg.seed)
         stored = self.stored(obs)
         episode = {"return": 0.0, "interventions": 0, "intervention_steps": 0, "index": 0}
         episodes, intervening = [], False
@@ -284,12 +322,12 @@ class Trainer:
             episode["return"] += float(reward)
             self.steps += 1
             if len(self.online) >= cfg.warmup_steps:
-                target = int((self.steps - cfg.warmup_steps + 1) * cfg.updates_per_step)
+                target = offline + int((self.steps - cfg.warmup_steps + 1) * cfg.updates_per_step)
                 while self.agent.num_updates < target:
                     self.agent.update(self.batch())
             if terminated or truncated:
                 episodes.append({**episode, "success": bool(info.get("is_success", False))})
-                obs, info = self.env.reset(seed=int(self.rng.integers(2**31)))
+                obs, info = self.reset_training_episode(int(self.rng.integers(2**31)))
                 stored = self.stored(obs)
                 episode = {"return": 0.0, "interventions": 0, "intervention_steps": 0, "index": episode["index"] + 1}
                 intervening = False
@@ -305,5 +343,7 @@ class Trainer:
                        "episodes": len(episodes)}
                 self.history.append(row)
                 self.log(row)
+                if cfg.stop_success_rate is not None and row["success_rate"] >= cfg.stop_success_rate:
+                    break
         self.env.close()
         return self.history

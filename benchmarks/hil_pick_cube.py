@@ -1,0 +1,100 @@
+"""Human in the loop on pixel pick-cube: steps to 90 % success with and without a scripted human.
+
+Both arms are `benchmarks/pick_cube.py`'s setup (64x64 front + wrist cameras + proprioception,
+sparse reward, 20 scripted demonstrations, frozen pretrained encoder, evaluation on the eval
+ranges every `--eval-every` steps, 50 episodes), run in this same process with the same seeds. In
+the HIL arm a scripted human (`ScriptedIntervener`: the decision logic the scripted human node
+drives a gamepad with, see tests/test_hil_graph.py) takes over whenever the policy is off track,
+with a takeover probability decaying from 1 to 0 over 10k steps; the transitions it drove go to
+the online and demonstration buffers (HIL-SERL). Each run stops at its first evaluation at >= 90 %.
+
+    python benchmarks/hil_pick_cube.py [--seeds 0 1 2] [--steps 20000] [--quick]
+
+Target (issue 4): `step_ratio` = median steps to 90 % with interventions / without <= 0.6.
+A seed that never reaches 90 % counts as `--steps` + one evaluation period (a lower bound on its
+true steps, so a ratio computed with it is conservative for the arm that did not finish).
+Writes hil_pick_cube.png (success versus steps, both arms, every seed). Last line: JSON with
+`step_ratio`, per-arm per-seed steps to 90 %, `wall_s`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pick_cube import ENV_ID, config_for  # noqa: E402
+
+from robot_rl.tasks import expert_for_env  # noqa: E402
+from robot_rl.training.gym_loop import Trainer  # noqa: E402
+
+TARGET = 0.9
+
+
+def steps_to_target(rows: list[dict], cap: int) -> int:
+    return next((r["steps"] for r in rows if r["success_rate"] >= TARGET), cap)
+
+
+def plot(curves: dict[str, dict[int, list[dict]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for arm, style in (("without", "--"), ("with", "-")):
+        for seed, rows in curves[arm].items():
+            ax.plot([r["steps"] for r in rows], [100 * r["success_rate"] for r in rows], style, marker="o",
+                    label=f"{arm} interventions, seed {seed}")
+    ax.axhline(100 * TARGET, color="grey", linestyle=":", linewidth=1)
+    ax.set(xlabel="environment steps", ylabel="evaluation success (%)", ylim=(-2, 102),
+           title="pixel pick-cube: scripted human in the loop vs. none")
+    ax.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=20_000, help="step budget of each run")
+    parser.add_argument("--eval-every", type=int, default=1_000)
+    parser.add_argument("--quick", action="store_true", help="one seed, 2k steps, 10 evaluation episodes")
+    parser.add_argument("--out", default=".", help="directory for the PNG")
+    args = parser.parse_args()
+    seeds = args.seeds[:1] if args.quick else args.seeds
+    steps, eval_every = (2_000, 1_000) if args.quick else (args.steps, args.eval_every)
+    eval_episodes = 10 if args.quick else 50
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    expert = expert_for_env(ENV_ID)
+    start = time.perf_counter()
+    curves: dict[str, dict[int, list[dict]]] = {"without": {}, "with": {}}
+    for seed in seeds:
+        for arm in ("with", "without"):
+            config = replace(config_for(seed, steps, False, eval_every, eval_episodes), interventions=arm == "with",
+                             stop_success_rate=TARGET)
+            trainer = Trainer(config, expert=expert,
+                              log=lambda row, s=seed, a=arm: print(json.dumps({"arm": a, "seed": s, **row}), flush=True))
+            curves[arm][seed] = trainer.run()
+    cap = steps + eval_every
+    reached = {arm: [steps_to_target(rows, cap) for rows in runs.values()] for arm, runs in curves.items()}
+    medians = {arm: statistics.median(values) for arm, values in reached.items()}
+    png = Path(args.out) / "hil_pick_cube.png"
+    plot(curves, png)
+    print(json.dumps({"step_ratio": round(medians["with"] / medians["without"], 3),
+                      "steps_to_90_with": reached["with"], "steps_to_90_without": reached["without"],
+                      "median_with": medians["with"], "median_without": medians["without"],
+                      "never_reached_counts_as": cap, "seeds": seeds, "wall_s": round(time.perf_counter() - start, 1),
+                      "png": str(png), "meets_target": medians["with"] <= 0.6 * medians["without"]}))
+
+
+if __name__ == "__main__":
+    main()
