@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from geometry_msgs.msg import PoseStamped, TwistStamped
+from geometry_msgs.msg import TwistStamped
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import Image
 from std_msgs.msg import Bool, Float32, String, UInt8MultiArray
 from std_srvs.srv import Trigger
 
@@ -37,7 +37,7 @@ from robot_rl.data.delivery import Outbox
 from robot_rl.data.episodes import EpisodeSchema, EpisodeWriter
 from robot_rl.envs.arm import ArmSimConfig
 from robot_rl.ros import codec, qos
-from robot_rl.ros.arm_io import action_to_msgs, msgs_to_state
+from robot_rl.ros.arm_io import STATE_TOPICS, action_to_msgs, msgs_to_state
 from robot_rl.ros.messages import bytes_to_uint8_multiarray, msg_to_image, stamp_to_ns, uint8_multiarray_view
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
 from robot_rl.ros.sync import StampSynchronizer
@@ -75,7 +75,7 @@ PARAMS = [
     Param("seed", 0, "Random seed.", 0, 2**31 - 1),
 ]
 
-TOPICS = ("joint_states", "arm/ee_pose", "cube/pose")
+TOPICS = tuple(topic for topic, _ in STATE_TOPICS)
 
 
 def record_task_config(task) -> dict:
@@ -122,7 +122,7 @@ class ActorNode(Node):
         self.gripper_pub = self.create_publisher(Float32, "arm/gripper", qos.COMMAND)
         self.transitions_pub = self.create_publisher(UInt8MultiArray, "rl/transitions", qos.TRANSITIONS)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        topic_types = [*zip(TOPICS, (JointState, PoseStamped, PoseStamped)), *((t, Image) for t in self.camera_topics)]
+        topic_types = [*STATE_TOPICS, *((t, Image) for t in self.camera_topics)]
         for topic, msg_type in topic_types:
             self.create_subscription(msg_type, topic, lambda m, t=topic: self._on_observation(t, m), qos.SENSOR)
         self.human = HumanCommand(self.task.action_dim, p["teleop_timeout_s"])

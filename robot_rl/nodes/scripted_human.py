@@ -14,14 +14,14 @@ from functools import partial
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
-from geometry_msgs.msg import PoseStamped, TwistStamped
+from geometry_msgs.msg import TwistStamped
 from rclpy.node import Node
-from sensor_msgs.msg import JointState, Joy
+from sensor_msgs.msg import Joy
 from std_msgs.msg import Float32
 
 from robot_rl.envs.arm import ArmSimConfig
 from robot_rl.ros import qos
-from robot_rl.ros.arm_io import msgs_to_action, msgs_to_state
+from robot_rl.ros.arm_io import STATE_TOPICS, msgs_to_action, msgs_to_state
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
 from robot_rl.tasks import get_task, task_names
 from robot_rl.teleop.mapping import load_mapping
@@ -48,8 +48,6 @@ PARAMS = [
     Param("seed", 0, "Random seed.", 0, 2**31 - 1),
 ]
 
-STATE_TOPICS = ("joint_states", "arm/ee_pose", "cube/pose")
-
 
 class ScriptedHumanNode(Node):
     def __init__(self):
@@ -73,7 +71,7 @@ class ScriptedHumanNode(Node):
         self.steps = self.invalid = 0
         self.joy_pub = self.create_publisher(Joy, "joy", 10)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        for topic, msg_type in zip(STATE_TOPICS, (JointState, PoseStamped, PoseStamped)):
+        for topic, msg_type in STATE_TOPICS:
             self.create_subscription(msg_type, topic, lambda m, t=topic: self.state_msgs.__setitem__(t, m), qos.SENSOR)
         # The actor publishes arm/gripper just before arm/cmd: the command completes the step.
         self.create_subscription(Float32, "arm/gripper", self._on_gripper, qos.COMMAND)
@@ -88,7 +86,7 @@ class ScriptedHumanNode(Node):
         if len(self.state_msgs) < len(STATE_TOPICS):
             return
         try:
-            state = msgs_to_state(*(self.state_msgs[t] for t in STATE_TOPICS))
+            state = msgs_to_state(*(self.state_msgs[t] for t, _ in STATE_TOPICS))
             action = msgs_to_action(msg, self.gripper, self.params["action_scale"], self.params["control_hz"])
         except ValueError as exc:
             self.invalid += 1

@@ -17,6 +17,8 @@ from std_msgs.msg import Float32
 from robot_rl.ros.messages import ns_to_stamp
 
 GRIPPER_JOINT = "gripper"
+STATE_TOPICS = (("joint_states", JointState), ("arm/ee_pose", PoseStamped), ("cube/pose", PoseStamped))
+"""The topics (and message types) `msgs_to_state` rebuilds the arm's state from, in its argument order."""
 WORLD_FRAME = "world"
 
 

@@ -47,10 +47,6 @@ class ScriptedGamepad:
             buttons[index] = 1
         return axes, buttons
 
-    def start_episode(self) -> None:
-        self.intervener.start_episode()
-        self.release()
-
     def release(self) -> None:
         """Hands off the gamepad: nothing held, sticks centred."""
         self.intervening = False
