@@ -31,7 +31,7 @@ setup(
         *share_tree("hardware"),
         *share_tree("policies"),
     ],
-    install_requires=["setuptools", "numpy", "pyyaml", "safetensors", "zarr", "mujoco", "gymnasium", "rich",
+    install_requires=["setuptools", "numpy", "scipy", "pyyaml", "safetensors", "zarr", "mujoco", "gymnasium", "rich",
                       "tensorboard"],
     zip_safe=True,
     maintainer="robot_rl developers",
