@@ -43,6 +43,8 @@ setup(
         "hardware": ["pyrealsense2", "opencv-python-headless", "mcap", "mcap-ros2-support", "pymavlink", "cflib"],
         # teleop input devices: SpaceMouse (HID) and Linux gamepads (evdev; prebuilt wheel)
         "teleop": ["hidapi", "evdev-binary"],
+        # the large VLAC-style reward backend (InternVL checkpoints from a local path, GPU)
+        "vlac": ["transformers>=4.51", "einops", "sentencepiece", "timm"],
         # the tests drive the hardware adapters through their real libraries
         "test": ["pytest", "pytest-timeout", "matplotlib", "hypothesis", "pyrealsense2", "opencv-python-headless",
                  "mcap", "mcap-ros2-support", "pymavlink", "cflib", "hidapi", "evdev-binary"],

@@ -73,6 +73,17 @@ def _arm_pick_cube() -> TaskSpec:
 _TASKS: dict[str, Callable[[], TaskSpec]] = {"arm_lift": _arm_lift, "arm_pick_cube": _arm_pick_cube}
 
 
+def _arm_push_cube_expert() -> Callable[..., np.ndarray]:
+    from robot_rl.envs import push_cube
+
+    return partial(push_cube.scripted_push_action, gain=0.5)  # latency-tolerant, as pick-cube's
+
+
+# Experts of simulated envs that are not (yet) tasks: push-cube's success needs the cube's position
+# at the episode start (`cube_start`), which the ROS actor's state, rebuilt from topics, lacks.
+_SIM_EXPERTS: dict[str, Callable[[], Callable[..., np.ndarray]]] = {"robot_rl/ArmPushCube-v0": _arm_push_cube_expert}
+
+
 def get_task(name: str) -> TaskSpec:
     try:
         factory = _TASKS[name]
@@ -86,9 +97,11 @@ def task_names() -> list[str]:
 
 
 def expert_for_env(env_id: str) -> Callable[..., np.ndarray] | None:
-    """The scripted expert of the task whose simulated environment is `env_id` (None if none)."""
+    """The scripted expert of the task whose simulated environment is `env_id`, or of that
+    simulation-only environment (`_SIM_EXPERTS`); None if none."""
     for name in _TASKS:
         task = get_task(name)
         if task.env_id == env_id:
             return task.expert
-    return None
+    factory = _SIM_EXPERTS.get(env_id)
+    return factory() if factory is not None else None

@@ -40,10 +40,11 @@ class Rollout:
 
 
 def rollout(env: gym.Env, policy: Policy, rng: np.random.Generator, seed: int,
-            steps_after_success: int = 0, max_steps: int | None = None) -> Rollout:
+            steps_after_success: int = 0, max_steps: int | None = None,
+            stop: Callable[[Mapping[str, np.ndarray]], bool] | None = None) -> Rollout:
     """Runs `policy` on the env's true state (`info["state"]`) from a reset with `seed`, until the
-    env truncates, or `steps_after_success` steps after the first success (the env's own
-    termination on success is ignored for those steps)."""
+    env truncates, `stop(state)` says so, or `steps_after_success` steps after the first success
+    (the env's own termination on success is ignored for those steps)."""
     obs, info = env.reset(seed=seed)
     episode = Rollout(observations=[obs], states=[info["state"]])
     remaining = None
@@ -65,6 +66,8 @@ def rollout(env: gym.Env, policy: Policy, rng: np.random.Generator, seed: int,
             remaining -= 1
         elif truncated or terminated:
             episode.truncated = bool(truncated)
+            break
+        elif stop is not None and stop(info["state"]):
             break
     return episode
 

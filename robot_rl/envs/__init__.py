@@ -9,16 +9,21 @@ when an environment is created):
   ``render_mode``).  The horizon is enforced by the environment itself (default 50 steps).
 * ``robot_rl/ArmPickCube-v0`` -- :class:`robot_rl.envs.pick_cube.ArmPickCubeEnv` (the same arm
   picking the cube from two cameras + proprioception, sparse reward, randomized scenes).
+* ``robot_rl/ArmPushCube-v0`` -- :class:`robot_rl.envs.push_cube.ArmPushCubeEnv` (the same scenes
+  and observations; push the cube 6 cm to the left along the table, sparse reward).
 """
 
 from gymnasium.envs.registration import register, registry
 
 ARM_LIFT_ENV_ID = "robot_rl/ArmLift-v0"
 ARM_PICK_CUBE_ENV_ID = "robot_rl/ArmPickCube-v0"
+ARM_PUSH_CUBE_ENV_ID = "robot_rl/ArmPushCube-v0"
 
 if ARM_LIFT_ENV_ID not in registry:
     register(id=ARM_LIFT_ENV_ID, entry_point="robot_rl.envs.arm:ArmLiftEnv")
 if ARM_PICK_CUBE_ENV_ID not in registry:
     register(id=ARM_PICK_CUBE_ENV_ID, entry_point="robot_rl.envs.pick_cube:ArmPickCubeEnv")
+if ARM_PUSH_CUBE_ENV_ID not in registry:
+    register(id=ARM_PUSH_CUBE_ENV_ID, entry_point="robot_rl.envs.push_cube:ArmPushCubeEnv")
 
-__all__ = ["ARM_LIFT_ENV_ID", "ARM_PICK_CUBE_ENV_ID"]
+__all__ = ["ARM_LIFT_ENV_ID", "ARM_PICK_CUBE_ENV_ID", "ARM_PUSH_CUBE_ENV_ID"]

@@ -189,8 +189,16 @@ class ArmPickCubeEnv(gym.Env):
             return vector
         return {**{c: self.sim.render(c) for c in self.cameras}, "state": vector}
 
+    def _read_state(self) -> dict[str, np.ndarray]:
+        """The state dict of the simulation now (a task adds what its success needs)."""
+        return self.sim.state()
+
+    def _success(self, state: dict[str, np.ndarray]) -> bool:
+        """Whether the task is solved (reward 1, episode over)."""
+        return lift_success(state)
+
     def _info(self) -> dict[str, Any]:
-        success = lift_success(self._state)
+        success = self._success(self._state)
         return {"success": success, "is_success": success, "state": self._state}
 
     def snapshot(self) -> dict[str, Any]:
@@ -219,7 +227,7 @@ class ArmPickCubeEnv(gym.Env):
             self._pending = deque(np.asarray(a, np.float32) for a in snapshot["pending"])
         self._steps = 0
         self._instabilities_at_reset = self._instabilities()
-        self._state = self.sim.state()
+        self._state = self._read_state()
         return self._obs(), self._info()
 
     def step(self, action):
@@ -231,7 +239,7 @@ class ArmPickCubeEnv(gym.Env):
         self._pending.append(action)
         self.sim.step(self._pending.popleft())
         self._steps += 1
-        self._state = self.sim.state()
+        self._state = self._read_state()
         info = self._info()
         terminated = bool(info["success"])
         # MuJoCo resets a diverged simulation to its initial pose: that episode cannot go on.
