@@ -5,8 +5,11 @@
   robot-rl pretrain-encoder --out DIR                 pretrain the shipped arm vision encoder
   robot-rl node NAME [--ros-args ...]                run one node (what `ros2 run` would)
   robot-rl demos --task arm_lift --episodes 20 --out demos.zarr
+  robot-rl demos --env robot_rl/ArmPickCube-v0 --goal "pick up the cube" --out pick.zarr
   robot-rl record --task arm_pick_cube --device spacemouse --episodes 20 --out demos.zarr
   robot-rl report RUN_DIR                            success and intervention rate over a run (PNG)
+  robot-rl reward train --demos DATASET... --out DIR  train the local progress reward model
+  robot-rl reward eval --demos DATASET... --model DIR  VOC, negative share, wrong goal, done F1
 """
 
 from __future__ import annotations
@@ -346,6 +349,8 @@ def cmd_node(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def cmd_demos(args: argparse.Namespace) -> int:
+    if args.env:
+        return _demos_episodes(args)
     from robot_rl.data.dataset import save_transitions
     from robot_rl.envs.arm import ArmSim
     from robot_rl.tasks import get_task
@@ -359,6 +364,58 @@ def cmd_demos(args: argparse.Namespace) -> int:
         robot.close()
     save_transitions(args.out, arrays, {"task": task.name, "source": "scripted_expert", **info})
     print(f"wrote {len(arrays['reward'])} transitions from {info['episodes']} episodes to {args.out}")
+    return 0
+
+
+def _demos_episodes(args: argparse.Namespace) -> int:
+    from robot_rl.data.scripted import record_scripted_episodes
+    from robot_rl.tasks import expert_for_env
+
+    expert = expert_for_env(args.env)
+    if expert is None:
+        print(f"robot-rl demos: {args.env} has no scripted expert", file=sys.stderr)
+        return 2
+    if not args.goal:
+        print("robot-rl demos --env: give the task's goal sentence with --goal", file=sys.stderr)
+        return 2
+    env_kwargs = {"image_size": args.image_size, "randomization_split": args.split}
+    stats = record_scripted_episodes(args.out, args.env, expert, args.episodes, goal=args.goal, seed=args.seed,
+                                     noise=args.noise, env_kwargs=env_kwargs)
+    print(f"wrote {stats['episodes']} episodes ({stats['steps']} steps, {stats['attempts']} attempts) to {args.out}")
+    return 0
+
+
+def _progress_episodes(args: argparse.Namespace) -> list:
+    from robot_rl.rewards.progress import progress_episodes
+
+    episodes = []
+    for path in args.demos:
+        episodes += progress_episodes(path, goal=args.goal)
+    return episodes
+
+
+def cmd_reward(args: argparse.Namespace) -> int:
+    from robot_rl.rewards.progress import ProgressModel, ProgressModelConfig, train_progress_model
+    from robot_rl.rewards.quality import evaluate_progress
+
+    try:
+        episodes = _progress_episodes(args)
+        if args.action == "train":
+            config = ProgressModelConfig(steps=args.steps, seed=args.seed, device=args.device,
+                                         **({"encoder_weights": args.encoder} if args.encoder else {}))
+            model, metrics = train_progress_model(episodes, config, f"robot-rl reward train --demos {' '.join(args.demos)}")
+            model.save(args.out)
+            print(json.dumps({"model": args.out, **metrics}))
+            return 0
+        model = ProgressModel.load(args.model, device=args.device)
+        goals = sorted({e.goal for e in episodes})
+        wrong = args.wrong_goal or "open the drawer"
+        metrics = evaluate_progress(model, episodes, args.done_threshold or model.done_threshold,
+                                    {g: (wrong if wrong != g else "wipe the table") for g in goals})
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"robot-rl reward {args.action}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"model": args.model, "goals": goals, "wrong_goal": wrong, **metrics}))
     return 0
 
 
@@ -409,6 +466,11 @@ def build_parser() -> argparse.ArgumentParser:
     demos.add_argument("--noise", type=float, default=0.1)
     demos.add_argument("--seed", type=int, default=0)
     demos.add_argument("--out", required=True)
+    demos.add_argument("--env", help="a camera Gymnasium task with a scripted expert (e.g. robot_rl/ArmPickCube-v0): "
+                                     "write an episode dataset with frames, success labels and --goal")
+    demos.add_argument("--goal", help="with --env: the task's goal sentence, stored in the dataset")
+    demos.add_argument("--image-size", type=int, default=128, help="with --env: camera frame size")
+    demos.add_argument("--split", default="train", help="with --env: randomization split")
     rec = sub.add_parser("record", help="teleop recording session: a person drives, episodes go to a zarr dataset")
     rec.add_argument("--task", default="arm_pick_cube", help="task (its config/<task>.yaml gives the robot and cameras)")
     rec.add_argument("--config", help="task config YAML instead of the package's")
@@ -429,6 +491,22 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", help="output PNG (default: <run>/report.png)")
     rep.add_argument("--window", type=int, default=20, help="episodes per moving average")
     rep.add_argument("--title")
+    reward = sub.add_parser("reward", help="train or evaluate the local progress reward model (VLAC-style)")
+    reward_sub = reward.add_subparsers(dest="action", required=True)
+    for action, text in (("train", "train on episode datasets (teleop recordings or robot-rl demos)"),
+                         ("eval", "print value-order correlation, negative share, wrong-goal mean and done F1")):
+        p = reward_sub.add_parser(action, help=text)
+        p.add_argument("--demos", nargs="+", required=True, metavar="DATASET", help="zarr episode datasets")
+        p.add_argument("--goal", help="goal sentence of every dataset (default: each dataset's task config goal)")
+        p.add_argument("--device", default="cpu", help="torch device")
+    reward_train, reward_eval = reward_sub.choices["train"], reward_sub.choices["eval"]
+    reward_train.add_argument("--out", required=True, help="output directory (weights + card.json)")
+    reward_train.add_argument("--steps", type=int, default=3000, help="gradient steps")
+    reward_train.add_argument("--encoder", help="pretrained encoder directory (default: the shipped arm encoder)")
+    reward_train.add_argument("--seed", type=int, default=0)
+    reward_eval.add_argument("--model", required=True, help="directory written by robot-rl reward train")
+    reward_eval.add_argument("--wrong-goal", help="goal to score the demonstrations against for the wrong-goal mean")
+    reward_eval.add_argument("--done-threshold", type=float, help="default: the model's own")
     bag = sub.add_parser("record-bag", help="record topics to an MCAP file (ROS 2 profile) until Ctrl-C or "
                                             "--duration")
     bag.add_argument("--topics", nargs="+", required=True, metavar="TOPIC", help="topics to record (any types)")
@@ -450,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "train" and args.env:
         return cmd_train_env(args)
     return {"train": cmd_train, "demos": cmd_demos, "record-bag": cmd_record_bag, "record": cmd_record,
-            "report": cmd_report, "pretrain-encoder": cmd_pretrain_encoder}[args.command](args)
+            "report": cmd_report, "pretrain-encoder": cmd_pretrain_encoder, "reward": cmd_reward}[args.command](args)
 
 
 if __name__ == "__main__":

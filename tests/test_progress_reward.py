@@ -191,3 +191,20 @@ def test_load_refuses_missing_or_foreign_files(tmp_path):
     (tmp_path / "progress.safetensors").write_bytes(b"")
     with pytest.raises(ValueError, match="not a progress model card"):
         ProgressModel.load(tmp_path)
+
+
+def test_cli_reward_train_and_eval(pick_data, tmp_path, capsys):
+    import json
+
+    from robot_rl.cli import main
+
+    out = tmp_path / "model"
+    assert main(["reward", "train", "--demos", str(pick_data["train"]), "--steps", "200", "--out", str(out)]) == 0
+    trained = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert trained["steps"] == 200 and (out / "card.json").is_file()
+    assert main(["reward", "eval", "--demos", str(pick_data["eval"]), "--model", str(out)]) == 0
+    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"voc_median", "negative_share", "wrong_goal_mean", "done_f1"} <= set(metrics)
+    assert metrics["goals"] == [PICK_GOAL] and metrics["episodes"] == 3
+    assert main(["reward", "eval", "--demos", str(pick_data["eval"]), "--model", str(tmp_path / "none")]) == 2
+    assert "reward train" in capsys.readouterr().err

@@ -98,16 +98,16 @@ class VlacScorer:
             ImportError: `transformers` is not installed (`pip install robot_rl[vlac]`).
             FileNotFoundError: `path` is not a checkpoint directory with a config.json.
         """
+        path = Path(path)
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{path} is not a local VLAC checkpoint (no config.json); download it once "
+                                    "on a machine with internet access and pass its directory as model_path")
         try:
             import torch
             from transformers import AutoModel, AutoTokenizer
         except ImportError:
             raise ImportError("the vlac reward backend needs transformers: pip install 'robot_rl[vlac]' "
                               "(or use backend 'progress', the local model)") from None
-        path = Path(path)
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"{path} is not a local VLAC checkpoint (no config.json); download it once "
-                                    "on a machine with internet access and pass its directory as model_path")
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
