@@ -208,3 +208,38 @@ def test_cli_reward_train_and_eval(pick_data, tmp_path, capsys):
     assert metrics["goals"] == [PICK_GOAL] and metrics["episodes"] == 3
     assert main(["reward", "eval", "--demos", str(pick_data["eval"]), "--model", str(tmp_path / "none")]) == 2
     assert "reward train" in capsys.readouterr().err
+
+
+def test_progress_reward_wrapper_replaces_reward_and_termination(pick_data, tmp_path):
+    import gymnasium as gym
+
+    from robot_rl.envs.arm import scripted_lift_action
+    from robot_rl.rewards.env_reward import LearnedRewardConfig, ProgressReward, learned_reward_env
+
+    model, _ = train_progress_model(progress_episodes(pick_data["train"]), ProgressModelConfig(steps=300))
+    model.save(tmp_path / "m")
+    env = learned_reward_env(gym.make("robot_rl/ArmPickCube-v0", image_size=64, observation="state"),
+                             LearnedRewardConfig(str(tmp_path / "m"), PICK_GOAL, progress_weight=2.0, done_reward=0.5,
+                                                 done_consecutive=2))
+    obs, info = env.reset(seed=3)
+    assert obs.shape == env.observation_space.shape  # the policy still sees the state
+    rng = np.random.default_rng(0)
+    values, total, env_done_seen = [0.0], 0.0, False
+    for _ in range(60):
+        obs, reward, terminated, truncated, info = env.step(scripted_lift_action(info["state"], rng))
+        assert {"env_reward", "env_terminated", "progress_value", "done_probability", "predicted_done"} <= set(info)
+        env_done_seen |= info["env_terminated"]
+        expected = 2.0 * (info["progress_value"] - values[-1]) + 0.5 * info["predicted_done"]
+        assert reward == pytest.approx(expected, abs=1e-6)
+        assert terminated == info["predicted_done"]  # only the model ends the episode
+        values.append(info["progress_value"])
+        total += reward
+        if terminated or truncated:
+            break
+    assert env_done_seen and terminated  # the expert lifted the cube; the model noticed (2 steps in a row)
+    assert values[-1] > 0.8 and total == pytest.approx(2.0 * values[-1] + 0.5, abs=1e-5)
+    env.close()
+    with pytest.raises(ValueError, match="camera_frames"):
+        ProgressReward(gym.make("CartPole-v1"), model, LearnedRewardConfig("x", PICK_GOAL))
+    with pytest.raises(ValueError, match="done_consecutive"):
+        LearnedRewardConfig("x", PICK_GOAL, done_consecutive=0)

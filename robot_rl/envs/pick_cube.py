@@ -259,5 +259,10 @@ class ArmPickCubeEnv(gym.Env):
     def render(self):
         return self.sim.render("front") if self.render_mode == "rgb_array" else None
 
+    def camera_frames(self) -> dict[str, np.ndarray]:
+        """The cameras' current frames, whatever the observation mode (a learned reward watches the
+        cameras while a state-based policy acts)."""
+        return {c: self.sim.render(c) for c in self.cameras}
+
     def close(self) -> None:
         self.sim.close()

@@ -330,7 +330,7 @@ class ProgressModel(nn.Module):
         path = Path(path)
         if not (path / CARD_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
             raise FileNotFoundError(f"{path} must hold {CARD_FILE} and {WEIGHTS_FILE} (train one with "
-                                    "`robot-rl reward train --demos <dataset>`)")
+                                    "`robot-rl reward train --demos <dataset> --out <dir>`)")
         card = json.loads((path / CARD_FILE).read_text())
         if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
             raise ValueError(f"{path / CARD_FILE} is not a progress model card")

@@ -41,6 +41,9 @@ NODE_KINDS: dict[str, NodeKind] = {
     "quadrotor": NodeKind("quadrotor", "robot_rl.nodes.quadrotor", critical=True),
     "teleop": NodeKind("teleop", "robot_rl.nodes.teleop", critical=False),
     "scripted_human": NodeKind("scripted_human", "robot_rl.nodes.scripted_human", critical=False),
+    # Critical: a graph that learns from its rewards must not go on without them (a model that
+    # fails to load ends the node, and so the run, with the reason).
+    "reward": NodeKind("reward", "robot_rl.nodes.reward", critical=True),
 }
 
 # Real-robot nodes take the simulator's place with `backend: real` (see hardware/).

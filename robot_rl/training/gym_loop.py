@@ -30,6 +30,7 @@ from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.data.episodes import EpisodeDataset
 from robot_rl.data.frames import FrameReplayBuffer
 from robot_rl.data.replay import MixedSampler, ReplayBuffer, transition_layout
+from robot_rl.rewards.env_reward import LearnedRewardConfig, learned_reward_env
 from robot_rl.training.interventions import InterventionConfig, ScriptedIntervener
 from robot_rl.training.learner import resolve_device
 
@@ -79,6 +80,9 @@ class GymTrainConfig:
     demonstration instead of a fresh reset (the env must offer `snapshot()` and
     `reset(options={"snapshot": ...})`, as robot_rl/ArmPickCube-v0 does). Human-guided
     exploration, the third mode of VLAC's protocol, is `interventions`."""
+    learned_reward: LearnedRewardConfig | None = None
+    """Train on a progress model's reward and termination from the env's cameras instead of the
+    env's own (`robot_rl.rewards.env_reward`); evaluation still measures the env's true success."""
     stop_success_rate: float | None = None
     """End training at the first evaluation with at least this success rate (None: run to total_steps)."""
     buffer_capacity: int = 200_000
@@ -129,6 +133,8 @@ class Trainer:
         self.rng = np.random.default_rng(cfg.seed)
         torch.manual_seed(cfg.seed)
         self.env = make_env(cfg.env_id, cfg.env_kwargs)
+        if cfg.learned_reward is not None:
+            self.env = learned_reward_env(self.env, cfg.learned_reward, str(self.device))
         if (cfg.demo_episodes or cfg.interventions) and expert is None:
             raise ValueError(f"{cfg.env_id} has no scripted expert: set demo_episodes=0 and interventions=False "
                              "or give demo_dataset")

@@ -1,0 +1,731 @@
+"""Scoring a live camera stream with a progress backend: everything the reward node does, without rclpy.
+
+The reward node (`robot_rl.nodes.reward`) is a thin wrapper around `RewardStream`:
+
+* `decode_frame` checks an image message (any object with ``header.stamp``, ``encoding``,
+  ``height``, ``width``, ``step``, ``data``, as sensor_msgs/Image has) and turns it into a uint8
+  (H, W, 3) array, or raises `FrameRejected` with a reason (``encoding``, ``layout``, ``shape``,
+  ``size``, ``stamp``) that the stream counts.
+* `StampPairer` pairs the cameras' frames by header stamp (equal within a tolerance); frames that
+  never find partners are dropped and counted.
+* `RewardStream` keeps the episodes: the first paired frame after a new episode starts (a
+  ``reset`` / ``rerecord`` teleop event, an ``episode/event`` ``start``, or a new goal) is the
+  episode's first frame; of the paired frames after it, every `frame_skip`-th is handed to a
+  depth-1 `LatestSlot` (a newer frame replaces one the worker has not taken yet, counted as
+  skipped), so the caller (a subscription callback) never waits for the model.
+* The worker (`ScoringWorker`, a thread) takes the newest frame and scores it against the episode's
+  first frame and the frame scored last before it (VLAC's skip), accumulates the value
+  (``v <- v + (1 - v) c``, `robot_rl.rewards.progress.accumulate_value`), counts consecutive done
+  frames and returns a `RewardResult` stamped with the observation's stamp, flagged late when it
+  is ready more than `max_latency_s` after that stamp.
+
+Backends (`BACKENDS`, extensible with `register_backend`): a loader per name,
+``loader(model_path, device) -> LoadedBackend``. ``progress``: the local `ProgressModel`;
+``success``: a `SuccessClassifier` as a sparse scorer (`SuccessScorer`); ``vlac``: the large model
+from ``robot_rl.rewards.vlac.VlacScorer`` (imported only when chosen).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["BACKENDS", "BackendEntry", "BackendLoadError", "FrameRejected", "LatestSlot", "LoadedBackend",
+           "RewardConfig", "RewardResult", "RewardStream", "ScoringWorker", "StampPairer", "SuccessScorer",
+           "backend_names", "check_model_path", "decode_frame", "load_backend", "register_backend",
+           "resolve_device"]
+
+NS_PER_S = 1_000_000_000
+EPISODE_EVENTS = {"teleop/event": ("reset", "rerecord"), "episode/event": ("start",)}
+"""Events (topic -> values) that start a new episode."""
+_CAMERA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$")
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?|mps)$")
+_WORDS = re.compile(r"[A-Za-z0-9]")
+
+
+# ---- backends -------------------------------------------------------------------------------
+
+class BackendLoadError(RuntimeError):
+    """The backend's model could not be loaded or does not fit the node's configuration."""
+
+
+@dataclass(frozen=True)
+class LoadedBackend:
+    """A loaded scorer and what the stream must know about it."""
+
+    scorer: Any
+    """Implements `robot_rl.rewards.progress.ProgressScorer` (``score(first, previous, current, goal)``)."""
+    cameras: tuple[str, ...] | None
+    """Cameras the model reads (each must be among the node's cameras); None: any."""
+    done_threshold: float
+    """The model's own done threshold (used when the node's done_threshold is 0)."""
+    image_size: int | None = None
+    """Frames must be square of exactly this size; None: any size."""
+    square: bool = False
+    """Frames must be square (any size when image_size is None)."""
+    needs_goal: bool = True
+    """Scoring needs a goal sentence (a success classifier does not)."""
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    loader: Callable[[str, str], LoadedBackend]
+    """(model_path, device) -> LoadedBackend."""
+    how_to_make: str
+    """How a user gets a model directory for this backend (shown when model_path is missing)."""
+
+
+class SuccessScorer:
+    """A `SuccessClassifier` as a (sparse) progress scorer: progress_delta = 1.0 where the success
+    probability of `current` is >= the classifier's threshold, else 0.0; done_probability = that
+    probability. `first`, `previous` and the goal are ignored (the classifier judges one frame)."""
+
+    def __init__(self, classifier: Any, threshold: float | None = None):
+        self.classifier = classifier
+        self.threshold = float(classifier.threshold if threshold is None else threshold)
+        if not 0.0 < self.threshold < 1.0:
+            raise ValueError(f"threshold must be in (0, 1), got {self.threshold}")
+
+    @property
+    def cameras(self) -> tuple[str, ...]:
+        return tuple(self.classifier.cameras)
+
+    def score(self, first, previous, current, goal) -> tuple[np.ndarray, np.ndarray]:
+        frames = {c: (f[None] if np.ndim(f) == 3 else f) for c, f in current.items()}
+        probability = np.asarray(self.classifier.probability(frames), np.float32)
+        return (probability >= self.threshold).astype(np.float32), probability
+
+
+def _load_progress(model_path: str, device: str) -> LoadedBackend:
+    from robot_rl.rewards.progress import ProgressModel
+
+    model = ProgressModel.load(model_path, device)
+    return LoadedBackend(model, tuple(model.cameras), float(model.done_threshold), None, True, True,
+                         f"progress model {model_path}")
+
+
+def _load_success(model_path: str, device: str) -> LoadedBackend:
+    from robot_rl.rewards.success import SuccessClassifier
+
+    classifier = SuccessClassifier.load(model_path, device)
+    return LoadedBackend(SuccessScorer(classifier), tuple(classifier.cameras), float(classifier.threshold),
+                         int(classifier.image_size), True, False, f"success classifier {model_path}")
+
+
+def _load_vlac(model_path: str, device: str) -> LoadedBackend:
+    from robot_rl.rewards.vlac import VlacScorer
+
+    scorer = VlacScorer.load(model_path, device)
+    cameras = getattr(scorer, "cameras", None)
+    return LoadedBackend(scorer, None if cameras is None else tuple(cameras),
+                         float(getattr(scorer, "done_threshold", 0.5)), None, False, True, f"VLAC model {model_path}")
+
+
+BACKENDS: dict[str, BackendEntry] = {
+    "progress": BackendEntry(_load_progress, "train one from demonstrations with "
+                             "`robot-rl reward train --demos <dataset> --out <dir>`"),
+    "success": BackendEntry(_load_success, "train one on labelled frames with "
+                            "robot_rl.rewards.success.train_success_classifier and save it with "
+                            "SuccessClassifier.save(<dir>)"),
+    "vlac": BackendEntry(_load_vlac, "download the VLAC model weights to a local directory"),
+}
+
+
+def register_backend(name: str, loader: Callable[[str, str], LoadedBackend], how_to_make: str) -> None:
+    """Adds (or replaces) a backend: `loader(model_path, device) -> LoadedBackend`."""
+    if not name or not isinstance(name, str):
+        raise ValueError("a backend needs a non-empty name")
+    BACKENDS[name] = BackendEntry(loader, how_to_make)
+
+
+def backend_names() -> list[str]:
+    return list(BACKENDS)
+
+
+def check_model_path(backend: str, model_path: str) -> Path:
+    """The model directory as a Path; ValueError naming the path and how to make one when it is
+    missing."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r} is not one of {backend_names()}")
+    hint = BACKENDS[backend].how_to_make
+    if not model_path:
+        raise ValueError(f"model_path is required (the {backend} backend has no built-in model): {hint}, "
+                         "then pass model_path:=<dir>")
+    path = Path(model_path).expanduser()
+    if not path.exists():
+        raise ValueError(f"model_path {str(path)!r} does not exist: {hint}, then pass model_path:=<dir>")
+    return path
+
+
+def load_backend(backend: str, model_path: str, device: str,
+                 cameras: Sequence[str] | None = None) -> LoadedBackend:
+    """Loads a backend's model and checks that the given cameras include the model's.
+
+    Raises:
+        ValueError: unknown backend, missing model_path.
+        BackendLoadError: the model could not be loaded, or reads a camera not among `cameras`.
+    """
+    path = check_model_path(backend, model_path)
+    try:
+        loaded = BACKENDS[backend].loader(str(path), device)
+    except Exception as exc:  # noqa: BLE001 - any loader failure becomes one clear error
+        raise BackendLoadError(f"cannot load the {backend} model from {str(path)!r}: {type(exc).__name__}: {exc}") \
+            from exc
+    if not isinstance(loaded, LoadedBackend) or not callable(getattr(loaded.scorer, "score", None)):
+        raise BackendLoadError(f"the {backend} loader returned {type(loaded).__name__}, not a LoadedBackend "
+                               "with a scorer")
+    if cameras is not None and loaded.cameras is not None:
+        missing = [c for c in loaded.cameras if c not in cameras]
+        if missing:
+            raise BackendLoadError(f"the {backend} model at {str(path)!r} reads cameras {list(loaded.cameras)}, "
+                                   f"but `cameras` is {list(cameras)} (missing {missing})")
+    if not 0.0 < loaded.done_threshold < 1.0:
+        raise BackendLoadError(f"the {backend} model's done threshold {loaded.done_threshold} is not in (0, 1)")
+    return loaded
+
+
+def resolve_device(device: str) -> str:
+    """"auto" -> "cuda" when a GPU is usable, else "cpu"; refuses a GPU that is not there."""
+    if not _DEVICE.match(device or ""):
+        raise ValueError(f"device {device!r} must be auto, cpu, cuda, cuda:<index> or mps")
+    if device == "cpu":
+        return device
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: no CUDA GPU is available (use device:=auto or cpu)")
+        index = int(device.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s)")
+    elif device == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("device 'mps' is not available")
+    return device
+
+
+# ---- configuration --------------------------------------------------------------------------
+
+@dataclass
+class RewardConfig:
+    """The reward node's parameters, validated (ValueError names the bad one). The model path is
+    checked by `check_model_path` (and again by `load_backend`), not here."""
+
+    backend: str = "progress"
+    model_path: str = ""
+    cameras: tuple[str, ...] = ("front", "wrist")
+    goal: str = ""
+    frame_skip: int = 1
+    reward_scale: float = 1.0
+    done_threshold: float = 0.0
+    """0: the model's own threshold."""
+    done_consecutive: int = 1
+    max_latency_s: float = 1.0
+    device: str = "auto"
+    stamp_tolerance_s: float = 0.001
+
+    def __post_init__(self) -> None:
+        self.cameras = tuple(self.cameras)
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend {self.backend!r} is not one of {backend_names()}")
+        if not self.cameras:
+            raise ValueError("cameras must name at least one camera")
+        for camera in self.cameras:
+            if not isinstance(camera, str) or not _CAMERA_NAME.match(camera):
+                raise ValueError(f"camera name {camera!r} is not a valid topic prefix (letters, digits, _ and /)")
+        if len(set(self.cameras)) != len(self.cameras):
+            raise ValueError(f"cameras {list(self.cameras)} name a camera twice")
+        if self.goal and not _WORDS.search(self.goal):
+            raise ValueError(f"goal {self.goal!r} has no words")
+        if isinstance(self.frame_skip, bool) or int(self.frame_skip) != self.frame_skip or self.frame_skip < 1:
+            raise ValueError(f"frame_skip must be an integer >= 1, got {self.frame_skip}")
+        if not (math.isfinite(self.reward_scale) and self.reward_scale > 0):
+            raise ValueError(f"reward_scale must be > 0, got {self.reward_scale}")
+        if not (self.done_threshold == 0.0 or 0.0 < self.done_threshold < 1.0):
+            raise ValueError(f"done_threshold must be 0 (the model's own) or in (0, 1), got {self.done_threshold}")
+        if isinstance(self.done_consecutive, bool) or int(self.done_consecutive) != self.done_consecutive \
+                or self.done_consecutive < 1:
+            raise ValueError(f"done_consecutive must be an integer >= 1, got {self.done_consecutive}")
+        if not (math.isfinite(self.max_latency_s) and self.max_latency_s > 0):
+            raise ValueError(f"max_latency_s must be > 0, got {self.max_latency_s}")
+        if not (math.isfinite(self.stamp_tolerance_s) and self.stamp_tolerance_s >= 0):
+            raise ValueError(f"stamp_tolerance_s must be >= 0, got {self.stamp_tolerance_s}")
+        if not _DEVICE.match(self.device or ""):
+            raise ValueError(f"device {self.device!r} must be auto, cpu, cuda, cuda:<index> or mps")
+
+
+# ---- frames ---------------------------------------------------------------------------------
+
+class FrameRejected(ValueError):
+    """An image message the stream refuses: `reason` is a short key for counting."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def decode_frame(msg: Any, square: bool = False, size: int | None = None) -> tuple[int, np.ndarray]:
+    """(stamp ns, uint8 (H, W, 3) copy) of an rgb8 image message.
+
+    Raises:
+        FrameRejected: reason ``stamp`` (zero or negative stamp), ``encoding`` (not rgb8),
+            ``layout`` (height, width, step and data disagree), ``shape`` (not square where the
+            model needs square frames) or ``size`` (not the model's size).
+    """
+    try:
+        stamp = int(msg.header.stamp.sec) * NS_PER_S + int(msg.header.stamp.nanosec)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise FrameRejected("stamp", f"no usable header stamp: {exc}") from None
+    if stamp <= 0:
+        raise FrameRejected("stamp", "unstamped image (header.stamp is zero): rewards are matched by stamp")
+    encoding = getattr(msg, "encoding", None)
+    if encoding != "rgb8":
+        raise FrameRejected("encoding", f"encoding {encoding!r}, expected 'rgb8'")
+    try:
+        height, width, step = int(msg.height), int(msg.width), int(msg.step)
+        buf = np.frombuffer(msg.data, np.uint8)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise FrameRejected("layout", f"unreadable image fields: {exc}") from None
+    if height <= 0 or width <= 0:
+        raise FrameRejected("layout", f"empty image {width}x{height}")
+    if step < 3 * width:
+        raise FrameRejected("layout", f"step {step} < 3 x width {width}")
+    if buf.size != height * step:
+        raise FrameRejected("layout", f"{buf.size} data bytes, expected height {height} x step {step} = "
+                                      f"{height * step}")
+    if (square or size is not None) and height != width:
+        raise FrameRejected("shape", f"{width}x{height} image; the model needs square frames")
+    if size is not None and height != size:
+        raise FrameRejected("size", f"{width}x{height} image; the model needs {size}x{size}")
+    rows = buf.reshape(height, step)[:, :3 * width]
+    return stamp, np.ascontiguousarray(rows).reshape(height, width, 3)
+
+
+class StampPairer:
+    """Pairs frames of several cameras by stamp: a set completes when every camera has a frame
+    within `tolerance_ns` of the newest frame's stamp (the closest one). Frames older than a
+    completed set, repeats and overflow of the per-camera queue are dropped and counted in
+    `dropped`. The set's stamp is the first camera's."""
+
+    def __init__(self, cameras: Sequence[str], tolerance_ns: int = 0, queue_size: int = 8):
+        if not cameras:
+            raise ValueError("need at least one camera to pair")
+        if tolerance_ns < 0 or queue_size < 1:
+            raise ValueError("tolerance_ns must be >= 0 and queue_size >= 1")
+        self.cameras = tuple(cameras)
+        self.tolerance_ns = int(tolerance_ns)
+        self._queues: dict[str, deque[tuple[int, Any]]] = {c: deque() for c in self.cameras}
+        self._last_used = dict.fromkeys(self.cameras, -1)
+        self.queue_size = queue_size
+        self.dropped = 0
+        self.paired = 0
+
+    def add(self, camera: str, stamp_ns: int, frame: Any) -> tuple[int, dict[str, Any]] | None:
+        """Adds a frame; returns (stamp, {camera: frame}) when it completes a set."""
+        if camera not in self._queues:
+            raise KeyError(f"unknown camera {camera!r}; pairing {list(self.cameras)}")
+        if stamp_ns <= self._last_used[camera]:
+            self.dropped += 1  # a repeat or a frame older than a set already used
+            return None
+        queue = self._queues[camera]
+        if any(s == stamp_ns for s, _ in queue):
+            self.dropped += 1  # a repeat of a frame still waiting
+            return None
+        queue.append((stamp_ns, frame))
+        if len(queue) > 1 and stamp_ns < queue[-2][0]:  # out of order: keep the queue sorted
+            self._queues[camera] = queue = deque(sorted(queue, key=lambda e: e[0]))
+        if len(queue) > self.queue_size:
+            self.dropped += 1
+            if queue.popleft()[0] == stamp_ns:  # the new frame was the oldest
+                return None
+        chosen = {camera: (stamp_ns, frame)}
+        for other in self.cameras:
+            if other == camera:
+                continue
+            match = min((e for e in self._queues[other] if abs(e[0] - stamp_ns) <= self.tolerance_ns),
+                        key=lambda e: abs(e[0] - stamp_ns), default=None)
+            if match is None:
+                return None
+            chosen[other] = match
+        for c, (used, _) in chosen.items():
+            q = self._queues[c]
+            while q and q[0][0] <= used:
+                if q.popleft()[0] != used:
+                    self.dropped += 1  # older than the set: it will never be paired
+            self._last_used[c] = used
+        self.paired += 1
+        return chosen[self.cameras[0]][0], {c: chosen[c][1] for c in self.cameras}
+
+    def clear(self) -> int:
+        """Drops every waiting frame (counted); returns how many."""
+        n = sum(len(q) for q in self._queues.values())
+        for q in self._queues.values():
+            q.clear()
+        self.dropped += n
+        return n
+
+
+class LatestSlot:
+    """A depth-1 hand-off between threads: `put` replaces an item not yet taken (and says so)."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._item: Any = None
+        self._full = False
+        self._closed = False
+
+    def put(self, item: Any) -> bool:
+        """Stores `item`; True when it replaced one that was never taken."""
+        with self._cond:
+            replaced = self._full
+            self._item, self._full = item, True
+            self._cond.notify()
+            return replaced
+
+    def take(self, timeout: float | None = None) -> Any:
+        """The item (emptying the slot), or None after `timeout` seconds or once closed."""
+        with self._cond:
+            if not self._full and not self._closed:
+                self._cond.wait(timeout)
+            if not self._full:
+                return None
+            item, self._item, self._full = self._item, None, False
+            return item
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+# ---- episodes and scoring -------------------------------------------------------------------
+
+@dataclass
+class RewardResult:
+    """One scored observation: what the node publishes on `reward` (and `reward/done`)."""
+
+    stamp_ns: int
+    """Stamp of the scored observation."""
+    reward: float
+    """reward_scale * progress_delta."""
+    progress_delta: float
+    value: float
+    """The episode's accumulated value after this observation."""
+    done_probability: float
+    late: bool
+    """Ready more than max_latency_s after the observation's stamp (by the clock given)."""
+    latency_s: float
+    """Observation stamp to result, by the clock given."""
+    score_s: float
+    """Time the scorer took."""
+    done: bool
+    """This observation completed done_consecutive done frames: the episode's one done signal."""
+    episode: int
+
+
+@dataclass
+class _Episode:
+    index: int
+    goal: str
+    first: dict[str, np.ndarray] | None = None
+    paired: int = 0
+    previous: dict[str, np.ndarray] | None = None
+    value: float = 0.0
+    consecutive: int = 0
+    done_sent: bool = False
+    scored: int = 0
+
+
+@dataclass
+class _Job:
+    episode: _Episode
+    stamp_ns: int
+    frames: dict[str, np.ndarray]
+
+
+def _batched(frames: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {c: f[None] for c, f in frames.items()}
+
+
+@dataclass
+class _Counters:
+    received: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    paired: int = 0
+    without_goal: int = 0
+    before_model: int = 0
+    first_frames: int = 0
+    frame_skip: int = 0
+    skipped: int = 0
+    scored: int = 0
+    score_errors: int = 0
+    late: int = 0
+    dones: int = 0
+    episodes: int = 0
+
+
+class RewardStream:
+    """Episode bookkeeping, frame pairing and scoring of a live stream (see the module docstring).
+
+    Thread-safe: the subscription side calls `on_image` / `on_frames`, `set_goal` and
+    `new_episode`; the worker side calls `run_once` (or `score_job`). `now_ns` is the clock rewards
+    are judged late by (the node's clock)."""
+
+    def __init__(self, config: RewardConfig, now_ns: Callable[[], int] = time.time_ns,
+                 backend: LoadedBackend | None = None, stats_window: int = 1000):
+        self.config = config
+        self.now_ns = now_ns
+        self.backend: LoadedBackend | None = None
+        self.load_error = ""
+        self.pairer = StampPairer(config.cameras, int(round(config.stamp_tolerance_s * NS_PER_S)))
+        self.slot = LatestSlot()
+        self.counters = _Counters()
+        self.last_rejection = ""
+        self.last_score_error = ""
+        self._lock = threading.Lock()
+        self._episode_index = 0
+        self.goal: str | None = config.goal or None
+        self._episode = _Episode(0, self.goal or "")
+        self._score_s: deque[float] = deque(maxlen=stats_window)
+        self._latency_s: deque[float] = deque(maxlen=stats_window)
+        if backend is not None:
+            self.attach(backend)
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def attach(self, backend: LoadedBackend) -> None:
+        """Starts scoring with a loaded backend."""
+        with self._lock:
+            self.backend = backend
+
+    @property
+    def done_threshold(self) -> float | None:
+        if self.config.done_threshold > 0:
+            return self.config.done_threshold
+        return None if self.backend is None else self.backend.done_threshold
+
+    @property
+    def needs_goal(self) -> bool:
+        return self.backend is None or self.backend.needs_goal
+
+    # -- subscription side ---------------------------------------------------------------------
+
+    def set_goal(self, goal: str) -> bool:
+        """A new goal sentence; a different one starts a new episode. Returns whether it changed.
+
+        Raises:
+            ValueError: the goal has no words.
+        """
+        if not isinstance(goal, str) or not _WORDS.search(goal):
+            raise ValueError(f"goal {goal!r} has no words")
+        goal = goal.strip()
+        with self._lock:
+            if goal == self.goal:
+                return False
+            self.goal = goal
+            self._new_episode_locked()
+            return True
+
+    def new_episode(self) -> int:
+        """Starts a new episode: the next paired frame is its first; returns the episode index."""
+        with self._lock:
+            return self._new_episode_locked()
+
+    def _new_episode_locked(self) -> int:
+        self._episode_index += 1
+        self._episode = _Episode(self._episode_index, self.goal or "")
+        self.counters.episodes += 1
+        return self._episode_index
+
+    def reject(self, reason: str, detail: str) -> None:
+        with self._lock:
+            self.counters.rejected[reason] = self.counters.rejected.get(reason, 0) + 1
+            self.last_rejection = f"{reason}: {detail}"
+
+    def on_image(self, camera: str, msg: Any) -> str:
+        """An image message of `camera`: decoded, checked, paired and (when a set completes) handed
+        on. Returns what became of it: rejected:<reason>, waiting (for its partners), or the status
+        of `on_frames`."""
+        with self._lock:
+            self.counters.received += 1
+        backend = self.backend
+        # size rules only for the cameras the model reads
+        checked = backend is not None and (backend.cameras is None or camera in backend.cameras)
+        try:
+            stamp, frame = decode_frame(msg, checked and backend.square, backend.image_size if checked else None)
+        except FrameRejected as exc:
+            self.reject(exc.reason, f"{camera}: {exc.detail}")
+            return f"rejected:{exc.reason}"
+        with self._lock:
+            paired = self.pairer.add(camera, stamp, frame)
+        if paired is None:
+            return "waiting"
+        return self.on_frames(*paired)
+
+    def on_frames(self, stamp_ns: int, frames: dict[str, np.ndarray]) -> str:
+        """A paired set of frames: returns "before_model", "no_goal", "first" (the episode's first
+        frame), "frame_skip", "queued" or "replaced" (queued, replacing one the worker never took)."""
+        with self._lock:
+            c = self.counters
+            c.paired += 1
+            if self.backend is None:
+                c.before_model += 1
+                return "before_model"
+            if self.backend.needs_goal and not self.goal:
+                c.without_goal += 1
+                return "no_goal"
+            episode = self._episode
+            if episode.first is None:
+                episode.first = frames
+                c.first_frames += 1
+                return "first"
+            episode.paired += 1
+            if episode.paired % self.config.frame_skip:
+                c.frame_skip += 1
+                return "frame_skip"
+            replaced = self.slot.put(_Job(episode, stamp_ns, frames))
+            c.skipped += int(replaced)
+            return "replaced" if replaced else "queued"
+
+    # -- worker side ---------------------------------------------------------------------------
+
+    def run_once(self, timeout: float | None = 0.0) -> RewardResult | None:
+        """Scores the frame waiting in the slot (waiting up to `timeout` s for one)."""
+        job = self.slot.take(timeout)
+        return None if job is None else self.score_job(job)
+
+    def score_job(self, job: _Job) -> RewardResult | None:
+        backend, episode, config = self.backend, job.episode, self.config
+        previous = episode.previous if episode.previous is not None else episode.first
+        started = time.perf_counter()
+        try:
+            delta, done = backend.scorer.score(_batched(episode.first), _batched(previous), _batched(job.frames),
+                                               episode.goal)
+            delta = float(np.asarray(delta, np.float64).reshape(-1)[0])
+            done = float(np.asarray(done, np.float64).reshape(-1)[0])
+            if not (math.isfinite(delta) and math.isfinite(done)):
+                raise ValueError(f"non-finite score (delta {delta}, done {done})")
+        except Exception as exc:  # noqa: BLE001 - a bad frame or model hiccup must not end the worker
+            with self._lock:
+                self.counters.score_errors += 1
+                self.last_score_error = f"{type(exc).__name__}: {exc}"
+            return None
+        score_s = time.perf_counter() - started
+        delta = min(max(delta, -1.0), 1.0)
+        done = min(max(done, 0.0), 1.0)
+        episode.previous = job.frames
+        episode.value = episode.value + (1.0 - episode.value) * delta
+        episode.scored += 1
+        threshold = self.done_threshold
+        episode.consecutive = episode.consecutive + 1 if done >= threshold else 0
+        done_now = episode.consecutive >= config.done_consecutive and not episode.done_sent
+        episode.done_sent |= done_now
+        latency_s = (self.now_ns() - job.stamp_ns) / NS_PER_S
+        late = latency_s > config.max_latency_s
+        with self._lock:
+            c = self.counters
+            c.scored += 1
+            c.late += int(late)
+            c.dones += int(done_now)
+            self._score_s.append(score_s)
+            self._latency_s.append(latency_s)
+        return RewardResult(job.stamp_ns, config.reward_scale * delta, delta, episode.value, done, late, latency_s,
+                            score_s, done_now, episode.index)
+
+    # -- reporting -----------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Counters and latency figures for /diagnostics."""
+        with self._lock:
+            c = self.counters
+            score_ms = np.asarray(self._score_s) * 1e3
+            latency_ms = np.asarray(self._latency_s) * 1e3
+            episode = self._episode
+            out = {
+                "goal": self.goal or "",
+                "frames_received": c.received,
+                "frames_rejected": sum(c.rejected.values()),
+                **{f"frames_rejected_{reason}": n for reason, n in sorted(c.rejected.items())},
+                "frames_unmatched": self.pairer.dropped,
+                "frames_paired": c.paired,
+                "frames_before_model": c.before_model,
+                "frames_without_goal": c.without_goal,
+                "frames_first": c.first_frames,
+                "frames_skipped_frame_skip": c.frame_skip,
+                "frames_skipped": c.skipped,
+                "frames_scored": c.scored,
+                "score_errors": c.score_errors,
+                "rewards_late": c.late,
+                "dones": c.dones,
+                "episode": episode.index,
+                "episode_scored": episode.scored,
+                "value": round(episode.value, 4),
+                "score_ms_mean": round(float(score_ms.mean()), 3) if score_ms.size else 0.0,
+                "score_ms_p99": round(float(np.percentile(score_ms, 99)), 3) if score_ms.size else 0.0,
+                "latency_ms_mean": round(float(latency_ms.mean()), 3) if latency_ms.size else 0.0,
+                "latency_ms_p99": round(float(np.percentile(latency_ms, 99)), 3) if latency_ms.size else 0.0,
+                "last_rejection": self.last_rejection,
+                "last_score_error": self.last_score_error,
+            }
+        threshold = self.done_threshold
+        out["done_threshold"] = "" if threshold is None else threshold
+        return out
+
+
+class ScoringWorker:
+    """The scoring thread: loads the backend (`load()`), attaches it to the stream, then scores
+    whatever the stream hands over and calls `publish(result)`. A load failure is kept in
+    `stream.load_error` and ends the thread; `on_error(message)` hears about it."""
+
+    def __init__(self, stream: RewardStream, load: Callable[[], LoadedBackend],
+                 publish: Callable[[RewardResult], None], on_error: Callable[[str], None] | None = None,
+                 poll_s: float = 0.1):
+        self.stream = stream
+        self._load = load
+        self._publish = publish
+        self._on_error = on_error
+        self._poll_s = poll_s
+        self._stop = threading.Event()
+        self.publish_errors = 0
+        self.last_publish_error = ""
+        self.thread = threading.Thread(target=self._run, name="reward-scoring", daemon=True)
+
+    def start(self) -> ScoringWorker:
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            backend = self._load()
+        except Exception as exc:  # noqa: BLE001 - reported, the node exits
+            self.stream.load_error = str(exc) or type(exc).__name__
+            if self._on_error is not None:
+                self._on_error(self.stream.load_error)
+            return
+        self.stream.attach(backend)
+        while not self._stop.is_set():
+            result = self.stream.run_once(self._poll_s)
+            if result is None or self._stop.is_set():
+                continue
+            try:
+                self._publish(result)
+            except Exception as exc:  # noqa: BLE001 - e.g. the context is shutting down
+                self.publish_errors += 1
+                self.last_publish_error = f"{type(exc).__name__}: {exc}"
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self.stream.slot.close()
+        if self.thread.is_alive():
+            self.thread.join(timeout)
