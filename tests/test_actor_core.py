@@ -177,3 +177,84 @@ def test_recording_session_keeps_discards_and_commits_on_the_next_start(tmp_path
     assert core.outbox.due(now=0.0) == []  # nothing for a learner
     with pytest.raises(ValueError, match="recorder"):
         ActorCore(task, ActorConfig(record_only=True), Outbox(tmp_path / "p"))
+
+
+# ---- learned rewards (the reward node) -----------------------------------------------------------
+
+def _learned_core(tmp_path, **overrides):
+    config = ActorConfig(batch_transitions=100, total_steps=0, learned_reward=True, **overrides)
+    return ActorCore(_task(horizon=4, terminate=True), config, Outbox(tmp_path))
+
+
+def test_learned_rewards_fill_in_by_stamp_and_hold_the_batch(tmp_path):
+    core = _learned_core(tmp_path, reward_wait_s=60.0)
+    core.start_episode()
+    for stamp, x in enumerate([0, 2, 0, 0, 0]):  # x=2 would end a task-rewarded episode: ignored here
+        result = core.step({"x": x}, stamp_ns=100 + stamp)
+    assert result.action is None and result.episode.steps == 4  # truncated at the horizon
+    assert core.outbox.due(now=0.0) == []  # held: rewards for stamps 101..104 are missing
+    for stamp, reward in ((102, 0.25), (101, 0.5), (104, -0.1)):
+        assert core.on_learned_reward(stamp, reward)
+    assert core.outbox.due(now=0.0) == []
+    assert core.on_learned_reward(103, 0.0)  # the last one: the batch goes
+    batch = codec.decode(core.outbox.due(now=0.0)[0][1]).arrays
+    np.testing.assert_allclose(batch["reward"], [0.5, 0.25, 0.0, -0.1])
+    assert batch["stamp"].tolist() == [101, 102, 103, 104] and not batch["reward_late"].any()
+    assert not batch["terminated"].any()
+    assert not core.on_learned_reward(103, 1.0)  # already sent: nothing waits for it
+    with pytest.raises(ValueError, match="finite"):
+        core.on_learned_reward(105, float("nan"))
+    with pytest.raises(ValueError, match="stamp_ns"):
+        core.start_episode()
+        core.step({"x": 0})
+
+
+def test_missing_learned_rewards_go_late_after_the_wait(tmp_path):
+    core = _learned_core(tmp_path, reward_wait_s=0.0)
+    core.start_episode()
+    for stamp in range(3):
+        core.step({"x": 0}, stamp_ns=10 + stamp)
+    core.on_learned_reward(11, 0.3)
+    core.label("reset")
+    core.step({"x": 0}, stamp_ns=13)
+    batch = codec.decode(core.outbox.due(now=0.0)[0][1]).arrays
+    assert batch["reward_late"].tolist() == [False, True, True] and batch["reward"][0] == pytest.approx(0.3)
+    assert core.late_rewards_sent == 2
+
+
+def test_learned_done_makes_the_transition_terminal_and_ends_the_episode(tmp_path):
+    core = _learned_core(tmp_path, reward_wait_s=60.0)
+    core.start_episode()
+    core.step({"x": 0}, stamp_ns=1)
+    core.step({"x": 2}, stamp_ns=2)
+    core.on_learned_reward(2, 0.9)
+    core.on_learned_done(2)
+    result = core.step({"x": 2}, stamp_ns=3)  # this step's transition is not recorded
+    assert result.action is None and result.episode.success and result.episode.steps == 1
+    batch = codec.decode(core.outbox.due(now=0.0)[0][1]).arrays
+    assert batch["terminated"].tolist() == [True] and batch["truncated"].tolist() == [False]
+
+
+def test_learner_fills_in_late_rewards_or_drops_them(tmp_path):
+    actor = _learned_core(tmp_path / "actor", reward_wait_s=0.0)
+    actor.start_episode()
+    for stamp in range(4):
+        actor.step({"x": 0}, stamp_ns=stamp)
+    actor.on_learned_reward(1, 0.5)
+    actor.label("reset")
+    actor.step({"x": 0}, stamp_ns=4)
+    (_, data), = actor.outbox.due(now=0.0)
+    learner = LearnerCore(LearnerConfig(obs_dim=2, action_dim=1, late_reward_timeout_s=60.0), tmp_path / "learner")
+    learner.on_learned_reward(2, 0.7)  # arrived at the learner before the batch did
+    learner.ingest(data)  # rows reaching stamps 1 (on time), 2 (filled at once), 3 and 4 (wait)
+    assert len(learner.online) == 2 and [stamp for _, stamp, _ in learner.awaiting_reward] == [3, 4]
+    learner.on_learned_done(3)
+    learner.on_learned_reward(3, -0.2)
+    assert len(learner.online) == 3 and learner.late_rewards_filled == 2
+    stored = learner.online.storage
+    np.testing.assert_allclose(stored["reward"][:3], [0.7, 0.5, -0.2])  # the filled row went in first
+    assert stored["terminated"][:3].tolist() == [False, False, True]  # the reward node's done
+    learner.config.late_reward_timeout_s = 0.0
+    learner.awaiting_reward = [(0.0, stamp, row) for _, stamp, row in learner.awaiting_reward]  # deadline passed
+    learner.expire_late()
+    assert learner.late_rewards_dropped == 1 and len(learner.online) == 3  # never trained on without its reward

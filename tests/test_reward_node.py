@@ -476,7 +476,7 @@ def test_reward_node_scores_a_demonstration(progress_setup, tmp_path):
     pytest.importorskip("rclpy")
     from geometry_msgs.msg import Vector3Stamped
     from sensor_msgs.msg import Image
-    from std_msgs.msg import Bool, String
+    from std_msgs.msg import Header, String
 
     from robot_rl.ros import qos
     from robot_rl.ros.messages import image_to_msg, ns_to_stamp, stamp_to_ns
@@ -492,7 +492,7 @@ def test_reward_node_scores_a_demonstration(progress_setup, tmp_path):
     rewards: list[Vector3Stamped] = []
     dones: list[bool] = []
     node.create_subscription(Vector3Stamped, "reward", rewards.append, qos.EVENTS)
-    node.create_subscription(Bool, "reward/done", lambda m: dones.append(m.data), qos.EVENTS)
+    node.create_subscription(Header, "reward/done", lambda m: dones.append(m.frame_id), qos.EVENTS)
     images = {c: node.create_publisher(Image, f"{c}/color/image_raw", qos.SENSOR) for c in ("front", "wrist")}
     goal_pub = node.create_publisher(String, "task/goal", qos.LATCHED)
     event_pub = node.create_publisher(String, "episode/event", qos.EVENTS)
@@ -531,7 +531,7 @@ def test_reward_node_scores_a_demonstration(progress_setup, tmp_path):
         np.testing.assert_allclose(values, accumulate_value([r.vector.x for r in rewards])[1:], atol=1e-5)
         assert all(r.header.frame_id == "" for r in rewards)
         assert 0.0 <= min(r.vector.z for r in rewards) and max(r.vector.z for r in rewards) >= 0.5
-        probe.wait_for(lambda: dones == [True], 5, "reward/done")
+        probe.wait_for(lambda: dones == ["done"], 5, "reward/done")
 
         # malformed images are rejected with a reason; the node keeps scoring
         bad = image_to_msg(episode.frames["front"][0], ns_to_stamp(node.get_clock().now().nanoseconds), "front")

@@ -26,11 +26,11 @@ import time
 from pathlib import Path
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from geometry_msgs.msg import TwistStamped
+from geometry_msgs.msg import TwistStamped, Vector3Stamped
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from sensor_msgs.msg import Image
-from std_msgs.msg import Bool, Float32, String, UInt8MultiArray
+from std_msgs.msg import Bool, Float32, Header, String, UInt8MultiArray
 from std_srvs.srv import Trigger
 
 from robot_rl.data.delivery import Outbox
@@ -73,6 +73,11 @@ PARAMS = [
     Param("drain_timeout_s", 60.0, "After evaluation, wait this long for the learner to acknowledge.", 0.0, 3600.0),
     Param("teleop_timeout_s", 0.3, "A teleop/cmd older than this is stale: the policy drives again.", 0.01, 10.0),
     Param("seed", 0, "Random seed.", 0, 2**31 - 1),
+    Param("reward_source", "task", "task: rewards and episode ends from the task's own functions (simulation, "
+          "instrumented robots); reward_node: from the reward node's `reward` and `reward/done` (learned "
+          "progress rewards from the cameras), evaluation still judged by the task.", choices=["task", "reward_node"]),
+    Param("reward_wait_s", 1.0, "reward_node: how long a batch waits for missing rewards before it goes to the "
+          "learner with them flagged late (the learner fills them in).", 0.0, 60.0),
 ]
 
 TOPICS = tuple(topic for topic, _ in STATE_TOPICS)
@@ -104,8 +109,8 @@ class ActorNode(Node):
                 raise ParameterError(f"actor: cannot record into {p['record_path']}: {exc}") from None
         self.core = ActorCore(self.task, ActorConfig(
             p["actor_id"], p["batch_transitions"], p["total_steps"], p["random_steps"], p["eval_episodes"],
-            p["sync_updates_per_step"], p["sync_slack_steps"], recording, p["record_episodes"], p["seed"]),
-            outbox, recorder)
+            p["sync_updates_per_step"], p["sync_slack_steps"], recording, p["record_episodes"], p["seed"],
+            learned_reward=p["reward_source"] == "reward_node", reward_wait_s=p["reward_wait_s"]), outbox, recorder)
         self.core_lock = threading.Lock()
         # Pixel tasks add their cameras to the synchronized set (rgb8 at the task's image size).
         self.camera_topics = {f"{camera}/color/image_raw": camera for camera in self.task.cameras}
@@ -133,6 +138,12 @@ class ActorNode(Node):
         self.create_subscription(String, "teleop/event", self._on_teleop_event, qos.EVENTS)
         self.create_subscription(UInt8MultiArray, "rl/policy", self._on_policy, qos.POLICY)
         self.create_subscription(UInt8MultiArray, "rl/acks", self._on_ack, qos.EVENTS)
+        # Tells the reward node (and anyone) that a new episode begins: its next frame is the first.
+        self.episode_pub = self.create_publisher(String, "episode/event", qos.EVENTS)
+        self.invalid_rewards = 0
+        if p["reward_source"] == "reward_node":
+            self.create_subscription(Vector3Stamped, "reward", self._on_reward, qos.EVENTS)
+            self.create_subscription(Header, "reward/done", self._on_reward_done, qos.EVENTS)
         self.reset_client = self.create_client(Trigger, p["reset_service"])
         self.policy_inbox: queue.Queue[bytes] = queue.Queue(maxsize=1)
         self._stop = threading.Event()
@@ -186,7 +197,7 @@ class ActorNode(Node):
                 return
             self.acted_stamp = stamp
             try:
-                result = self.core.step(state, self.human.action(time.monotonic()))
+                result = self.core.step(state, self.human.action(time.monotonic()), stamp)
             except ValueError as exc:  # e.g. a frame of the wrong size: skip it, the robot's watchdog holds
                 self.invalid_messages += 1
                 self.get_logger().warning(f"observation not usable: {exc}", throttle_duration_sec=5.0)
@@ -196,6 +207,18 @@ class ActorNode(Node):
                                                   self.params["control_hz"]))
             return
         self._on_episode_end(result.episode)
+
+    def _on_reward(self, msg: Vector3Stamped) -> None:
+        with self.core_lock:
+            try:
+                self.core.on_learned_reward(stamp_to_ns(msg.header.stamp), msg.vector.x)
+            except ValueError as exc:
+                self.invalid_rewards += 1
+                self.get_logger().warning(f"rejected reward: {exc}", throttle_duration_sec=5.0)
+
+    def _on_reward_done(self, msg: Header) -> None:
+        with self.core_lock:
+            self.core.on_learned_done(stamp_to_ns(msg.stamp))
 
     def _on_teleop_cmd(self, msg: TwistStamped) -> None:
         t = msg.twist
@@ -236,6 +259,7 @@ class ActorNode(Node):
         if not self.reset_client.wait_for_service(timeout_sec=0.0):
             self.create_timer_once(0.2, self._request_reset)
             return
+        self.episode_pub.publish(String(data="start"))
         self.reset_client.call_async(Trigger.Request()).add_done_callback(self._on_reset_done)
 
     def create_timer_once(self, period: float, callback) -> None:
@@ -297,6 +321,7 @@ class ActorNode(Node):
 
     def _send_due(self) -> None:
         with self.core_lock:
+            self.core.flush_if_due()
             due = self.core.outbox.due()
         for _, data in due:
             self.transitions_pub.publish(bytes_to_uint8_multiarray(data))
@@ -340,6 +365,8 @@ class ActorNode(Node):
             "intervention_rate_last20": round(c.intervention_rate(20), 3),
             "episode_steps": c.episode_steps, "last_return": round(c.history[-1].ret, 4) if c.history else 0.0,
             "episodes_recorded": c.episodes_recorded, "episodes_discarded": c.episodes_discarded,
+            "learned_rewards_received": c.learned_rewards_received, "late_rewards_sent": c.late_rewards_sent,
+            "invalid_rewards": self.invalid_rewards,
         }
         level = DiagnosticStatus.WARN if len(c.outbox) > 100 else DiagnosticStatus.OK
         self.diag_pub.publish(diagnostics(self, values, level, "learner not acknowledging" if level != DiagnosticStatus.OK

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import Vector3Stamped
 from rclpy.node import Node
-from std_msgs.msg import UInt8MultiArray
+from std_msgs.msg import Header, UInt8MultiArray
 
 from robot_rl.agents.sac import SACConfig
 from robot_rl.data.dataset import load_transitions
 from robot_rl.ros import codec, qos
-from robot_rl.ros.messages import bytes_to_uint8_multiarray, uint8_multiarray_view
+from robot_rl.ros.messages import bytes_to_uint8_multiarray, stamp_to_ns, uint8_multiarray_view
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
 from robot_rl.tasks import get_task, task_names
 from robot_rl.training.learner import LearnerConfig, LearnerCore
@@ -116,6 +117,12 @@ class LearnerNode(Node):
         self.policy_pub = self.create_publisher(UInt8MultiArray, "rl/policy", qos.POLICY)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(UInt8MultiArray, "rl/transitions", self._on_transitions, qos.TRANSITIONS)
+        # Learned rewards that reached an actor too late come here too; the training thread applies them.
+        self.reward_inbox: queue.Queue[tuple[int, float | None]] = queue.Queue()
+        self.create_subscription(Vector3Stamped, "reward", lambda m: self.reward_inbox.put(
+            (stamp_to_ns(m.header.stamp), m.vector.x)), qos.EVENTS)
+        self.create_subscription(Header, "reward/done", lambda m: self.reward_inbox.put(
+            (stamp_to_ns(m.stamp), None)), qos.EVENTS)
         self.stats = {"updates_per_s": 0.0, "last_metrics": {}}
         self.writer = None
         self._stop = threading.Event()
@@ -128,7 +135,23 @@ class LearnerNode(Node):
 
     # ---- training thread ----------------------------------------------------------------------
 
+    def _drain_rewards(self) -> None:
+        while True:
+            try:
+                stamp, reward = self.reward_inbox.get_nowait()
+            except queue.Empty:
+                break
+            try:
+                if reward is None:
+                    self.core.on_learned_done(stamp)
+                else:
+                    self.core.on_learned_reward(stamp, reward)
+            except ValueError as exc:
+                self.get_logger().warning(f"rejected reward: {exc}", throttle_duration_sec=5.0)
+        self.core.expire_late()
+
     def _drain_inbox(self) -> None:
+        self._drain_rewards()
         acks: dict[str, list[int]] = {}
         while True:
             try:
@@ -208,6 +231,9 @@ class LearnerNode(Node):
         values["updates_per_s"] = round(self.stats["updates_per_s"], 2)
         values["inbox"] = self.inbox.qsize()
         values["rejected_by_reason"] = json.dumps(self.core.rejected)
+        values.update(late_rewards_waiting=len(self.core.awaiting_reward),
+                      late_rewards_filled=self.core.late_rewards_filled,
+                      late_rewards_dropped=self.core.late_rewards_dropped)
         values.update({k: round(v, 5) for k, v in self.stats["last_metrics"].items()})
         self.diag_pub.publish(diagnostics(self, values))
 

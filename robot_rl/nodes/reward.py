@@ -23,8 +23,10 @@ Publishes
                             header.frame_id = "late" when it went out more than max_latency_s after the
                             observation's stamp by this node's clock (set use_sim_time with a
                             simulator), else "": the learner relabels late rewards
-    reward/done             std_msgs/Bool True, once per episode, after done_consecutive scored frames
-                            in a row with done probability >= the done threshold
+    reward/done             std_msgs/Header, once per episode, after done_consecutive scored frames
+                            in a row with done probability >= the done threshold; stamp = the
+                            observation that completed them (the actor ends the episode there),
+                            frame_id "done"
     /diagnostics            counts (frames received / rejected by reason / unmatched / paired /
                             skipped / scored), late rewards, scoring and stamp-to-publish latency
                             (mean, p99 in ms), the current value; WARN without a goal or with late
@@ -44,7 +46,7 @@ from geometry_msgs.msg import Vector3Stamped
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from sensor_msgs.msg import Image
-from std_msgs.msg import Bool, String
+from std_msgs.msg import Header, String
 
 from robot_rl.rewards.online import (EPISODE_EVENTS, RewardConfig, RewardResult, RewardStream, ScoringWorker,
                                      backend_names, check_model_path, load_backend, resolve_device)
@@ -98,7 +100,7 @@ class RewardNode(Node):
             torch.set_num_threads(p["torch_threads"])
         self.stream = RewardStream(self.config, now_ns=lambda: self.get_clock().now().nanoseconds)
         self.reward_pub = self.create_publisher(Vector3Stamped, "reward", qos.EVENTS)
-        self.done_pub = self.create_publisher(Bool, "reward/done", qos.EVENTS)
+        self.done_pub = self.create_publisher(Header, "reward/done", qos.EVENTS)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         for camera in self.config.cameras:
             self.create_subscription(Image, f"{camera}/color/image_raw",
@@ -137,7 +139,7 @@ class RewardNode(Node):
         self.reward_pub.publish(msg)
         self.rewards_published += 1
         if result.done:
-            self.done_pub.publish(Bool(data=True))
+            self.done_pub.publish(Header(stamp=ns_to_stamp(result.stamp_ns), frame_id="done"))
             self.get_logger().info(f"episode {result.episode} done (value {result.value:.3f})")
 
     # ---- executor --------------------------------------------------------------------------------

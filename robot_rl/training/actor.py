@@ -57,6 +57,13 @@ class ActorConfig:
     record_episodes: int = 0
     """Recording: finish after this many kept episodes (0: until stopped)."""
     seed: int = 0
+    learned_reward: bool = False
+    """Training rewards and episode ends come from the reward node (`on_learned_reward`,
+    `on_learned_done`, keyed by the stamp of the observation they score) instead of the task;
+    evaluation still uses the task's own success."""
+    reward_wait_s: float = 1.0
+    """With learned rewards, how long a batch may wait for rewards still missing before it goes to
+    the learner with those rewards flagged late (the learner fills them in)."""
 
 
 @dataclass
@@ -119,6 +126,15 @@ class ActorCore:
         self.episodes_recorded = 0
         self.episodes_discarded = 0
         self._pending = _Pending()
+        # Learned rewards: stamp -> row in _pending of every pending transition (by the stamp of
+        # the observation it reached), the rows still waiting for their reward (stamp -> since when).
+        self._stamp_rows: dict[int, int] = {}
+        self._awaiting_reward: dict[int, float] = {}
+        self._episode_first_stamp: int | None = None
+        self._learned_done = False
+        self._flush_due = False
+        self.learned_rewards_received = 0
+        self.late_rewards_sent = 0
 
     # ---- policy -------------------------------------------------------------------------------
 
@@ -157,6 +173,7 @@ class ActorCore:
             raise RuntimeError("actor finished: training and evaluation are done")
         self.commit_recording()
         self._prev, self._label = None, None
+        self._episode_first_stamp, self._learned_done = None, False
         self._episode = EpisodeStats(self.episode_index, evaluation=self.evaluating,
                                      policy_version=self.policy_version)
         self.episode_index += 1
@@ -192,34 +209,46 @@ class ActorCore:
             self._held_episode = None
             self.episodes_recorded += 1
 
-    def step(self, state: State, human_action: np.ndarray | None = None) -> StepResult:
+    def step(self, state: State, human_action: np.ndarray | None = None, stamp_ns: int | None = None) -> StepResult:
         """Consumes the state reached after the previous action; returns the next action.
 
         human_action: the teleoperator's action when a person has taken over; it is executed
         instead of the policy's and the transition is flagged as an intervention.
+        stamp_ns: the observation's stamp (needed with learned rewards, which are keyed by it).
         """
         if self._episode is None:
             raise RuntimeError("step() outside an episode: call start_episode() after the reset")
         episode = self._episode
         obs = self._observation(state)
+        learned = self.config.learned_reward and not episode.evaluation
+        if learned and stamp_ns is None:
+            raise ValueError("learned rewards are keyed by the observation's stamp: pass stamp_ns")
+        if self._episode_first_stamp is None:
+            self._episode_first_stamp = stamp_ns
         if self._prev is not None:
-            reward = float(self.task.reward(state))
             success = bool(self.task.success(state))
+            if learned and self._learned_done:
+                # The reward node declared the previous observation done (its transition is terminal).
+                episode.success = success
+                return StepResult(None, self._end_episode(obs))
+            # With learned rewards the reward node's value fills the row in later (on_learned_reward).
+            reward = 0.0 if learned else float(self.task.reward(state))
             label, self._label = self._label, None
             if label == "rerecord" and self.recorder is not None:
                 return StepResult(None, self._end_episode(obs, discard=True))
             if label is not None:
                 success = label == "success" or (success and label in ("reset", "rerecord"))
-                if label == "success" and self.task.terminate_on_success:
+                if label == "success" and self.task.terminate_on_success and not learned:
                     reward = 1.0
-            terminated = success and self.task.terminate_on_success
+            terminated = (label == "success") if learned else success and self.task.terminate_on_success
             episode.steps += 1
             episode.ret += reward
             truncated = not terminated and (episode.steps >= self.task.max_episode_steps or label is not None)
             if not episode.evaluation:
                 # A person's label, or the task's own success where it ends the episode (the sim knows).
                 success_label = {"success": True, "failure": False}.get(label, True if terminated else None)
-                self._record(self._prev, reward, obs, terminated, truncated, success_label)
+                self._record(self._prev, reward, obs, terminated, truncated, success_label,
+                             stamp_ns if learned else None)
                 self.train_steps += 1
             if terminated or truncated:
                 episode.success = success
@@ -269,7 +298,8 @@ class ActorCore:
         action[-1] = self._prev[1][-1] if self._prev is not None else -1.0
         return action
 
-    def _record(self, prev, reward, next_obs, terminated, truncated, success_label: bool | None) -> None:
+    def _record(self, prev, reward, next_obs, terminated, truncated, success_label: bool | None,
+                stamp_ns: int | None = None) -> None:
         obs, action, intervention = prev
         if self.recorder is not None:
             self.recorder.add_step(obs if isinstance(obs, dict) else {"state": obs}, action, reward, terminated,
@@ -287,7 +317,49 @@ class ActorCore:
             values.update(obs=obs, next_obs=next_obs)
         for name, value in values.items():
             f.setdefault(name, []).append(value)
+        if stamp_ns is not None:
+            self._stamp_rows[stamp_ns] = len(f["reward"]) - 1
+            self._awaiting_reward[stamp_ns] = time.monotonic()
         if len(f["reward"]) >= self.config.batch_transitions:
+            self.flush()
+
+    # ---- learned rewards (the reward node) ------------------------------------------------------
+
+    def on_learned_reward(self, stamp_ns: int, reward: float) -> bool:
+        """The reward node's reward for the observation stamped `stamp_ns`: fills in the pending
+        transition that reached it. Returns False if no pending transition waits for it (already
+        sent flagged late, which the learner fills in, or not ours).
+
+        Raises:
+            ValueError: the reward is not finite.
+        """
+        if not np.isfinite(reward):
+            raise ValueError(f"learned reward must be finite, got {reward}")
+        if self._awaiting_reward.pop(stamp_ns, None) is None:
+            return False
+        self._pending.fields["reward"][self._stamp_rows[stamp_ns]] = float(reward)
+        self.learned_rewards_received += 1
+        if self._episode is not None:
+            self._episode.ret += float(reward)
+        if self._flush_due and not self._awaiting_reward:
+            self.flush()
+        return True
+
+    def on_learned_done(self, stamp_ns: int) -> None:
+        """The reward node declared the observation stamped `stamp_ns` done: the transition that reached
+        it becomes terminal and, if it belongs to the episode in progress, the episode ends at the next
+        step (the transition from the done observation on is not recorded)."""
+        row = self._stamp_rows.get(stamp_ns)
+        if row is not None:
+            f = self._pending.fields
+            f["terminated"][row], f["truncated"][row] = True, False
+        first = self._episode_first_stamp
+        if self._episode is not None and first is not None and stamp_ns >= first:
+            self._learned_done = True
+
+    def flush_if_due(self) -> None:
+        """Sends a batch that was held for missing rewards once they are in or `reward_wait_s` passed."""
+        if self._flush_due:
             self.flush()
 
     def _end_episode(self, final_obs, discard: bool = False) -> EpisodeStats:
@@ -320,12 +392,24 @@ class ActorCore:
     # ---- transport ----------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Packs pending transitions into one payload in the outbox."""
+        """Packs pending transitions into one payload in the outbox (with learned rewards, after their
+        rewards are in or the oldest missing one waited `reward_wait_s`: those go flagged late)."""
         f = self._pending.fields
         n = len(f["reward"])
         if n == 0 and not self._pending.episodes:
             return
+        if self._awaiting_reward and time.monotonic() - min(self._awaiting_reward.values()) < self.config.reward_wait_s:
+            self._flush_due = True
+            return
         arrays = stack_transitions(f, self.task.obs_dim, self.task.action_dim, self.task.frame_shapes)
+        if self._stamp_rows:
+            stamps = np.zeros(n, np.int64)
+            for stamp, row in self._stamp_rows.items():
+                stamps[row] = stamp
+            arrays["stamp"] = stamps
+            arrays["reward_late"] = np.array([s in self._awaiting_reward for s in stamps], bool)
+            self.late_rewards_sent += int(arrays["reward_late"].sum())
+        self._stamp_rows, self._awaiting_reward, self._flush_due = {}, {}, False
         seq = self.outbox.allocate_seq()
         payload = codec.encode(TRANSITIONS, arrays, {
             "actor_id": self.config.actor_id, "seq": seq, "task": self.task.name,

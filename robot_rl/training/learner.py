@@ -6,6 +6,12 @@ and the journal is the replay memory's persistent form. A restarted learner load
 checkpoint (networks, optimizers, temperature, counters) and replays the journal, so the
 buffer and the duplicate tracker come back exactly; resends from actors are recognised as
 duplicates and acknowledged again.
+
+Learned rewards: an actor training on the reward node's rewards sends the rows whose reward had not
+reached it in time flagged `reward_late` (with their observation `stamp`); the learner, which hears
+the reward node too (`on_learned_reward`, `on_learned_done`), holds those rows until their reward
+comes and stores them then, or drops them after `late_reward_timeout_s` (never trains on a row
+without its reward).
 """
 
 from __future__ import annotations
@@ -58,6 +64,9 @@ class LearnerConfig:
     seed: int = 0
     device: str = "auto"
     """'auto' (CUDA when present), 'cpu' or 'cuda'."""
+    late_reward_timeout_s: float = 30.0
+    """Learned rewards: how long transitions sent with their reward flagged late wait for it on the
+    reward topic before they are dropped (never trained on without their reward)."""
 
 
 @dataclass
@@ -108,6 +117,13 @@ class LearnerCore:
         self.duplicates = 0
         self.resumed = False
         self.episode_stats: list[dict[str, Any]] = []
+        # Learned rewards that came late: rows waiting for their reward, and recent rewards by stamp
+        # (a reward may reach us before the batch that needs it).
+        self.awaiting_reward: list[tuple[float, int, dict[str, np.ndarray]]] = []
+        self.recent_rewards: dict[int, float] = {}
+        self.recent_dones: set[int] = set()
+        self.late_rewards_filled = 0
+        self.late_rewards_dropped = 0
 
     # ---- data in ------------------------------------------------------------------------------
 
@@ -157,10 +173,66 @@ class LearnerCore:
             self.journal.append(bytes(data) if not isinstance(data, bytes) else data, n)
             self.journal.prune(self.config.buffer_capacity)
         self.tracker.add(actor_id, seq)
+        late = np.asarray(batch.get("reward_late", np.zeros(n, bool)), bool)
+        if late.shape != (n,) or (late.any() and np.asarray(batch.get("stamp", ())).shape != (n,)):
+            raise ValueError("reward_late and stamp must have one entry per transition")
+        if late.any():
+            self._hold_late(batch, late)
+            batch = {k: np.asarray(v)[~late] for k, v in batch.items()}
         self._store(self._featurize(batch))
         for episode in payload.meta.get("episodes", []):
             self.episode_stats.append(episode)
         return IngestResult(actor_id, seq, n, duplicate=False)
+
+    # ---- learned rewards that came late ---------------------------------------------------------
+
+    def _hold_late(self, batch: dict[str, np.ndarray], late: np.ndarray) -> None:
+        deadline = time.monotonic() + self.config.late_reward_timeout_s
+        stamps = np.asarray(batch["stamp"], np.int64)
+        for row in np.flatnonzero(late):
+            self.awaiting_reward.append((deadline, int(stamps[row]), {k: np.asarray(v)[row:row + 1]
+                                                                     for k, v in batch.items()}))
+        self._fill_late()
+
+    def on_learned_reward(self, stamp_ns: int, reward: float, done: bool = False) -> None:
+        """A reward (and done) from the reward node, for rows sent before it reached their actor."""
+        if not np.isfinite(reward):
+            raise ValueError(f"learned reward must be finite, got {reward}")
+        self.recent_rewards[int(stamp_ns)] = float(reward)
+        if done:
+            self.recent_dones.add(int(stamp_ns))
+        while len(self.recent_rewards) > 10_000:  # oldest first (dicts keep insertion order)
+            self.recent_rewards.pop(next(iter(self.recent_rewards)))
+        if self.awaiting_reward:
+            self._fill_late()
+
+    def on_learned_done(self, stamp_ns: int) -> None:
+        self.recent_dones.add(int(stamp_ns))
+        if len(self.recent_dones) > 10_000:
+            self.recent_dones.clear()
+        if self.awaiting_reward:
+            self._fill_late()
+
+    def _fill_late(self) -> None:
+        waiting = []
+        now = time.monotonic()
+        for deadline, stamp, row in self.awaiting_reward:
+            if stamp in self.recent_rewards:
+                row = {**row, "reward": np.array([self.recent_rewards[stamp]], np.float32)}
+                if stamp in self.recent_dones:
+                    row["terminated"], row["truncated"] = np.array([True]), np.array([False])
+                self._store(self._featurize(row))
+                self.late_rewards_filled += 1
+            elif now > deadline:
+                self.late_rewards_dropped += 1
+            else:
+                waiting.append((deadline, stamp, row))
+        self.awaiting_reward = waiting
+
+    def expire_late(self) -> None:
+        """Drops late rows whose reward never came (call periodically)."""
+        if self.awaiting_reward:
+            self._fill_late()
 
     def _store(self, batch: dict[str, np.ndarray]) -> None:
         self.online.add_batch(batch)

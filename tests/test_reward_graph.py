@@ -1,0 +1,74 @@
+"""Learned rewards end to end: sim (pixel pick-cube, lockstep), reward node, actor and learner as four
+processes over loopback DDS. The actor trains on the reward node's rewards (keyed by observation
+stamp), the learner stores them; nothing comes from the task's own reward."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+pytest.importorskip("rclpy")
+
+from robot_rl.ros.graph import apply_overrides, build_graph, config_path, load_config, loopback_environment, \
+    params_file  # noqa: E402
+from robot_rl.ros.probe import RosProbe  # noqa: E402
+from robot_rl.ros.supervisor import Supervisor  # noqa: E402
+
+GOAL = "pick up the cube"
+
+
+@pytest.fixture(scope="module")
+def progress_model(tmp_path_factory):
+    from robot_rl.data.scripted import record_scripted_episodes
+    from robot_rl.envs.arm import scripted_lift_action
+    from robot_rl.rewards.progress import ProgressModelConfig, progress_episodes, train_progress_model
+
+    root = tmp_path_factory.mktemp("reward_graph")
+    record_scripted_episodes(str(root / "demos.zarr"), "robot_rl/ArmPickCube-v0", scripted_lift_action, 4, goal=GOAL,
+                             env_kwargs={"image_size": 64})
+    model, _ = train_progress_model(progress_episodes(root / "demos.zarr"), ProgressModelConfig(steps=200))
+    model.save(root / "model")
+    return root / "model"
+
+
+def test_actor_trains_on_the_reward_nodes_rewards(tmp_path, progress_model):
+    domain_id = random.randint(120, 200)
+    overrides = {
+        "robot_rl.nodes": ["sim", "actor", "learner", "reward"],
+        "robot_rl.demos": {"episodes": 0},
+        "actor.reward_source": "reward_node",
+        "actor.total_steps": 150,
+        "actor.eval_episodes": 1,
+        "actor.batch_transitions": 25,
+        "actor.sync_updates_per_step": 0.0,
+        "learner.warmup_transitions": 50,
+        "learner.batch_size": 32,
+        "learner.publish_period_s": 0.5,
+        "reward.model_path": str(progress_model),
+        "reward.goal": GOAL,
+        "reward.use_sim_time": True,
+        "reward.diagnostics_period_s": 0.5,
+    }
+    config = apply_overrides(load_config(config_path("arm_pick_cube")), overrides)
+    specs = build_graph(config, "sim", str(tmp_path))
+    supervisor = Supervisor(specs, params_file(specs, tmp_path / "params.yaml"), tmp_path / "logs",
+                            loopback_environment(domain_id))
+    supervisor.start()
+    probe = RosProbe(domain_id, "reward_probe")
+    try:
+        probe.wait_for(lambda: probe.value("learned_rewards_received", "actor") >= 100
+                       and probe.value("transitions_received", "learner") >= 100, 240,
+                       "the reward node's rewards reaching the actor and, with the transitions, the learner")
+        assert probe.value("frames_scored", "reward") >= 100
+        assert probe.value("invalid_rewards", "actor") == 0
+        assert probe.value("rejected", "learner") == 0
+        for name in ("sim", "actor", "learner", "reward"):
+            assert name not in {n.spec.name for n, _ in supervisor.exited()}
+    finally:
+        codes = supervisor.stop()
+        probe.close()
+    assert all(code == 0 for code in codes.values()), codes
+    summary = json.loads((tmp_path / "learner_summary.json").read_text())
+    assert summary["transitions_received"] >= 100
