@@ -243,3 +243,22 @@ def test_progress_reward_wrapper_replaces_reward_and_termination(pick_data, tmp_
         ProgressReward(gym.make("CartPole-v1"), model, LearnedRewardConfig("x", PICK_GOAL))
     with pytest.raises(ValueError, match="done_consecutive"):
         LearnedRewardConfig("x", PICK_GOAL, done_consecutive=0)
+
+
+def test_relabel_episodes_with_the_learned_reward(pick_data, tmp_path):
+    from robot_rl.data.episodes import EpisodeDataset
+    from robot_rl.rewards.env_reward import LearnedRewardConfig, relabel_episodes
+
+    model, _ = train_progress_model(progress_episodes(pick_data["train"]), ProgressModelConfig(steps=300))
+    config = LearnedRewardConfig("unused", PICK_GOAL, done_reward=1.0)
+    out = relabel_episodes(str(pick_data["eval"]), model, config)
+    dataset = EpisodeDataset(pick_data["eval"])
+    assert set(out) == set(dataset.transitions(("front", "wrist")))
+    ends = np.flatnonzero(out["terminated"] | out["truncated"])
+    assert len(ends) == len(dataset) and ends[-1] == len(out["reward"]) - 1  # one end per episode
+    assert out["terminated"].sum() >= 2  # the model calls most held-out demonstrations done
+    assert len(out["reward"]) <= dataset.num_steps  # cut at the first done
+    episode_returns = np.split(out["reward"], ends[:-1] + 1)
+    assert all(r.sum() > 0.5 for r in episode_returns)  # progress gained along every demonstration
+    wrong = relabel_episodes(str(pick_data["eval"]), model, LearnedRewardConfig("unused", "open the drawer"))
+    assert abs(wrong["reward"].sum()) < 0.1 and not wrong["terminated"].any()

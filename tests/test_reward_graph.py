@@ -1,6 +1,7 @@
 """Learned rewards end to end: sim (pixel pick-cube, lockstep), reward node, actor and learner as four
 processes over loopback DDS. The actor trains on the reward node's rewards (keyed by observation
-stamp), the learner stores them; nothing comes from the task's own reward."""
+stamp), the learner stores them and relabels its demonstrations with the same model; nothing comes
+from the task's own reward."""
 
 from __future__ import annotations
 
@@ -30,10 +31,11 @@ def progress_model(tmp_path_factory):
                              env_kwargs={"image_size": 64})
     model, _ = train_progress_model(progress_episodes(root / "demos.zarr"), ProgressModelConfig(steps=200))
     model.save(root / "model")
-    return root / "model"
+    return root
 
 
 def test_actor_trains_on_the_reward_nodes_rewards(tmp_path, progress_model):
+    model = progress_model / "model"
     domain_id = random.randint(120, 200)
     overrides = {
         "robot_rl.nodes": ["sim", "actor", "learner", "reward"],
@@ -46,7 +48,10 @@ def test_actor_trains_on_the_reward_nodes_rewards(tmp_path, progress_model):
         "learner.warmup_transitions": 50,
         "learner.batch_size": 32,
         "learner.publish_period_s": 0.5,
-        "reward.model_path": str(progress_model),
+        "learner.demos": str(progress_model / "demos.zarr"),  # relabelled with the same model
+        "learner.reward_model": str(model),
+        "learner.reward_goal": GOAL,
+        "reward.model_path": str(model),
         "reward.goal": GOAL,
         "reward.use_sim_time": True,
         "reward.diagnostics_period_s": 0.5,
@@ -72,3 +77,4 @@ def test_actor_trains_on_the_reward_nodes_rewards(tmp_path, progress_model):
     assert all(code == 0 for code in codes.values()), codes
     summary = json.loads((tmp_path / "learner_summary.json").read_text())
     assert summary["transitions_received"] >= 100
+    assert summary["demo_size"] >= 20  # the 4 demonstrations, cut at the model's done

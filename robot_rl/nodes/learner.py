@@ -31,6 +31,9 @@ PARAMS = [
     Param("task", "arm_lift", "Task name (decides observation and action sizes).", choices=task_names()),
     Param("run_dir", "runs/default", "Directory for checkpoints, the transition journal and TensorBoard logs."),
     Param("demos", "", "Path of a zarr demonstration dataset loaded into the demo buffer ('' for none)."),
+    Param("reward_model", "", "With learned rewards (actor reward_source: reward_node): the reward node's progress "
+          "model directory, to relabel the demonstrations' rewards the same way ('' keeps the recorded ones)."),
+    Param("reward_goal", "", "Goal sentence the demonstrations are relabelled against (with reward_model)."),
     Param("hidden_dims", [256, 256], "Hidden layer widths of actor and critics."),
     Param("num_critics", 2, "Critic ensemble size.", 1, 32),
     Param("critic_subsample", 0, "Critics sampled for the target min (0: all).", 0, 32),
@@ -59,8 +62,9 @@ PARAMS = [
 ]
 
 
-def demonstration_arrays(path: str, task) -> dict:
-    """Transitions (wire layout) from a zarr dataset: scripted-demo transitions or recorded episodes."""
+def demonstration_arrays(path: str, task, reward_model: str = "", reward_goal: str = "") -> dict:
+    """Transitions (wire layout) from a zarr dataset: scripted-demo transitions or recorded episodes;
+    with `reward_model`, an episode dataset's rewards and ends come from that progress model."""
     import zarr
 
     from robot_rl.data.episodes import EpisodeDataset
@@ -68,6 +72,9 @@ def demonstration_arrays(path: str, task) -> dict:
     if not Path(path).exists():
         raise FileNotFoundError(f"no demonstration dataset at {path}")
     if zarr.open_group(path, mode="r").attrs.get("format") != "robot_rl.episodes":
+        if reward_model:
+            raise ValueError(f"demos {path} hold no camera frames to relabel with {reward_model}: record an "
+                             "episode dataset (robot-rl record, robot-rl demos --env)")
         arrays, attrs = load_transitions(path)
         if attrs.get("task") != task.name:
             raise ValueError(f"demos {path} are for task {attrs.get('task')!r}, not {task.name!r}")
@@ -77,6 +84,14 @@ def demonstration_arrays(path: str, task) -> dict:
         raise ValueError(f"demos {path} are for task {dataset.task_config.get('task')!r}, not {task.name!r}")
     if len(dataset) == 0:
         raise ValueError(f"demos {path} hold no episodes")
+    if reward_model:
+        from robot_rl.rewards.env_reward import LearnedRewardConfig, relabel_episodes
+        from robot_rl.rewards.progress import ProgressModel
+
+        if not reward_goal:
+            raise ValueError("reward_model needs reward_goal, the goal sentence to score against")
+        return relabel_episodes(path, ProgressModel.load(reward_model), LearnedRewardConfig(reward_model, reward_goal),
+                                task.cameras)
     return dataset.transitions(task.cameras)
 
 
@@ -107,7 +122,7 @@ class LearnerNode(Node):
                                    f"{len(self.core.online)} transitions in the buffer")
         if p["demos"]:
             try:
-                arrays = demonstration_arrays(p["demos"], task)
+                arrays = demonstration_arrays(p["demos"], task, p["reward_model"], p["reward_goal"])
             except (ValueError, FileNotFoundError) as exc:
                 raise ParameterError(str(exc)) from None
             self.get_logger().info(f"loaded {self.core.load_demonstrations(arrays)} demonstration transitions")

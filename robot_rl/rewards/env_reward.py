@@ -24,7 +24,7 @@ import numpy as np
 
 from robot_rl.rewards.progress import ProgressScorer
 
-__all__ = ["LearnedRewardConfig", "ProgressReward"]
+__all__ = ["LearnedRewardConfig", "LearnedRewardShaper", "ProgressReward", "relabel_episodes"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,34 @@ class LearnedRewardConfig:
             raise ValueError(f"done_threshold must be in (0, 1), got {self.done_threshold}")
 
 
+class LearnedRewardShaper:
+    """The reward formula of the module docstring, one step at a time (shared by the env wrapper and
+    offline relabelling)."""
+
+    def __init__(self, config: LearnedRewardConfig, threshold: float):
+        self.config, self.threshold = config, float(threshold)
+        self.value, self.done_streak = 0.0, 0
+
+    def reset(self) -> None:
+        self.value, self.done_streak = 0.0, 0
+
+    def step(self, delta: float, done_probability: float) -> tuple[float, bool]:
+        """(reward, done) for a step the backend scored (delta, done probability)."""
+        value = self.value + (1.0 - self.value) * float(delta)
+        self.done_streak = self.done_streak + 1 if done_probability >= self.threshold else 0
+        done = self.done_streak >= self.config.done_consecutive
+        reward = self.config.progress_weight * (value - self.value) + self.config.done_reward * done
+        self.value = value
+        return float(reward), done
+
+
+def _threshold(scorer: ProgressScorer, config: LearnedRewardConfig) -> float:
+    threshold = config.done_threshold if config.done_threshold is not None else getattr(scorer, "done_threshold", None)
+    if threshold is None:
+        raise ValueError("give done_threshold: the scorer has no threshold of its own")
+    return float(threshold)
+
+
 class ProgressReward(gym.Wrapper):
     """Replaces an env's reward and termination with a progress backend's (module docstring)."""
 
@@ -60,13 +88,10 @@ class ProgressReward(gym.Wrapper):
         super().__init__(env)
         if not callable(getattr(env.unwrapped, "camera_frames", None)):
             raise ValueError(f"{env.unwrapped} has no camera_frames(): a learned reward needs the env's cameras")
-        threshold = config.done_threshold if config.done_threshold is not None else getattr(scorer, "done_threshold", None)
-        if threshold is None:
-            raise ValueError("give done_threshold: the scorer has no threshold of its own")
-        self.scorer, self.config, self.threshold = scorer, config, float(threshold)
+        self.scorer, self.config = scorer, config
+        self.shaper = LearnedRewardShaper(config, _threshold(scorer, config))
         self._first: dict[str, np.ndarray] = {}
         self._previous: dict[str, np.ndarray] = {}
-        self._value, self._done_streak = 0.0, 0
 
     def _frames(self) -> dict[str, np.ndarray]:
         return {c: f[None] for c, f in self.env.unwrapped.camera_frames().items()}
@@ -74,27 +99,62 @@ class ProgressReward(gym.Wrapper):
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
         self._first = self._previous = self._frames()
-        self._value, self._done_streak = 0.0, 0
+        self.shaper.reset()
         return obs, info
 
     def step(self, action):
         obs, env_reward, env_terminated, truncated, info = self.env.step(action)
         current = self._frames()
         delta, done_probability = self.scorer.score(self._first, self._previous, current, self.config.goal)
-        delta, done_probability = float(delta[0]), float(done_probability[0])
-        value = self._value + (1.0 - self._value) * delta
-        self._done_streak = self._done_streak + 1 if done_probability >= self.threshold else 0
-        done = self._done_streak >= self.config.done_consecutive
-        reward = self.config.progress_weight * (value - self._value) + self.config.done_reward * done
-        self._value, self._previous = value, current
+        reward, done = self.shaper.step(float(delta[0]), float(done_probability[0]))
+        self._previous = current
         info = {**info, "env_reward": float(env_reward), "env_terminated": bool(env_terminated),
-                "progress_value": value, "done_probability": done_probability, "predicted_done": done}
-        return obs, float(reward), done, truncated, info
+                "progress_value": self.shaper.value, "done_probability": float(done_probability[0]),
+                "predicted_done": done}
+        return obs, reward, done, truncated, info
 
     @property
     def value(self) -> float:
         """The accumulated value of the episode so far."""
-        return self._value
+        return self.shaper.value
+
+
+def relabel_episodes(dataset_path: str, scorer: ProgressScorer, config: LearnedRewardConfig,
+                     cameras: Any = None) -> dict[str, np.ndarray]:
+    """The transitions of an episode dataset (`EpisodeDataset.transitions` layout) with rewards and
+    terminations from the backend instead of the recorded ones: what a learner trained on learned
+    rewards must load as demonstrations. An episode is cut at the first step the backend calls done
+    (that step is terminal); the rest of it would never have happened under the learned reward."""
+    from robot_rl.data.episodes import EpisodeDataset
+    from robot_rl.rewards.quality import trajectory_scores
+
+    dataset = EpisodeDataset(dataset_path)
+    cameras = tuple(dataset.schema.cameras) if cameras is None else tuple(cameras)
+    transitions = dataset.transitions(cameras)
+    shaper = LearnedRewardShaper(config, _threshold(scorer, config))
+    keep, rewards, terminated, last = [], [], [], []
+    start = 0
+    for index in range(len(dataset)):
+        episode = dataset.episode(index)
+        frames = {c: episode[c] for c in cameras}
+        deltas, done_probability = trajectory_scores(scorer, {c: f[0] for c, f in frames.items()}, frames, config.goal)
+        shaper.reset()
+        for t in range(len(deltas)):
+            reward, done = shaper.step(deltas[t], done_probability[t])
+            keep.append(start + t)
+            rewards.append(reward)
+            terminated.append(done)
+            if done:
+                break
+        last.append(len(keep) - 1)
+        start += len(deltas)
+    keep = np.asarray(keep, np.int64)
+    out = {k: np.asarray(v)[keep] for k, v in transitions.items()}
+    out["reward"] = np.asarray(rewards, np.float32)
+    out["terminated"] = np.asarray(terminated, bool)
+    out["truncated"] = np.zeros(len(keep), bool)
+    out["truncated"][last] = ~out["terminated"][last]  # an episode the backend never called done was cut off
+    return out
 
 
 def learned_reward_env(env: gym.Env, config: LearnedRewardConfig, device: str = "cpu") -> ProgressReward:
