@@ -28,6 +28,8 @@ from robot_rl.teleop.mapping import load_mapping
 from robot_rl.teleop.scripted import ScriptedGamepad
 from robot_rl.training.interventions import InterventionConfig, ScriptedIntervener
 
+_DEFAULT = InterventionConfig()
+
 PARAMS = [
     Param("task", "arm_lift", "Task whose scripted expert the person follows.", choices=task_names()),
     Param("mapping", "teleop_gamepad", "Gamepad mapping (joy section) the person's hands produce; the teleop "
@@ -36,11 +38,14 @@ PARAMS = [
     Param("action_scale", ArmSimConfig.action_scale, "End-effector metres per step at action 1 (as the actor's).",
           1e-4, 1.0),
     Param("control_hz", 10.0, "The actor's control rate (as the actor's).", 0.1, 1000.0),
-    Param("takeover_prob_start", 1.0, "Probability of taking over an off-track policy at first.", 0.0, 1.0),
-    Param("takeover_prob_end", 0.0, "That probability after decay_steps.", 0.0, 1.0),
-    Param("decay_steps", 10_000, "Control steps over which the takeover probability decays.", 0, 100_000_000),
-    Param("off_track_steps", 3, "Consecutive disagreeing steps before the policy counts as off track.", 1, 1000),
-    Param("hold_steps", 5, "Steps an intervention lasts.", 1, 10_000),
+    Param("takeover_prob_start", _DEFAULT.takeover_prob_start, "Probability of taking over an off-track policy at "
+          "first.", 0.0, 1.0),
+    Param("takeover_prob_end", _DEFAULT.takeover_prob_end, "That probability after decay_steps.", 0.0, 1.0),
+    Param("decay_steps", _DEFAULT.decay_steps, "Control steps over which the takeover probability decays.", 0,
+          100_000_000),
+    Param("off_track_steps", _DEFAULT.off_track_steps, "Consecutive disagreeing steps before the policy counts as "
+          "off track.", 1, 1000),
+    Param("hold_steps", _DEFAULT.hold_steps, "Steps an intervention lasts.", 1, 10_000),
     Param("expert_gain", 0.5, "Gain of the arm expert the person follows: below 1 it tolerates the step of "
           "reaction latency a person (scripted or not) has.", 0.05, 1.0),
     Param("label_success", False, "Press the success button when the state shows success (tasks whose "
