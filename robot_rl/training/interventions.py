@@ -31,12 +31,15 @@ class InterventionConfig:
     """Probability of taking over once the policy is off track, at the first step."""
     takeover_prob_end: float = 0.0
     """That probability after ``decay_steps`` steps (and from then on)."""
-    decay_steps: int = 10_000
+    decay_steps: int = 8_000
     """Steps (calls) over which the probability falls linearly from start to end; 0: always end."""
-    off_track_steps: int = 3
-    """Consecutive disagreeing steps after which the policy counts as off track."""
-    hold_steps: int = 5
-    """Steps an intervention lasts once it starts (the expert drives throughout)."""
+    off_track_steps: int = 5
+    """Consecutive disagreeing steps after which the policy counts as off track (a person lets a
+    stochastic policy wander a little: taking over at 3 left it almost no steps of its own early on,
+    which slowed learning in benchmarks/hil_pick_cube.py)."""
+    hold_steps: int = 10
+    """Steps an intervention lasts once it starts (the expert drives throughout): one correction
+    long enough to bring the arm back on track, rather than many short ones."""
     min_cosine: float = 0.5
     """Policy motion disagrees when the cosine between it and the expert's motion is below this
     (a policy that does not move while the expert would disagrees too)."""
