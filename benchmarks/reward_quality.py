@@ -2,7 +2,7 @@
 
 Tasks: arm pick-cube ("pick up the cube") and arm push-cube ("push the cube to the left"), same
 scene, front + wrist cameras at 128x128. Training data: scripted demonstrations on the train
-randomization ranges (5 frames kept past the first success). Held out: new demonstrations on the
+randomization ranges (5 frames kept past the first success) and random-action episodes (negatives). Held out: new demonstrations on the
 *eval* ranges, plus failing trajectories (the expert gives up part-way and retreats, gripper open).
 The model (`robot_rl.rewards.progress`, frozen shipped encoder + hashed goal text + small head) is
 trained here from scratch on both tasks.
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 import robot_rl.envs  # noqa: F401 - registers the environments
-from robot_rl.data.scripted import record_scripted_episodes, rollout
+from robot_rl.data.scripted import random_actions, record_scripted_episodes, rollout
 from robot_rl.rewards.progress import ProgressEpisode, ProgressModelConfig, progress_episodes, train_progress_model
 from robot_rl.rewards.quality import evaluate_progress
 from robot_rl.tasks import expert_for_env
@@ -34,6 +34,7 @@ from robot_rl.tasks import expert_for_env
 TASKS = {env_id: (goal, expert_for_env(env_id)) for env_id, goal in (
     ("robot_rl/ArmPickCube-v0", "pick up the cube"), ("robot_rl/ArmPushCube-v0", "push the cube to the left"))}
 IMAGE_SIZE = 128
+ARM_ACTION_DIM = 4  # dx, dy, dz, gripper
 TARGETS = {"voc_median": 0.9, "negative_share": 0.7, "wrong_goal_mean": 0.05, "done_f1": 0.9, "latency_ms": 15.0}
 
 
@@ -87,11 +88,12 @@ def main() -> None:
     parser.add_argument("--train-demos", type=int, default=20, help="training demonstrations per task")
     parser.add_argument("--test-demos", type=int, default=10, help="held-out demonstrations per task")
     parser.add_argument("--failures", type=int, default=5, help="held-out failing trajectories per task")
+    parser.add_argument("--negatives", type=int, default=10, help="random-action training episodes per task")
     parser.add_argument("--steps", type=int, default=3000, help="gradient steps of the progress model")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.quick:
-        args.train_demos, args.test_demos, args.failures, args.steps = 6, 3, 2, 600
+        args.train_demos, args.test_demos, args.failures, args.steps, args.negatives = 6, 3, 2, 600, 3
     start = time.perf_counter()
     train, test, failures = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -101,6 +103,11 @@ def main() -> None:
                 record_scripted_episodes(path, env_id, expert, count, goal=goal, seed=args.seed + 100 * k + 10 * offset,
                                          env_kwargs={"image_size": IMAGE_SIZE, "randomization_split": split})
                 store += progress_episodes(path)
+            path = str(Path(tmp) / f"{k}_random.zarr")
+            record_scripted_episodes(path, env_id, random_actions(ARM_ACTION_DIM), args.negatives, goal=goal,
+                                     seed=args.seed + 100 * k + 70, successful_only=False,
+                                     env_kwargs={"image_size": IMAGE_SIZE, "randomization_split": "train"})
+            train += progress_episodes(path)
             failures += failing_trajectories(env_id, goal, expert, args.failures, args.seed + 100 * k + 50)
     data_s = time.perf_counter() - start
     model, train_metrics = train_progress_model(train, ProgressModelConfig(steps=args.steps, seed=args.seed),

@@ -1,7 +1,8 @@
 """RL on arm pick-cube with only the learned progress reward, against the true sparse reward.
 
 1. Scripted demonstrations of two tasks (pick-cube and push-cube, 20 each, 64x64 front + wrist
-   cameras, train ranges) train the local progress model (`robot_rl.rewards.progress`).
+   cameras, train ranges) and 20 random-action episodes per task (the negatives SERL also records
+   for its classifiers) train the local progress model (`robot_rl.rewards.progress`).
 2. For each seed, two runs of the state-based pick-cube setup of `benchmarks/pick_cube.py --state`
    (SAC + RLPD, 20 scripted demonstrations, same step budget):
    * true: the env's sparse reward (1 on lifting the cube, which ends the episode);
@@ -32,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pick_cube import ENV_ID, config_for  # noqa: E402
 
-from robot_rl.data.scripted import record_scripted_episodes  # noqa: E402
+from robot_rl.data.scripted import random_actions, record_scripted_episodes  # noqa: E402
 from robot_rl.rewards.env_reward import LearnedRewardConfig  # noqa: E402
 from robot_rl.rewards.progress import ProgressModelConfig, progress_episodes, train_progress_model  # noqa: E402
 from robot_rl.tasks import expert_for_env  # noqa: E402
@@ -41,14 +42,20 @@ from robot_rl.training.gym_loop import Trainer  # noqa: E402
 GOAL = "pick up the cube"
 REWARD_TASKS = ((ENV_ID, GOAL), ("robot_rl/ArmPushCube-v0", "push the cube to the left"))
 TARGET = 0.8
+ARM_ACTION_DIM = 4  # dx, dy, dz, gripper
 
 
-def train_reward_model(directory: Path, demos: int, steps: int, seed: int) -> dict:
+def train_reward_model(directory: Path, demos: int, negatives: int, steps: int, seed: int) -> dict:
     episodes = []
     for k, (env_id, goal) in enumerate(REWARD_TASKS):
+        env_kwargs = {"image_size": 64, "randomization_split": "train"}
         path = str(directory / f"demos_{k}.zarr")
         record_scripted_episodes(path, env_id, expert_for_env(env_id), demos, goal=goal, seed=seed + 1000 + k,
-                                 env_kwargs={"image_size": 64, "randomization_split": "train"})
+                                 env_kwargs=env_kwargs)
+        episodes += progress_episodes(path)
+        path = str(directory / f"random_{k}.zarr")
+        record_scripted_episodes(path, env_id, random_actions(ARM_ACTION_DIM), negatives, goal=goal, seed=seed + 2000 + k,
+                                 env_kwargs=env_kwargs, successful_only=False)
         episodes += progress_episodes(path)
     model, metrics = train_progress_model(episodes, ProgressModelConfig(steps=steps, seed=seed),
                                           "reward_rl benchmark: scripted pick and push demonstrations")
@@ -62,6 +69,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=10_000, help="environment steps of each run")
     parser.add_argument("--reward-demos", type=int, default=20, help="demonstrations per task for the reward model")
+    parser.add_argument("--reward-negatives", type=int, default=20,
+                        help="random-action episodes per task for the reward model (its negatives)")
     args = parser.parse_args()
     seeds = args.seeds[:1] if args.quick else args.seeds
     steps, eval_episodes = (2_000, 10) if args.quick else (args.steps, 50)
@@ -71,9 +80,10 @@ def main() -> None:
     finals: dict[str, list[float]] = {"true": [], "learned": []}
     with tempfile.TemporaryDirectory() as tmp:
         reward_metrics = train_reward_model(Path(tmp), 6 if args.quick else args.reward_demos,
-                                            600 if args.quick else 3000, 0)
+                                            6 if args.quick else args.reward_negatives, 600 if args.quick else 3000, 0)
         reward_s = time.perf_counter() - start
-        learned = LearnedRewardConfig(str(Path(tmp) / "progress_model"), GOAL)
+        # Two done frames in a row: one lenient-threshold false positive must not end an episode.
+        learned = LearnedRewardConfig(str(Path(tmp) / "progress_model"), GOAL, done_consecutive=2)
         for seed in seeds:
             for arm in ("true", "learned"):
                 config = config_for(seed, steps, True, max(steps // 5, 500), eval_episodes)

@@ -368,10 +368,19 @@ def cmd_demos(args: argparse.Namespace) -> int:
 
 
 def _demos_episodes(args: argparse.Namespace) -> int:
-    from robot_rl.data.scripted import record_scripted_episodes
+    from robot_rl.data.scripted import random_actions, record_scripted_episodes
     from robot_rl.tasks import expert_for_env
 
-    expert = expert_for_env(args.env)
+    if args.random:
+        import gymnasium as gym
+
+        import robot_rl.envs  # noqa: F401 - registers the environments
+
+        probe = gym.make(args.env)
+        expert = random_actions(probe.action_space.shape[0])
+        probe.close()
+    else:
+        expert = expert_for_env(args.env)
     if expert is None:
         print(f"robot-rl demos: {args.env} has no scripted expert", file=sys.stderr)
         return 2
@@ -380,7 +389,7 @@ def _demos_episodes(args: argparse.Namespace) -> int:
         return 2
     env_kwargs = {"image_size": args.image_size, "randomization_split": args.split}
     stats = record_scripted_episodes(args.out, args.env, expert, args.episodes, goal=args.goal, seed=args.seed,
-                                     noise=args.noise, env_kwargs=env_kwargs)
+                                     noise=args.noise, env_kwargs=env_kwargs, successful_only=not args.random)
     print(f"wrote {stats['episodes']} episodes ({stats['steps']} steps, {stats['attempts']} attempts) to {args.out}")
     return 0
 
@@ -471,6 +480,9 @@ def build_parser() -> argparse.ArgumentParser:
     demos.add_argument("--goal", help="with --env: the task's goal sentence, stored in the dataset")
     demos.add_argument("--image-size", type=int, default=128, help="with --env: camera frame size")
     demos.add_argument("--split", default="train", help="with --env: randomization split")
+    demos.add_argument("--random", action="store_true", help="with --env: uniformly random actions instead of the "
+                                                             "expert, every episode kept (failures: negatives for a "
+                                                             "reward model)")
     rec = sub.add_parser("record", help="teleop recording session: a person drives, episodes go to a zarr dataset")
     rec.add_argument("--task", default="arm_pick_cube", help="task (its config/<task>.yaml gives the robot and cameras)")
     rec.add_argument("--config", help="task config YAML instead of the package's")

@@ -72,6 +72,13 @@ def rollout(env: gym.Env, policy: Policy, rng: np.random.Generator, seed: int,
     return episode
 
 
+def random_actions(action_dim: int) -> Callable[..., np.ndarray]:
+    """A stand-in for an expert that acts uniformly at random (expert signature): recorded with
+    `successful_only=False`, its episodes are the failures a reward model needs as negatives (SERL
+    trains its classifiers on such rollouts)."""
+    return lambda state, rng, noise=0.0: rng.uniform(-1.0, 1.0, action_dim).astype(np.float32)
+
+
 def record_scripted_episodes(path: str, env_id: str, expert: Callable[..., np.ndarray], episodes: int, *,
                              goal: str, seed: int = 0, noise: float = 0.1, env_kwargs: Mapping[str, Any] | None = None,
                              steps_after_success: int = 5, successful_only: bool = True) -> dict[str, Any]:
