@@ -258,3 +258,14 @@ def test_learner_fills_in_late_rewards_or_drops_them(tmp_path):
     learner.awaiting_reward = [(0.0, stamp, row) for _, stamp, row in learner.awaiting_reward]  # deadline passed
     learner.expire_late()
     assert learner.late_rewards_dropped == 1 and len(learner.online) == 3  # never trained on without its reward
+
+
+def test_sync_rewards_waits_for_the_previous_steps_reward(tmp_path):
+    core = _learned_core(tmp_path, sync_rewards=True)
+    core.start_episode()
+    core.step({"x": 0}, stamp_ns=1)
+    assert not core.waiting_for_rewards()  # nothing recorded yet
+    core.step({"x": 0}, stamp_ns=2)
+    assert core.waiting_for_rewards()
+    core.on_learned_reward(2, 0.1)
+    assert not core.waiting_for_rewards()

@@ -41,6 +41,7 @@ def test_actor_trains_on_the_reward_nodes_rewards(tmp_path, progress_model):
         "robot_rl.nodes": ["sim", "actor", "learner", "reward"],
         "robot_rl.demos": {"episodes": 0},
         "actor.reward_source": "reward_node",
+        "actor.sync_rewards": True,
         "actor.total_steps": 150,
         "actor.eval_episodes": 1,
         "actor.batch_transitions": 25,
@@ -67,6 +68,8 @@ def test_actor_trains_on_the_reward_nodes_rewards(tmp_path, progress_model):
                        and probe.value("transitions_received", "learner") >= 100, 240,
                        "the reward node's rewards reaching the actor and, with the transitions, the learner")
         assert probe.value("frames_scored", "reward") >= 100
+        # Synchronised: late only where the reward node took an episode's last frame for the next one's first.
+        assert probe.value("late_rewards_sent", "actor") <= probe.value("episodes", "actor")
         assert probe.value("invalid_rewards", "actor") == 0
         assert probe.value("rejected", "learner") == 0
         for name in ("sim", "actor", "learner", "reward"):

@@ -76,6 +76,8 @@ PARAMS = [
     Param("reward_source", "task", "task: rewards and episode ends from the task's own functions (simulation, "
           "instrumented robots); reward_node: from the reward node's `reward` and `reward/done` (learned "
           "progress rewards from the cameras), evaluation still judged by the task.", choices=["task", "reward_node"]),
+    Param("sync_rewards", False, "reward_node in simulation: wait for each step's reward before the next step "
+          "(the lockstep simulator then runs at the reward node's pace). Leave off on a robot."),
     Param("reward_wait_s", 1.0, "reward_node: how long a batch waits for missing rewards before it goes to the "
           "learner with them flagged late (the learner fills them in).", 0.0, 60.0),
 ]
@@ -110,7 +112,8 @@ class ActorNode(Node):
         self.core = ActorCore(self.task, ActorConfig(
             p["actor_id"], p["batch_transitions"], p["total_steps"], p["random_steps"], p["eval_episodes"],
             p["sync_updates_per_step"], p["sync_slack_steps"], recording, p["record_episodes"], p["seed"],
-            learned_reward=p["reward_source"] == "reward_node", reward_wait_s=p["reward_wait_s"]), outbox, recorder)
+            learned_reward=p["reward_source"] == "reward_node", sync_rewards=p["sync_rewards"],
+            reward_wait_s=p["reward_wait_s"]), outbox, recorder)
         self.core_lock = threading.Lock()
         # Pixel tasks add their cameras to the synchronized set (rgb8 at the task's image size).
         self.camera_topics = {f"{camera}/color/image_raw": camera for camera in self.task.cameras}
@@ -141,6 +144,7 @@ class ActorNode(Node):
         # Tells the reward node (and anyone) that a new episode begins: its next frame is the first.
         self.episode_pub = self.create_publisher(String, "episode/event", qos.EVENTS)
         self.invalid_rewards = 0
+        self.reward_waits = 0
         if p["reward_source"] == "reward_node":
             self.create_subscription(Vector3Stamped, "reward", self._on_reward, qos.EVENTS)
             self.create_subscription(Header, "reward/done", self._on_reward_done, qos.EVENTS)
@@ -195,6 +199,9 @@ class ActorNode(Node):
             if self.core.in_episode and self.core.waiting_for_learner():
                 self.learner_waits += 1
                 return
+            if self.core.in_episode and self.core.waiting_for_rewards():
+                self.reward_waits += 1
+                return
             self.acted_stamp = stamp
             try:
                 result = self.core.step(state, self.human.action(time.monotonic()), stamp)
@@ -215,6 +222,10 @@ class ActorNode(Node):
             except ValueError as exc:
                 self.invalid_rewards += 1
                 self.get_logger().warning(f"rejected reward: {exc}", throttle_duration_sec=5.0)
+                return
+            resume = self.reward_waits and not self.core.waiting_for_rewards()
+        if resume and self.latest is not None and self.params["control_mode"] == "on_observation":
+            self._act()  # the step that waited for this reward
 
     def _on_reward_done(self, msg: Header) -> None:
         with self.core_lock:
@@ -323,6 +334,9 @@ class ActorNode(Node):
         with self.core_lock:
             self.core.flush_if_due()
             due = self.core.outbox.due()
+            resume = self.reward_waits and self.core.in_episode and not self.core.waiting_for_rewards()
+        if resume and self.latest is not None and self.params["control_mode"] == "on_observation":
+            self._act()  # a step that waited for a reward which is not coming
         for _, data in due:
             self.transitions_pub.publish(bytes_to_uint8_multiarray(data))
         if self.draining_since is not None:
@@ -366,7 +380,7 @@ class ActorNode(Node):
             "episode_steps": c.episode_steps, "last_return": round(c.history[-1].ret, 4) if c.history else 0.0,
             "episodes_recorded": c.episodes_recorded, "episodes_discarded": c.episodes_discarded,
             "learned_rewards_received": c.learned_rewards_received, "late_rewards_sent": c.late_rewards_sent,
-            "invalid_rewards": self.invalid_rewards,
+            "invalid_rewards": self.invalid_rewards, "reward_waits": self.reward_waits,
         }
         level = DiagnosticStatus.WARN if len(c.outbox) > 100 else DiagnosticStatus.OK
         self.diag_pub.publish(diagnostics(self, values, level, "learner not acknowledging" if level != DiagnosticStatus.OK

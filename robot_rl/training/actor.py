@@ -61,6 +61,11 @@ class ActorConfig:
     """Training rewards and episode ends come from the reward node (`on_learned_reward`,
     `on_learned_done`, keyed by the stamp of the observation they score) instead of the task;
     evaluation still uses the task's own success."""
+    sync_rewards: bool = False
+    """Simulation with learned rewards: before each training step, wait until the rewards of the
+    earlier steps have arrived, so a lockstep simulator runs at the reward node's pace and no step goes
+    unscored (the node scores only the newest frame when it falls behind); a reward missing for
+    longer than reward_wait_s is given up on (sent late). A real robot runs free."""
     reward_wait_s: float = 1.0
     """With learned rewards, how long a batch may wait for rewards still missing before it goes to
     the learner with those rewards flagged late (the learner fills them in)."""
@@ -158,6 +163,14 @@ class ActorCore:
         self.policy, self.policy_version = policy, version
         self.learner_updates = int(payload.meta.get("num_updates", self.learner_updates))
         return True
+
+    def waiting_for_rewards(self) -> bool:
+        """True while a training step must wait for learned rewards (see sync_rewards)."""
+        if not (self.config.sync_rewards and not self.evaluating and self._awaiting_reward):
+            return False
+        # Never forever: a frame the reward node did not score (e.g. taken as the next episode's
+        # first frame) goes late after reward_wait_s, as without synchronisation.
+        return time.monotonic() - min(self._awaiting_reward.values()) < self.config.reward_wait_s
 
     def waiting_for_learner(self) -> bool:
         """True while a training step must wait for the learner (see sync_updates_per_step)."""
