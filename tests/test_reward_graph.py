@@ -42,7 +42,7 @@ def test_actor_trains_on_the_reward_nodes_rewards(tmp_path, progress_model):
         "robot_rl.demos": {"episodes": 0},
         "actor.reward_source": "reward_node",
         "actor.sync_rewards": True,
-        "actor.total_steps": 150,
+        "actor.total_steps": 300,  # episodes are short (an untrained done head ends many early)
         "actor.eval_episodes": 1,
         "actor.batch_transitions": 25,
         "actor.sync_updates_per_step": 0.0,
