@@ -20,11 +20,10 @@ rclpy = pytest.importorskip("rclpy")
 from std_msgs.msg import UInt8MultiArray  # noqa: E402
 
 from robot_rl.ros import codec, qos  # noqa: E402
-from robot_rl.ros.graph import apply_overrides, build_graph, config_path, load_config, loopback_environment, \
-    params_file  # noqa: E402
+from robot_rl.ros.graph import loopback_environment  # noqa: E402
 from robot_rl.ros.messages import bytes_to_uint8_multiarray  # noqa: E402
 from robot_rl.ros.supervisor import Supervisor  # noqa: E402
-from robot_rl.ros.probe import RosProbe  # noqa: E402
+from robot_rl.ros.probe import RosProbe, start_graph  # noqa: E402
 
 SMALL = {
     "robot_rl.demos": {"episodes": 0},
@@ -51,12 +50,7 @@ class Observer(RosProbe):
 
 def _start_graph(tmp_path: Path, overrides: dict):
     domain_id = random.randint(120, 200)
-    config = apply_overrides(load_config(config_path("arm_lift")), {**SMALL, **overrides})
-    specs = build_graph(config, "sim", str(tmp_path))
-    params = params_file(specs, tmp_path / "params.yaml")
-    env = loopback_environment(domain_id)
-    supervisor = Supervisor(specs, params, tmp_path / "logs", env)
-    supervisor.start()
+    supervisor = start_graph("arm_lift", {**SMALL, **overrides}, tmp_path, domain_id)
     return supervisor, Observer(domain_id), domain_id
 
 

@@ -13,10 +13,7 @@ import pytest
 
 pytest.importorskip("rclpy")
 
-from robot_rl.ros.graph import apply_overrides, build_graph, config_path, load_config, loopback_environment, \
-    params_file  # noqa: E402
-from robot_rl.ros.probe import RosProbe  # noqa: E402
-from robot_rl.ros.supervisor import Supervisor  # noqa: E402
+from robot_rl.ros.probe import RosProbe, start_graph  # noqa: E402
 
 HIL = {
     "robot_rl.nodes": ["sim", "actor", "learner", "teleop", "scripted_human"],
@@ -43,11 +40,7 @@ HIL = {
 
 def test_scripted_human_interventions_reach_the_learner_as_demonstrations(tmp_path):
     domain_id = random.randint(120, 200)
-    config = apply_overrides(load_config(config_path("arm_lift")), HIL)
-    specs = build_graph(config, "sim", str(tmp_path))
-    supervisor = Supervisor(specs, params_file(specs, tmp_path / "params.yaml"), tmp_path / "logs",
-                            loopback_environment(domain_id))
-    supervisor.start()
+    supervisor = start_graph("arm_lift", HIL, tmp_path, domain_id)
     probe = RosProbe(domain_id, "hil_probe")
     try:
         probe.wait_for(lambda: probe.value("takeovers", "scripted_human") >= 3

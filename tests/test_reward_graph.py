@@ -12,10 +12,7 @@ import pytest
 
 pytest.importorskip("rclpy")
 
-from robot_rl.ros.graph import apply_overrides, build_graph, config_path, load_config, loopback_environment, \
-    params_file  # noqa: E402
-from robot_rl.ros.probe import RosProbe  # noqa: E402
-from robot_rl.ros.supervisor import Supervisor  # noqa: E402
+from robot_rl.ros.probe import RosProbe, start_graph  # noqa: E402
 
 GOAL = "pick up the cube"
 
@@ -57,11 +54,7 @@ def test_actor_trains_on_the_reward_nodes_rewards(tmp_path, progress_model):
         "reward.use_sim_time": True,
         "reward.diagnostics_period_s": 0.5,
     }
-    config = apply_overrides(load_config(config_path("arm_pick_cube")), overrides)
-    specs = build_graph(config, "sim", str(tmp_path))
-    supervisor = Supervisor(specs, params_file(specs, tmp_path / "params.yaml"), tmp_path / "logs",
-                            loopback_environment(domain_id))
-    supervisor.start()
+    supervisor = start_graph("arm_pick_cube", overrides, tmp_path, domain_id)
     probe = RosProbe(domain_id, "reward_probe")
     try:
         probe.wait_for(lambda: probe.value("learned_rewards_received", "actor") >= 100

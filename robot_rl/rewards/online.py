@@ -38,6 +38,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from robot_rl.device import check_device_name, resolve_device
+
 __all__ = ["BACKENDS", "BackendEntry", "BackendLoadError", "FrameRejected", "LatestSlot", "LoadedBackend",
            "RewardConfig", "RewardResult", "RewardStream", "ScoringWorker", "StampPairer", "SuccessScorer",
            "backend_names", "check_model_path", "decode_frame", "load_backend", "register_backend",
@@ -47,7 +49,6 @@ NS_PER_S = 1_000_000_000
 EPISODE_EVENTS = {"teleop/event": ("reset", "rerecord"), "episode/event": ("start",)}
 """Events (topic -> values) that start a new episode."""
 _CAMERA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$")
-_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?|mps)$")
 _WORDS = re.compile(r"[A-Za-z0-9]")
 
 
@@ -193,27 +194,6 @@ def load_backend(backend: str, model_path: str, device: str,
     return loaded
 
 
-def resolve_device(device: str) -> str:
-    """"auto" -> "cuda" when a GPU is usable, else "cpu"; refuses a GPU that is not there."""
-    if not _DEVICE.match(device or ""):
-        raise ValueError(f"device {device!r} must be auto, cpu, cuda, cuda:<index> or mps")
-    if device == "cpu":
-        return device
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r}: no CUDA GPU is available (use device:=auto or cpu)")
-        index = int(device.partition(":")[2] or 0)
-        if index >= torch.cuda.device_count():
-            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s)")
-    elif device == "mps" and not torch.backends.mps.is_available():
-        raise ValueError("device 'mps' is not available")
-    return device
-
-
 # ---- configuration --------------------------------------------------------------------------
 
 @dataclass
@@ -260,8 +240,7 @@ class RewardConfig:
             raise ValueError(f"max_latency_s must be > 0, got {self.max_latency_s}")
         if not (math.isfinite(self.stamp_tolerance_s) and self.stamp_tolerance_s >= 0):
             raise ValueError(f"stamp_tolerance_s must be >= 0, got {self.stamp_tolerance_s}")
-        if not _DEVICE.match(self.device or ""):
-            raise ValueError(f"device {self.device!r} must be auto, cpu, cuda, cuda:<index> or mps")
+        check_device_name(self.device)
 
 
 # ---- frames ---------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from robot_rl.data.frames import FrameReplayBuffer
 from robot_rl.data.replay import MixedSampler, ReplayBuffer, transition_layout
 from robot_rl.rewards.env_reward import LearnedRewardConfig, learned_reward_env
 from robot_rl.training.interventions import InterventionConfig, ScriptedIntervener
-from robot_rl.training.learner import resolve_device
+from robot_rl.device import resolve_device
 
 Expert = Callable[[dict, np.random.Generator, float], np.ndarray]
 
@@ -129,7 +129,7 @@ class Trainer:
     def __init__(self, config: GymTrainConfig, expert: Expert | None = None, intervener=None,
                  log: Callable[[dict], None] | None = None):
         self.config = cfg = config
-        self.device = resolve_device(cfg.device)
+        self.device = torch.device(resolve_device(cfg.device))
         self.rng = np.random.default_rng(cfg.seed)
         torch.manual_seed(cfg.seed)
         self.env = make_env(cfg.env_id, cfg.env_kwargs)

@@ -30,6 +30,7 @@ from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.data.delivery import SequenceTracker
 from robot_rl.data.journal import PayloadJournal
 from robot_rl.agents.encoders import pretrained_config
+from robot_rl.device import resolve_device
 from robot_rl.data.replay import MixedSampler, ReplayBuffer, transition_layout, validate_transitions
 from robot_rl.ros import codec
 
@@ -77,20 +78,12 @@ class IngestResult:
     duplicate: bool
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} requested but CUDA is not available on this machine")
-    return torch.device(name)
-
-
 class LearnerCore:
     def __init__(self, config: LearnerConfig, run_dir: str | os.PathLike):
         self.config = config
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.device = resolve_device(config.device)
+        self.device = torch.device(resolve_device(config.device))
         torch.manual_seed(config.seed)
         self.rng = np.random.default_rng(config.seed)
         frame_shapes = {camera: (config.image_size, config.image_size, 3) for camera in config.cameras}
