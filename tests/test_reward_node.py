@@ -236,6 +236,20 @@ def test_first_frame_value_accumulation_and_episode_reset():
         stream.set_goal("  ")
     assert stream.stats()["frames_first"] == 3
 
+    # a stamped start: a late frame of the old episode is still scored in it, the new episode
+    # begins with the first frame stamped at or after the start
+    assert stream.new_episode(30 * S) is None
+    assert feed(stream, 0.7, 29 * S) == "queued"
+    stream.run_once()
+    assert scorer.calls[-1][:3] == pytest.approx((0.3, 0.5, 0.7), abs=0.003)
+    assert feed(stream, 0.1, 30 * S) == "first"
+    assert stream.stats()["frames_first"] == 4
+    # the same start announced again once the reset is done: the episode already began there
+    assert stream.new_episode(30 * S) is None
+    assert feed(stream, 0.2, 31 * S) == "queued"
+    stream.run_once()
+    assert scorer.calls[-1][:3] == pytest.approx((0.1, 0.1, 0.2), abs=0.003)
+
 
 def test_frame_skip_scores_every_nth_against_the_last_scored():
     scorer = FakeScorer()
@@ -495,7 +509,7 @@ def test_reward_node_scores_a_demonstration(progress_setup, tmp_path):
     node.create_subscription(Header, "reward/done", lambda m: dones.append(m.frame_id), qos.EVENTS)
     images = {c: node.create_publisher(Image, f"{c}/color/image_raw", qos.SENSOR) for c in ("front", "wrist")}
     goal_pub = node.create_publisher(String, "task/goal", qos.LATCHED)
-    event_pub = node.create_publisher(String, "episode/event", qos.EVENTS)
+    event_pub = node.create_publisher(Header, "episode/event", qos.EVENTS)
 
     def publish(t: int, stamp_ns: int | None = None) -> int:
         stamp_ns = node.get_clock().now().nanoseconds if stamp_ns is None else stamp_ns
@@ -517,7 +531,7 @@ def test_reward_node_scores_a_demonstration(progress_setup, tmp_path):
 
         goal_pub.publish(String(data=GOAL))
         probe.wait_for(lambda: probe.diag.get("goal") == GOAL, 5, "the goal")
-        event_pub.publish(String(data="start"))
+        event_pub.publish(Header(frame_id="start"))  # stamp 0: the next frame starts the episode
         probe.wait_for(lambda: probe.value("event_episode_event_start") == 1, 5, "the episode start")
         stamps = []
         for t in range(len(episode.progress_labels)):

@@ -38,7 +38,8 @@ from robot_rl.data.episodes import EpisodeSchema, EpisodeWriter
 from robot_rl.envs.arm import ArmSimConfig
 from robot_rl.ros import codec, qos
 from robot_rl.ros.arm_io import STATE_TOPICS, action_to_msgs, msgs_to_state
-from robot_rl.ros.messages import bytes_to_uint8_multiarray, msg_to_image, stamp_to_ns, uint8_multiarray_view
+from robot_rl.ros.messages import (bytes_to_uint8_multiarray, msg_to_image, ns_to_stamp, stamp_to_ns,
+                                   uint8_multiarray_view)
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.tasks import get_task, task_names
@@ -142,7 +143,7 @@ class ActorNode(Node):
         self.create_subscription(UInt8MultiArray, "rl/policy", self._on_policy, qos.POLICY)
         self.create_subscription(UInt8MultiArray, "rl/acks", self._on_ack, qos.EVENTS)
         # Tells the reward node (and anyone) that a new episode begins: its next frame is the first.
-        self.episode_pub = self.create_publisher(String, "episode/event", qos.EVENTS)
+        self.episode_pub = self.create_publisher(Header, "episode/event", qos.EVENTS)
         self.invalid_rewards = 0
         self.reward_waits = 0
         if p["reward_source"] == "reward_node":
@@ -270,7 +271,10 @@ class ActorNode(Node):
         if not self.reset_client.wait_for_service(timeout_sec=0.0):
             self.create_timer_once(0.2, self._request_reset)
             return
-        self.episode_pub.publish(String(data="start"))
+        # The reward node's episode ends with the last observation we saw (stamp 0: none yet); the
+        # start is announced again, stamped with the reset's observation, once the reset is done.
+        after_last = self.latest[0] + 1 if self.latest is not None else 0
+        self.episode_pub.publish(Header(stamp=ns_to_stamp(after_last), frame_id="start"))
         self.reset_client.call_async(Trigger.Request()).add_done_callback(self._on_reset_done)
 
     def create_timer_once(self, period: float, callback) -> None:
@@ -293,6 +297,9 @@ class ActorNode(Node):
         with self.core_lock:
             self.core.start_episode()
         self.episode_start_stamp = stamp
+        # The reward node's episode begins at the same observation (if the start announced before the
+        # reset arrived late, frames up to this one may have been scored in the old episode).
+        self.episode_pub.publish(Header(stamp=ns_to_stamp(stamp), frame_id="start"))
         if self.latest is not None and self.params["control_mode"] == "on_observation":
             self._act()
 

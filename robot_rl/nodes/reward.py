@@ -7,7 +7,10 @@ Subscribes
                             sentence; publishers must be transient local too (``ros2 topic pub
                             --qos-durability transient_local``). A different goal starts a new episode.
     teleop/event            std_msgs/String (qos.EVENTS): "reset" and "rerecord" start a new episode
-    episode/event           std_msgs/String (qos.EVENTS): "start" starts a new episode. This topic is
+    episode/event           std_msgs/Header (qos.EVENTS): frame_id "start" starts a new episode whose first
+                            frame is the first stamped at or after header.stamp (frames of the old
+                            episode still arriving are scored in it; stamp 0: the next frame; a start
+                            at or before the current episode's first frame changes nothing). This topic is
                             an addition to DESIGN.md's topic table: whoever knows when an episode
                             begins (the actor after a reset, a script) announces it here.
 
@@ -51,7 +54,7 @@ from std_msgs.msg import Header, String
 from robot_rl.rewards.online import (EPISODE_EVENTS, RewardConfig, RewardResult, RewardStream, ScoringWorker,
                                      backend_names, check_model_path, load_backend, resolve_device)
 from robot_rl.ros import qos
-from robot_rl.ros.messages import ns_to_stamp
+from robot_rl.ros.messages import ns_to_stamp, stamp_to_ns
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
 
 PARAMS = [
@@ -107,7 +110,8 @@ class RewardNode(Node):
                                      lambda m, c=camera: self._on_image(c, m), qos.SENSOR)
         self.create_subscription(String, "task/goal", self._on_goal, qos.LATCHED)
         for topic, starts in EPISODE_EVENTS.items():
-            self.create_subscription(String, topic, lambda m, t=topic, s=starts: self._on_event(t, s, m), qos.EVENTS)
+            msg_type = Header if topic == "episode/event" else String
+            self.create_subscription(msg_type, topic, lambda m, t=topic, s=starts: self._on_event(t, s, m), qos.EVENTS)
         self.events: dict[str, int] = {}
         self.rewards_published = 0
         self._reported = {"late": 0, "score_errors": 0, "rejected": 0}
@@ -160,13 +164,16 @@ class RewardNode(Node):
         if changed:
             self.get_logger().info(f"goal {self.stream.goal!r}: new episode")
 
-    def _on_event(self, topic: str, starts: tuple[str, ...], msg: String) -> None:
-        event = msg.data.strip()
+    def _on_event(self, topic: str, starts: tuple[str, ...], msg: String | Header) -> None:
+        stamped = isinstance(msg, Header)
+        event = (msg.frame_id if stamped else msg.data).strip()
         key = f"{topic.replace('/', '_')}_{event or 'empty'}"
         self.events[key] = self.events.get(key, 0) + 1
         if event in starts:
-            episode = self.stream.new_episode()
-            self.get_logger().info(f"{topic} {event!r}: episode {episode} starts with the next frame")
+            start = stamp_to_ns(msg.stamp) if stamped else 0
+            self.stream.new_episode(start or None)
+            self.get_logger().info(f"{topic} {event!r}: a new episode starts with the next frame"
+                                   + (f" stamped at or after {start}" if start else ""))
         elif topic == "episode/event":
             self.get_logger().warning(f"unknown episode/event {event!r}; known: {list(starts)}",
                                       throttle_duration_sec=5.0)

@@ -47,7 +47,8 @@ __all__ = ["BACKENDS", "BackendEntry", "BackendLoadError", "FrameRejected", "Lat
 
 NS_PER_S = 1_000_000_000
 EPISODE_EVENTS = {"teleop/event": ("reset", "rerecord"), "episode/event": ("start",)}
-"""Events (topic -> values) that start a new episode."""
+"""Events (topic -> values) that start a new episode. teleop/event is a String (from a person, now);
+episode/event a std_msgs/Header: frame_id the event, stamp the first observation of the new episode."""
 _CAMERA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$")
 _WORDS = re.compile(r"[A-Za-z0-9]")
 
@@ -418,6 +419,7 @@ class _Episode:
     index: int
     goal: str
     first: dict[str, np.ndarray] | None = None
+    first_stamp: int | None = None
     paired: int = 0
     previous: dict[str, np.ndarray] | None = None
     value: float = 0.0
@@ -476,6 +478,7 @@ class RewardStream:
         self._episode_index = 0
         self.goal: str | None = config.goal or None
         self._episode = _Episode(0, self.goal or "")
+        self._start_stamp: int | None = None  # a new episode waiting for its first frame (stamped start)
         self._score_s: deque[float] = deque(maxlen=stats_window)
         self._latency_s: deque[float] = deque(maxlen=stats_window)
         if backend is not None:
@@ -516,10 +519,19 @@ class RewardStream:
             self._new_episode_locked()
             return True
 
-    def new_episode(self) -> int:
-        """Starts a new episode: the next paired frame is its first; returns the episode index."""
+    def new_episode(self, start_stamp_ns: int | None = None) -> int | None:
+        """Starts a new episode: the next paired frame is its first; returns the episode index.
+        With `start_stamp_ns` (a stamped start) the new episode begins with the first paired frame
+        stamped at or after it, so frames of the previous episode still in flight are scored in that
+        one; nothing changes if the episode in progress already began at or after it (a start
+        announced twice, before and after a reset). Returns None for a stamped start."""
         with self._lock:
-            return self._new_episode_locked()
+            if start_stamp_ns is None:
+                self._start_stamp = None
+                return self._new_episode_locked()
+            first = self._episode.first_stamp
+            self._start_stamp = None if first is not None and first >= start_stamp_ns else int(start_stamp_ns)
+            return None
 
     def _new_episode_locked(self) -> int:
         self._episode_index += 1
@@ -564,9 +576,12 @@ class RewardStream:
             if self.backend.needs_goal and not self.goal:
                 c.without_goal += 1
                 return "no_goal"
+            if self._start_stamp is not None and stamp_ns >= self._start_stamp:
+                self._start_stamp = None
+                self._new_episode_locked()
             episode = self._episode
             if episode.first is None:
-                episode.first = frames
+                episode.first, episode.first_stamp = frames, stamp_ns
                 c.first_frames += 1
                 return "first"
             episode.paired += 1
