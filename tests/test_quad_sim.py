@@ -286,7 +286,7 @@ def _drop(sim: QuadJuggleSim, height: float) -> tuple[float, float]:
 def test_ball_rebound_restitution_fixed_racket(e):
     sim = QuadJuggleSim(QuadJuggleConfig(restitution=e, fix_quad=True))
     v_in, v_out = _drop(sim, 0.5)
-    assert v_in == pytest.approx(math.sqrt(2 * 9.81 * 0.5), rel=0.01)
+    assert v_in == pytest.approx(math.sqrt(2 * 9.81 * 0.5), rel=0.025)  # air drag takes ~1.3 %
     assert abs(v_out / v_in - e) <= 0.05, (e, v_out / v_in)
 
 

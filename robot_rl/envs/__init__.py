@@ -9,6 +9,9 @@ when an environment is created):
   ``render_mode``).  The horizon is enforced by the environment itself (default 50 steps).
 * ``robot_rl/ArmPickCube-v0`` -- :class:`robot_rl.envs.pick_cube.ArmPickCubeEnv` (the same arm
   picking the cube from two cameras + proprioception, sparse reward, randomized scenes).
+* ``robot_rl/QuadJuggle-v0`` -- :class:`robot_rl.envs.quad_juggle_vec.QuadJuggleEnv` (a quadrotor
+  with a racket juggling a ball, randomized; ``gymnasium.make_vec(..., vectorization_mode=
+  "vector_entry_point")`` gives the batched :class:`~robot_rl.envs.quad_juggle_vec.QuadJuggleGymVectorEnv`).
 * ``robot_rl/ArmPushCube-v0`` -- :class:`robot_rl.envs.push_cube.ArmPushCubeEnv` (the same scenes
   and observations; push the cube 6 cm to the left along the table, sparse reward).
 """
@@ -18,6 +21,7 @@ from gymnasium.envs.registration import register, registry
 ARM_LIFT_ENV_ID = "robot_rl/ArmLift-v0"
 ARM_PICK_CUBE_ENV_ID = "robot_rl/ArmPickCube-v0"
 ARM_PUSH_CUBE_ENV_ID = "robot_rl/ArmPushCube-v0"
+QUAD_JUGGLE_ENV_ID = "robot_rl/QuadJuggle-v0"
 
 if ARM_LIFT_ENV_ID not in registry:
     register(id=ARM_LIFT_ENV_ID, entry_point="robot_rl.envs.arm:ArmLiftEnv")
@@ -26,4 +30,8 @@ if ARM_PICK_CUBE_ENV_ID not in registry:
 if ARM_PUSH_CUBE_ENV_ID not in registry:
     register(id=ARM_PUSH_CUBE_ENV_ID, entry_point="robot_rl.envs.push_cube:ArmPushCubeEnv")
 
-__all__ = ["ARM_LIFT_ENV_ID", "ARM_PICK_CUBE_ENV_ID", "ARM_PUSH_CUBE_ENV_ID"]
+if QUAD_JUGGLE_ENV_ID not in registry:
+    register(id=QUAD_JUGGLE_ENV_ID, entry_point="robot_rl.envs.quad_juggle_vec:QuadJuggleEnv",
+             vector_entry_point="robot_rl.envs.quad_juggle_vec:QuadJuggleGymVectorEnv")
+
+__all__ = ["ARM_LIFT_ENV_ID", "ARM_PICK_CUBE_ENV_ID", "ARM_PUSH_CUBE_ENV_ID", "QUAD_JUGGLE_ENV_ID"]

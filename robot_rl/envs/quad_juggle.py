@@ -32,6 +32,7 @@ growing roughly with ``(w dt)^2`` and ``b dt``).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ __all__ = [
     "contact_restitution",
     "load_quad_juggle_model",
     "solref_for_restitution",
+    "solref_for_restitution_fast",
 ]
 
 
@@ -115,6 +117,29 @@ def contact_restitution(
         if not active.any():
             break
     return float(np.mean(out) / v0)
+
+
+@functools.lru_cache(maxsize=8)
+def _restitution_table(dt: float, natural_frequency: float, gravity: float) -> tuple[np.ndarray, np.ndarray]:
+    """Restitution -> damping at 0.01 steps over [0.3, 1.0] (bisections are ~ms each; resets are many)."""
+    grid = np.round(np.arange(0.30, 1.0001, 0.01), 2)
+    damping = [-solref_for_restitution(e, dt, natural_frequency=natural_frequency, gravity=gravity)[1]
+               for e in grid]
+    return grid, np.asarray(damping)
+
+
+def solref_for_restitution_fast(e: Any, dt: float = 0.002, *, natural_frequency: float = 150.0,
+                                gravity: float = GRAVITY) -> np.ndarray:
+    """:func:`solref_for_restitution` for one or many ``e`` in [0.3, 1] by interpolation in a cached
+    table (within 1e-3 in restitution); shape ``(..., 2)``. ValueError outside [0.3, 1]."""
+    e = np.asarray(e, dtype=np.float64)
+    if not np.all(np.isfinite(e)) or np.any(e < 0.3) or np.any(e > 1.0):
+        raise ValueError(f"restitution must be in [0.3, 1], got {e}")
+    grid, damping = _restitution_table(float(dt), float(natural_frequency), float(gravity))
+    out = np.empty(e.shape + (2,))
+    out[..., 0] = -natural_frequency ** 2
+    out[..., 1] = -np.interp(e, grid, damping)
+    return out
 
 
 def solref_for_restitution(
@@ -285,6 +310,9 @@ class QuadJuggleSim:
                                  yaw_moment_coeff=cfg.yaw_moment_coeff, motor_tau=cfg.motor_tau,
                                  gravity=float(-m.opt.gravity[2]))
         self.controller = QuadController(self.params, cfg.gains)
+        self.thrust_scale = 1.0
+        """Plant rotor thrust / what the controller's motor model predicts (domain randomization of
+        the thrust-to-weight ratio; the controller keeps assuming the nominal one)."""
         self._apply_rotor_params()
         self.set_restitution(cfg.restitution)
         self._quat = np.empty(4)
@@ -305,7 +333,8 @@ class QuadJuggleSim:
         m.actuator_gear[self._act_sl] = 0.0
         m.actuator_gear[self._act_sl, 2] = 1.0
         m.actuator_gear[self._act_sl, 5] = ROTOR_YAW_SIGNS * float(self.params.yaw_moment_coeff)
-        m.actuator_ctrlrange[self._act_sl] = (0.0, float(self.params.max_rotor_thrust))
+        # headroom for a randomized plant whose rotors are stronger than the controller assumes
+        m.actuator_ctrlrange[self._act_sl] = (0.0, 2.0 * float(self.params.max_rotor_thrust))
 
     def set_restitution(self, e: float) -> None:
         """Ball-racket coefficient of restitution (rewrites the contact pair's solref/solimp)."""
@@ -372,7 +401,7 @@ class QuadJuggleSim:
         if not (np.all(np.isfinite(d.qpos)) and np.all(np.isfinite(d.qvel))):
             raise ValueError("reset state must be finite")
         self.controller.reset(throttle=throttle)
-        d.ctrl[self._act_sl] = self.controller.thrusts
+        d.ctrl[self._act_sl] = self.controller.thrusts * self.thrust_scale
         mujoco.mj_forward(m, d)
 
     def step(self, ctbr: Any) -> None:
@@ -400,7 +429,7 @@ class QuadJuggleSim:
         zero = np.zeros(3)
         for _ in range(n):
             rates = d.qvel[self._qv + 3:self._qv + 6] if self.quad_free else zero
-            d.ctrl[self._act_sl] = ctrl.step(ctbr, rates, dt, validated=True)
+            d.ctrl[self._act_sl] = ctrl.step(ctbr, rates, dt, validated=True) * self.thrust_scale
             mujoco.mj_step(m, d)
 
     def ball_racket_contact(self) -> bool:

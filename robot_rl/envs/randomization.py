@@ -77,6 +77,9 @@ class Uniform:
         x = rng.uniform(self.low, self.high)
         return float(x) if self.low.ndim == 0 else x
 
+    def sample_batch(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.uniform(self.low, self.high, size=(n, *self.low.shape))
+
 
 @dataclass(frozen=True)
 class LogUniform:
@@ -91,6 +94,9 @@ class LogUniform:
         x = np.exp(rng.uniform(np.log(self.low), np.log(self.high)))
         return float(x) if self.low.ndim == 0 else x
 
+    def sample_batch(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.exp(rng.uniform(np.log(self.low), np.log(self.high), size=(n, *self.low.shape)))
+
 
 @dataclass(frozen=True)
 class Choice:
@@ -102,6 +108,9 @@ class Choice:
     def sample(self, rng: np.random.Generator) -> Value:
         return _as_value(self.values[int(rng.integers(len(self.values)))])
 
+    def sample_batch(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return _stack([_as_value(self.values[i]) for i in rng.integers(len(self.values), size=n)])
+
 
 @dataclass(frozen=True)
 class Constant:
@@ -112,6 +121,16 @@ class Constant:
 
     def sample(self, rng: np.random.Generator) -> Value:
         return _as_value(self.value)
+
+    def sample_batch(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return _stack([_as_value(self.value)] * n)
+
+
+def _stack(values: list[Value]) -> np.ndarray:
+    """Draws of one parameter as an array: (n,) numbers or strings (object), (n, d) vectors."""
+    if any(isinstance(v, str) for v in values):
+        return np.array(values, dtype=object)
+    return np.asarray(values, dtype=np.float64)
 
 
 Distribution = Uniform | LogUniform | Choice | Constant
@@ -243,6 +262,13 @@ class Randomization:
     def sample(self, split: str, rng: np.random.Generator) -> dict[str, Value]:
         """One draw of every parameter of ``split`` (in file order, so a seed reproduces it)."""
         return {name: dist.sample(rng) for name, dist in self._split(split).items()}
+
+    def sample_batch(self, split: str, rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+        """``n`` independent draws of every parameter of ``split`` at once (batched simulators):
+        ``(n,)`` arrays for numbers (strings as an object array), ``(n, d)`` for vectors."""
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        return {name: dist.sample_batch(rng, n) for name, dist in self._split(split).items()}
 
     def _split(self, split: str) -> dict[str, Distribution]:
         if split in OPTIONAL_SPLITS and split not in self.distributions:
