@@ -33,7 +33,8 @@ __all__ = [
 
 OBS_DIM = 32
 """Policy observation: quad position - home (3), velocity (3), rotation matrix (9), body rates (3),
-ball position - racket centre (3), ball velocity (3), the last two policy actions (8)."""
+ball position - racket centre (3), ball velocity (3; differenced from the measured positions over
+one policy step, as the ROS actor gets it from ``ball/pose``), the last two policy actions (8)."""
 PRIVILEGED_DIM = 9
 """Critic-only extras: restitution, ball mass, mass / inertia / thrust scales, motor time constant,
 action latency, time since the last hit, episode progress."""

@@ -70,7 +70,8 @@ NOMINAL_PLANT: dict[str, Any] = {
 """Every parameter a randomization split may set (names as in the YAML) and its nominal value.
 ``quad_start_offset``: quadrotor start - home [m]; ``ball_start_offset``: ball start - (quadrotor
 start xy, home z) [m]; the noise entries are standard deviations of the policy's observation
-noise on positions [m], velocities [m/s] and body rates [rad/s]."""
+noise on positions [m] (quadrotor and ball; the ball's velocity is differenced from its noisy
+positions, as from motion capture), the quadrotor's velocity [m/s] and body rates [rad/s]."""
 
 HOVER_ACTION = 2.0 * GRAVITY / CTBR_THRUST_RANGE[1] - 1.0
 """The thrust action that holds a nominal quadrotor in the air (the latency queue starts with it)."""
@@ -284,6 +285,8 @@ class JuggleCore:
         self.latency = np.zeros(self.n, dtype=np.int64)
         self.queue = np.full((self.n, 3, 4), 0.0)
         self.ret = np.zeros(self.n)
+        self.ball_pos_measured = np.zeros((self.n, 3))
+        self.ball_vel_measured = np.zeros((self.n, 3))
         self.shared_variants = isinstance(physics, RolloutPhysics) and not physics.own_models
         self.variant_refresh_steps = int(variant_refresh_steps)
         self._steps = 0
@@ -326,18 +329,33 @@ class JuggleCore:
         self.queue[ids, :, 0] = HOVER_ACTION
         self.ret[ids] = 0.0
         self.task.reset(ids, self.physics.state())
+        self._measure_ball(ids)
 
-    def observations(self, state: JuggleState | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(policy obs with sensor noise (N, OBS_DIM), critic obs (N, OBS_DIM + PRIVILEGED_DIM))."""
-        s = self.physics.state() if state is None else state
+    def _measure_ball(self, ids: np.ndarray | None = None) -> None:
+        """What motion capture gives: a noisy ball position, and the velocity by differencing it over
+        the policy step (as the ROS actor computes it from ``ball/pose``). ``ids``: pairs that start
+        an episode (ball at rest: velocity 0)."""
+        pos = self.physics.state().ball_pos
+        if ids is None:
+            noisy = pos + self.rng.normal(size=pos.shape) * self.plant["position_noise"][:, None]
+            self.ball_vel_measured = (noisy - self.ball_pos_measured) * self.config.policy_hz
+            self.ball_pos_measured = noisy
+        else:
+            self.ball_pos_measured[ids] = pos[ids] + (self.rng.normal(size=(len(ids), 3))
+                                                      * self.plant["position_noise"][ids, None])
+            self.ball_vel_measured[ids] = 0.0
+
+    def observations(self) -> tuple[np.ndarray, np.ndarray]:
+        """(policy obs (N, OBS_DIM): noisy quadrotor state, measured ball position and differenced
+        velocity; critic obs (N, OBS_DIM + PRIVILEGED_DIM): the true state plus the plant)."""
+        s = self.physics.state()
         clean = self.task.observation(s)
         p, rng = self.plant, self.rng
         noisy = JuggleState(
             s.quad_pos + rng.normal(size=(self.n, 3)) * p["position_noise"][:, None], s.quad_quat,
             s.quad_vel + rng.normal(size=(self.n, 3)) * p["velocity_noise"][:, None],
             s.quad_rates + rng.normal(size=(self.n, 3)) * p["rate_noise"][:, None],
-            s.ball_pos + rng.normal(size=(self.n, 3)) * p["position_noise"][:, None],
-            s.ball_vel + rng.normal(size=(self.n, 3)) * p["velocity_noise"][:, None])
+            self.ball_pos_measured, self.ball_vel_measured)
         critic = np.concatenate([clean, self.task.privileged(p, self.latency)], axis=1)
         return self.task.observation(noisy), critic
 
@@ -366,6 +384,7 @@ class JuggleCore:
         self.queue[:, 0] = a
         executed = self.queue[np.arange(self.n), self.latency]
         self.physics.step(ctbr_from_action(executed))
+        self._measure_ball()
         state = self.physics.state()
         terms, terminated, events = self.task.step(state, a)
         reward = sum(terms.values())
