@@ -10,6 +10,8 @@
   robot-rl report RUN_DIR                            success and intervention rate over a run (PNG)
   robot-rl reward train --demos DATASET... --out DIR  train the local progress reward model
   robot-rl reward eval --demos DATASET... --model DIR  VOC, negative share, wrong goal, done F1
+  robot-rl juggle train --out policies/quad_juggle   PPO quadrotor juggling in the randomized vector sim
+  robot-rl juggle eval --policy policies/quad_juggle  long juggling trials (hits per trial)
 """
 
 from __future__ import annotations
@@ -442,6 +444,34 @@ def cmd_record_bag(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_juggle(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from robot_rl.training.juggle import JuggleTrainConfig, evaluate_policy, summarize, train_juggling
+
+    if args.action == "eval":
+        from robot_rl.agents.ppo import DeployedPolicy
+
+        try:
+            policy = DeployedPolicy.load(args.policy)
+        except (FileNotFoundError, ValueError) as exc:
+            print(f"robot-rl juggle eval: {exc}", file=sys.stderr)
+            return 2
+        overrides = {"ball_mass": args.ball_mass} if args.ball_mass else None
+        summary = summarize(evaluate_policy(policy, args.trials, args.max_s, overrides=overrides, seed=args.seed))
+        print(json.dumps(summary))
+        return 0
+    try:
+        config = replace(JuggleTrainConfig(), num_envs=args.num_envs, iterations=args.iterations, seed=args.seed,
+                         device=args.device, time_budget_s=args.time_budget_min * 60.0)
+        card = train_juggling(config, args.out, args.run_dir)
+    except ValueError as exc:
+        print(f"robot-rl juggle train: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(card.get("evaluation_during_training", {})))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="robot-rl", description="Reinforcement learning on robots over ROS 2.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -519,6 +549,22 @@ def build_parser() -> argparse.ArgumentParser:
     reward_eval.add_argument("--model", required=True, help="directory written by robot-rl reward train")
     reward_eval.add_argument("--wrong-goal", help="goal to score the demonstrations against for the wrong-goal mean")
     reward_eval.add_argument("--done-threshold", type=float, help="default: the model's own")
+    juggle = sub.add_parser("juggle", help="quadrotor juggling (JuggleRL): PPO training and evaluation, no ROS")
+    juggle_sub = juggle.add_subparsers(dest="action", required=True)
+    jtrain = juggle_sub.add_parser("train", help="train from scratch; exports the best evaluated policy")
+    jtrain.add_argument("--out", required=True, help="policy directory (policy.safetensors + card.json)")
+    jtrain.add_argument("--run-dir", help="checkpoints and TensorBoard (default: <out>-run)")
+    jtrain.add_argument("--num-envs", type=int, default=2048)
+    jtrain.add_argument("--iterations", type=int, default=1500)
+    jtrain.add_argument("--time-budget-min", type=float, default=0.0, help="stop after this many minutes (0: none)")
+    jtrain.add_argument("--seed", type=int, default=0)
+    jtrain.add_argument("--device", default="auto")
+    jeval = juggle_sub.add_parser("eval", help="juggling trials in randomized sim; prints hits per trial (JSON)")
+    jeval.add_argument("--policy", required=True)
+    jeval.add_argument("--trials", type=int, default=10)
+    jeval.add_argument("--max-s", type=float, default=600.0, help="simulated length limit of a trial [s]")
+    jeval.add_argument("--ball-mass", type=float, help="fix the ball mass [kg] (e.g. 0.005)")
+    jeval.add_argument("--seed", type=int, default=1000)
     bag = sub.add_parser("record-bag", help="record topics to an MCAP file (ROS 2 profile) until Ctrl-C or "
                                             "--duration")
     bag.add_argument("--topics", nargs="+", required=True, metavar="TOPIC", help="topics to record (any types)")
@@ -540,7 +586,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "train" and args.env:
         return cmd_train_env(args)
     return {"train": cmd_train, "demos": cmd_demos, "record-bag": cmd_record_bag, "record": cmd_record,
-            "report": cmd_report, "pretrain-encoder": cmd_pretrain_encoder, "reward": cmd_reward}[args.command](args)
+            "report": cmd_report, "pretrain-encoder": cmd_pretrain_encoder, "reward": cmd_reward,
+            "juggle": cmd_juggle}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,490 @@
+"""PPO with an asymmetric critic, readable top to bottom (JuggleRL's learner, on GPU or CPU).
+
+* :func:`compute_gae`, :func:`surrogate_loss`, :func:`value_loss` -- the math, pinned by tests.
+* :class:`EmpiricalNormalization` (observations) and :class:`ValueNormalizer` (returns, MAPPO's
+  debiased running statistics) -- both live inside the networks, so a checkpoint carries them.
+* :class:`ActorCritic` -- LayerNorm MLPs; the critic may see privileged state the actor does not.
+* :class:`RolloutStorage` and :class:`PPO` -- collection buffers and the clipped update with
+  rsl_rl's time-out bootstrapping and KL-adaptive learning rate.
+* :func:`export_policy` / :class:`DeployedPolicy` -- what runs on the robot: the actor and its
+  observation normalizer only (safetensors + a JSON card), nothing of the training.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["ActorCritic", "DeployedPolicy", "EmpiricalNormalization", "PPO", "PPOConfig", "RolloutStorage",
+           "ValueNormalizer", "compute_gae", "export_policy", "surrogate_loss", "value_loss"]
+
+POLICY_FILE = "policy.safetensors"
+CARD_FILE = "card.json"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class PPOConfig:
+    """PPO hyperparameters (defaults: rsl_rl / JuggleRL-like, sized for a CPU)."""
+
+    num_steps_per_env: int = 24
+    """Steps collected per environment between updates."""
+    num_learning_epochs: int = 4
+    """Passes over each batch."""
+    num_mini_batches: int = 4
+    """Minibatches per pass."""
+    clip_param: float = 0.2
+    """PPO ratio clip (and value clip)."""
+    gamma: float = 0.99
+    """Discount."""
+    lam: float = 0.95
+    """GAE lambda."""
+    learning_rate: float = 5e-4
+    """Adam learning rate (initial, with the adaptive schedule)."""
+    schedule: str = "adaptive"
+    """"adaptive": scale the learning rate to keep the KL near desired_kl (rsl_rl); "fixed"."""
+    desired_kl: float = 0.01
+    """Target KL divergence per update for the adaptive schedule."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm."""
+    value_loss_coef: float = 1.0
+    """Weight of the value loss."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus (JuggleRL: 0)."""
+    use_clipped_value_loss: bool = True
+    """Clip the value change around the collected values."""
+    huber_delta: float | None = 10.0
+    """Huber loss for the value (MAPPO); None: squared error."""
+    actor_hidden: tuple[int, ...] = (128, 128, 128)
+    """Hidden widths of the actor MLP."""
+    critic_hidden: tuple[int, ...] = (128, 128, 128)
+    """Hidden widths of the critic MLP."""
+    activation: str = "elu"
+    """Hidden activation: elu, relu or tanh."""
+    init_noise_std: float = 0.5
+    """Initial action standard deviation."""
+    value_normalization: bool = True
+    """Critic predicts normalized returns (MAPPO ValueNorm)."""
+    value_norm_beta: float = 0.995
+    """Decay of the ValueNorm running statistics."""
+    observation_normalization: bool = True
+    """Normalize actor and critic inputs with running statistics."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_steps_per_env", "num_learning_epochs", "num_mini_batches"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"PPOConfig.{name} must be >= 1, got {getattr(self, name)}")
+        checks = {"clip_param": self.clip_param > 0, "gamma": 0 < self.gamma <= 1, "lam": 0 <= self.lam <= 1,
+                  "learning_rate": self.learning_rate > 0, "desired_kl": self.desired_kl > 0,
+                  "max_grad_norm": self.max_grad_norm > 0, "init_noise_std": self.init_noise_std > 0,
+                  "value_norm_beta": 0 < self.value_norm_beta < 1, "value_loss_coef": self.value_loss_coef >= 0,
+                  "entropy_coef": self.entropy_coef >= 0}
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"PPOConfig.{name} is out of range: {getattr(self, name)}")
+        if self.schedule not in ("adaptive", "fixed"):
+            raise ValueError(f"PPOConfig.schedule must be adaptive or fixed, got {self.schedule!r}")
+        if self.activation not in _ACTIVATIONS:
+            raise ValueError(f"PPOConfig.activation must be one of {sorted(_ACTIVATIONS)}, got {self.activation!r}")
+        if self.huber_delta is not None and self.huber_delta <= 0:
+            raise ValueError("PPOConfig.huber_delta must be positive or None")
+        self.actor_hidden, self.critic_hidden = tuple(self.actor_hidden), tuple(self.critic_hidden)
+
+
+_ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
+
+
+# --------------------------------------------------------------------------- the math
+
+
+def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_values: torch.Tensor,
+                gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation over (T, N) tensors; ``dones[t]`` ends the episode at step t
+    (no bootstrap from t + 1). Returns (advantages, returns = advantages + values)."""
+    advantages = torch.zeros_like(rewards)
+    running = torch.zeros_like(last_values)
+    next_values = last_values
+    for t in reversed(range(rewards.shape[0])):
+        alive = 1.0 - dones[t].float()
+        delta = rewards[t] + gamma * next_values * alive - values[t]
+        running = delta + gamma * lam * alive * running
+        advantages[t] = running
+        next_values = values[t]
+    return advantages, advantages + values
+
+
+def surrogate_loss(ratio: torch.Tensor, advantages: torch.Tensor, clip: float) -> torch.Tensor:
+    """The clipped PPO objective as a loss: mean of max(-r A, -clip(r, 1 - e, 1 + e) A)."""
+    return torch.max(-advantages * ratio, -advantages * ratio.clamp(1.0 - clip, 1.0 + clip)).mean()
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float,
+               huber_delta: float | None, clipped: bool) -> torch.Tensor:
+    """Value loss (Huber or squared); with ``clipped``, the max of the losses of the new value and of
+    the value clipped to within ``clip`` of the collected one."""
+    def err(v: torch.Tensor) -> torch.Tensor:
+        e = returns - v
+        if huber_delta is None:
+            return 0.5 * e ** 2
+        a = e.abs()
+        return torch.where(a <= huber_delta, 0.5 * e ** 2, huber_delta * (a - 0.5 * huber_delta))
+    if not clipped:
+        return err(values).mean()
+    v_clipped = old_values + (values - old_values).clamp(-clip, clip)
+    return torch.max(err(values), err(v_clipped)).mean()
+
+
+# --------------------------------------------------------------------------- normalizers
+
+
+class EmpiricalNormalization(nn.Module):
+    """Running mean / variance of inputs (Chan's parallel merge, float64); normalizes and clips."""
+
+    def __init__(self, dim: int, clip: float = 5.0, eps: float = 1e-8) -> None:
+        super().__init__()
+        self.clip, self.eps = clip, eps
+        self.register_buffer("mean", torch.zeros(dim, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(dim, dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        x = x.reshape(-1, x.shape[-1]).to(torch.float64)
+        n = x.shape[0]
+        if n == 0:
+            return
+        batch_mean, batch_var = x.mean(0), x.var(0, unbiased=False)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        self.mean += delta * n / total
+        self.var.copy_((self.var * self.count + batch_var * n + delta ** 2 * self.count * n / total) / total)
+        self.count.copy_(total)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        std = torch.sqrt(self.var + self.eps).to(x.dtype)
+        return ((x - self.mean.to(x.dtype)) / std).clamp(-self.clip, self.clip)
+
+
+class ValueNormalizer(nn.Module):
+    """MAPPO's ValueNorm: exponentially weighted mean and mean square of the returns, debiased
+    (divided by 1 - beta^k) so the first updates are not pulled toward zero."""
+
+    def __init__(self, beta: float = 0.995, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.beta, self.eps = beta, eps
+        self.register_buffer("running_mean", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("running_mean_sq", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("debiasing", torch.zeros((), dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        x = x.to(torch.float64)
+        b = self.beta
+        self.running_mean.mul_(b).add_(x.mean() * (1 - b))
+        self.running_mean_sq.mul_(b).add_((x ** 2).mean() * (1 - b))
+        self.debiasing.mul_(b).add_(1 - b)
+
+    def _stats(self) -> tuple[torch.Tensor, torch.Tensor]:
+        d = self.debiasing.clamp(min=self.eps)
+        mean, mean_sq = self.running_mean / d, self.running_mean_sq / d
+        return mean, (mean_sq - mean ** 2).clamp(min=1e-2)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        mean, var = self._stats()
+        return ((x - mean) / var.sqrt()).to(x.dtype)
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        mean, var = self._stats()
+        return (x * var.sqrt() + mean).to(x.dtype)
+
+
+# --------------------------------------------------------------------------- networks
+
+
+def layer_norm_mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, activation: str, out_gain: float) -> nn.Sequential:
+    """Linear -> LayerNorm -> activation per hidden layer; orthogonal init (sqrt 2 hidden)."""
+    layers: list[nn.Module] = []
+    for width in hidden:
+        linear = nn.Linear(in_dim, width)
+        nn.init.orthogonal_(linear.weight, math.sqrt(2.0))
+        nn.init.zeros_(linear.bias)
+        layers += [linear, nn.LayerNorm(width), _ACTIVATIONS[activation]()]
+        in_dim = width
+    out = nn.Linear(in_dim, out_dim)
+    nn.init.orthogonal_(out.weight, out_gain)
+    nn.init.zeros_(out.bias)
+    return nn.Sequential(*layers, out)
+
+
+class ActorCritic(nn.Module):
+    """Gaussian actor (state-independent log std) and a critic that may see privileged state."""
+
+    def __init__(self, obs_dim: int, critic_obs_dim: int, action_dim: int, config: PPOConfig) -> None:
+        super().__init__()
+        self.obs_dim, self.critic_obs_dim, self.action_dim = obs_dim, critic_obs_dim, action_dim
+        self.actor = layer_norm_mlp(obs_dim, config.actor_hidden, action_dim, config.activation, 0.01)
+        self.critic = layer_norm_mlp(critic_obs_dim, config.critic_hidden, 1, config.activation, 1.0)
+        self.log_std = nn.Parameter(torch.full((action_dim,), math.log(config.init_noise_std)))
+        self.normalize_obs = config.observation_normalization
+        self.obs_norm = EmpiricalNormalization(obs_dim)
+        self.critic_obs_norm = EmpiricalNormalization(critic_obs_dim)
+
+    def _actor_in(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.obs_norm(obs) if self.normalize_obs else obs
+
+    def distribution(self, obs: torch.Tensor) -> torch.distributions.Normal:
+        mean = self.actor(self._actor_in(obs))
+        return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
+
+    def act_inference(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.actor(self._actor_in(obs))
+
+    def evaluate(self, critic_obs: torch.Tensor) -> torch.Tensor:
+        """The critic's (normalized, with value normalization) value, shape (B,)."""
+        x = self.critic_obs_norm(critic_obs) if self.normalize_obs else critic_obs
+        return self.critic(x).squeeze(-1)
+
+    def update_normalizers(self, obs: torch.Tensor, critic_obs: torch.Tensor) -> None:
+        if self.normalize_obs:
+            self.obs_norm.update(obs)
+            self.critic_obs_norm.update(critic_obs)
+
+
+# --------------------------------------------------------------------------- storage and algorithm
+
+
+class RolloutStorage:
+    """(T, N, ...) buffers of one collection round, preallocated on the learner's device."""
+
+    FIELDS = ("obs", "critic_obs", "actions", "rewards", "dones", "values", "log_probs", "mean", "std")
+
+    def __init__(self, steps: int, num_envs: int, obs_dim: int, critic_obs_dim: int, action_dim: int,
+                 device: torch.device) -> None:
+        shapes = {"obs": (obs_dim,), "critic_obs": (critic_obs_dim,), "actions": (action_dim,), "rewards": (),
+                  "dones": (), "values": (), "log_probs": (), "mean": (action_dim,), "std": (action_dim,)}
+        for name, shape in shapes.items():
+            setattr(self, name, torch.zeros((steps, num_envs, *shape), device=device))
+        self.steps, self.step = steps, 0
+        self.advantages = torch.zeros((steps, num_envs), device=device)
+        self.returns = torch.zeros((steps, num_envs), device=device)
+
+    def add(self, **values: torch.Tensor) -> None:
+        if self.step >= self.steps:
+            raise RuntimeError("rollout storage is full; call clear() after the update")
+        for name, value in values.items():
+            getattr(self, name)[self.step].copy_(value)
+
+    def minibatches(self, num_mini_batches: int, epochs: int, generator: torch.Generator) -> Iterator[dict]:
+        total = self.steps * self.rewards.shape[1]
+        size = total // num_mini_batches
+        flat = {name: getattr(self, name).reshape(total, *getattr(self, name).shape[2:])
+                for name in (*self.FIELDS, "advantages", "returns")}
+        for _ in range(epochs):
+            order = torch.randperm(total, generator=generator).to(self.rewards.device)
+            for k in range(num_mini_batches):
+                idx = order[k * size:(k + 1) * size]
+                yield {name: value[idx] for name, value in flat.items()}
+
+
+class PPO:
+    """Clipped PPO with GAE, value normalization and an asymmetric critic.
+
+    Usage per round: ``act`` then ``process_env_step`` for each of ``num_steps_per_env`` steps,
+    ``compute_returns(last_critic_obs)``, ``update()``.
+    """
+
+    def __init__(self, obs_dim: int, critic_obs_dim: int, action_dim: int, num_envs: int, config: PPOConfig,
+                 device: str | torch.device = "cpu", seed: int = 0) -> None:
+        self.config, self.device = config, torch.device(device)
+        torch.manual_seed(seed)
+        self.actor_critic = ActorCritic(obs_dim, critic_obs_dim, action_dim, config).to(self.device)
+        self.value_norm = ValueNormalizer(config.value_norm_beta).to(self.device) if config.value_normalization else None
+        self.optimizer = torch.optim.Adam(self.actor_critic.parameters(), lr=config.learning_rate)
+        self.learning_rate = config.learning_rate
+        self.storage = RolloutStorage(config.num_steps_per_env, num_envs, obs_dim, critic_obs_dim, action_dim,
+                                      self.device)
+        self.generator = torch.Generator().manual_seed(seed)
+        self._values_raw: torch.Tensor | None = None
+
+    def _denormalized(self, values: torch.Tensor) -> torch.Tensor:
+        return self.value_norm.denormalize(values) if self.value_norm is not None else values
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, critic_obs: torch.Tensor) -> torch.Tensor:
+        ac = self.actor_critic
+        if ac.training:
+            ac.update_normalizers(obs, critic_obs)
+        dist = ac.distribution(obs)
+        actions = dist.sample()
+        values = self._denormalized(ac.evaluate(critic_obs))
+        self._values_raw = values
+        self.storage.add(obs=obs, critic_obs=critic_obs, actions=actions, values=values,
+                         log_probs=dist.log_prob(actions).sum(-1), mean=dist.mean, std=dist.stddev)
+        return actions
+
+    @torch.no_grad()
+    def process_env_step(self, rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor) -> None:
+        """Stores the step's outcome. A truncated (timed-out) step is not an end of the task: its
+        reward gets gamma * V(s_t) as a stand-in for the unseen future (rsl_rl's bootstrapping)."""
+        rewards = rewards.to(self.device, torch.float32) + self.config.gamma * self._values_raw * truncated.to(
+            self.device, torch.float32)
+        self.storage.add(rewards=rewards, dones=(terminated | truncated).to(self.device, torch.float32))
+        self.storage.step += 1
+
+    @torch.no_grad()
+    def compute_returns(self, last_critic_obs: torch.Tensor) -> None:
+        s = self.storage
+        last_values = self._denormalized(self.actor_critic.evaluate(last_critic_obs))
+        s.advantages, s.returns = compute_gae(s.rewards, s.values, s.dones, last_values, self.config.gamma,
+                                              self.config.lam)
+
+    def update(self) -> dict[str, float]:
+        """PPO epochs over the stored round; advantages are normalized per minibatch."""
+        cfg, ac, s = self.config, self.actor_critic, self.storage
+        if self.value_norm is not None:
+            self.value_norm.update(s.returns)
+        totals = {"value_loss": 0.0, "surrogate_loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip_fraction": 0.0}
+        n = 0
+        for batch in s.minibatches(cfg.num_mini_batches, cfg.num_learning_epochs, self.generator):
+            dist = ac.distribution(batch["obs"])
+            log_prob = dist.log_prob(batch["actions"]).sum(-1)
+            with torch.no_grad():  # KL(old || new) of the diagonal Gaussians
+                old_std, new_std = batch["std"], dist.stddev
+                kl = (torch.log(new_std / old_std) + (old_std ** 2 + (batch["mean"] - dist.mean) ** 2)
+                      / (2 * new_std ** 2) - 0.5).sum(-1).mean()
+            if cfg.schedule == "adaptive":
+                if kl > 2.0 * cfg.desired_kl:
+                    self.learning_rate = max(1e-5, self.learning_rate / 1.5)
+                elif 0.0 < kl < 0.5 * cfg.desired_kl:
+                    self.learning_rate = min(1e-2, self.learning_rate * 1.5)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = self.learning_rate
+            adv = batch["advantages"]
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+            ratio = torch.exp(log_prob - batch["log_probs"])
+            surrogate = surrogate_loss(ratio, adv, cfg.clip_param)
+            values = ac.evaluate(batch["critic_obs"])
+            returns, old_values = batch["returns"], batch["values"]
+            if self.value_norm is not None:
+                returns, old_values = self.value_norm.normalize(returns), self.value_norm.normalize(old_values)
+            v_loss = value_loss(values, old_values, returns, cfg.clip_param, cfg.huber_delta,
+                                cfg.use_clipped_value_loss)
+            entropy = dist.entropy().sum(-1).mean()
+            loss = surrogate + cfg.value_loss_coef * v_loss - cfg.entropy_coef * entropy
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(ac.parameters(), cfg.max_grad_norm)
+            self.optimizer.step()
+            totals["value_loss"] += float(v_loss.detach())
+            totals["surrogate_loss"] += float(surrogate.detach())
+            totals["entropy"] += float(entropy.detach())
+            totals["kl"] += float(kl)
+            totals["clip_fraction"] += float(((ratio - 1.0).abs() > cfg.clip_param).float().mean())
+            n += 1
+        s.step = 0
+        out = {k: v / max(n, 1) for k, v in totals.items()}
+        out["learning_rate"] = self.learning_rate
+        out["action_std"] = float(ac.log_std.exp().mean())
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"actor_critic": self.actor_critic.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "value_norm": self.value_norm.state_dict() if self.value_norm is not None else None,
+                "learning_rate": self.learning_rate, "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.actor_critic.load_state_dict(state["actor_critic"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.value_norm is not None and state["value_norm"] is not None:
+            self.value_norm.load_state_dict(state["value_norm"])
+        self.learning_rate = float(state["learning_rate"])
+        self.generator.set_state(state["generator"])
+
+
+# --------------------------------------------------------------------------- deployment
+
+
+def export_policy(actor_critic: ActorCritic, directory: str | Path, card: dict[str, Any],
+                  config: PPOConfig | None = None) -> Path:
+    """Writes the deployable policy: ``policy.safetensors`` (actor + observation normalizer) and
+    ``card.json`` (``card`` plus what is needed to rebuild the network)."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {f"actor.{k}": v.detach().cpu().contiguous() for k, v in actor_critic.actor.state_dict().items()}
+    if actor_critic.normalize_obs:
+        tensors["obs_norm.mean"] = actor_critic.obs_norm.mean.detach().cpu()
+        tensors["obs_norm.var"] = actor_critic.obs_norm.var.detach().cpu()
+    hidden = [m.out_features for m in actor_critic.actor if isinstance(m, nn.Linear)][:-1]
+    activation = next(name for name, cls in _ACTIVATIONS.items()
+                      if any(isinstance(m, cls) for m in actor_critic.actor)) if hidden else "elu"
+    full_card = {**card, "format_version": FORMAT_VERSION, "obs_dim": actor_critic.obs_dim,
+                 "action_dim": actor_critic.action_dim, "actor_hidden": hidden, "activation": activation,
+                 "observation_normalization": actor_critic.normalize_obs, "obs_clip": actor_critic.obs_norm.clip}
+    if config is not None:
+        full_card["ppo_config"] = asdict(config)
+    save_file(tensors, str(directory / POLICY_FILE))
+    (directory / CARD_FILE).write_text(json.dumps(full_card, indent=1, default=str))
+    return directory
+
+
+class DeployedPolicy:
+    """The exported actor: observation (obs_dim,) or (B, obs_dim) -> deterministic action in [-1, 1]
+    (numpy in, numpy out; a tensor in, a tensor out)."""
+
+    def __init__(self, actor: nn.Sequential, card: dict[str, Any], norm: tuple[torch.Tensor, torch.Tensor] | None,
+                 device: torch.device) -> None:
+        self.actor, self.card, self.norm, self.device = actor.eval(), card, norm, device
+        self.obs_dim, self.action_dim = int(card["obs_dim"]), int(card["action_dim"])
+        self.clip = float(card.get("obs_clip", 5.0))
+
+    @classmethod
+    def load(cls, directory: str | Path, device: str = "cpu") -> DeployedPolicy:
+        from safetensors.torch import load_file
+
+        directory = Path(directory)
+        card_path, weights_path = directory / CARD_FILE, directory / POLICY_FILE
+        for path in (card_path, weights_path):
+            if not path.is_file():
+                raise FileNotFoundError(f"policy directory {directory}: missing {path.name} "
+                                        f"(export one with robot-rl juggle train --out DIR)")
+        card = json.loads(card_path.read_text())
+        if card.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"{card_path}: format_version {card.get('format_version')} != {FORMAT_VERSION}")
+        tensors = load_file(str(weights_path))
+        actor = layer_norm_mlp(int(card["obs_dim"]), tuple(card["actor_hidden"]), int(card["action_dim"]),
+                               card["activation"], 0.01)
+        try:
+            actor.load_state_dict({k[len("actor."):]: v for k, v in tensors.items() if k.startswith("actor.")})
+        except RuntimeError as exc:
+            raise ValueError(f"{weights_path} does not match {card_path}: {exc}") from None
+        dev = torch.device(device)
+        norm = None
+        if card.get("observation_normalization"):
+            norm = (tensors["obs_norm.mean"].to(dev), tensors["obs_norm.var"].to(dev))
+        return cls(actor.to(dev), card, norm, dev)
+
+    @torch.inference_mode()
+    def __call__(self, obs: Any) -> Any:
+        is_numpy = not isinstance(obs, torch.Tensor)
+        x = torch.as_tensor(np.asarray(obs, dtype=np.float32) if is_numpy else obs, device=self.device,
+                            dtype=torch.float32)
+        if x.shape[-1:] != (self.obs_dim,) or x.ndim > 2:
+            raise ValueError(f"observation must have shape ({self.obs_dim},) or (B, {self.obs_dim}), got {tuple(x.shape)}")
+        if not torch.isfinite(x).all():
+            raise ValueError("observation must be finite")
+        if self.norm is not None:
+            mean, var = self.norm
+            x = ((x - mean.float()) / torch.sqrt(var.float() + 1e-8)).clamp(-self.clip, self.clip)
+        action = self.actor(x).clamp(-1.0, 1.0)
+        if is_numpy:
+            return action.cpu().numpy()
+        return action.to(obs.device)
