@@ -17,7 +17,6 @@ import os
 import time
 
 import gymnasium as gym
-import numpy as np
 import torch
 
 import robot_rl.envs  # noqa: F401 - registers robot_rl/QuadJuggle-v0

@@ -391,7 +391,7 @@ class PPO:
         s.step = 0
         out = {k: v / max(n, 1) for k, v in totals.items()}
         out["learning_rate"] = self.learning_rate
-        out["action_std"] = float(ac.log_std.exp().mean())
+        out["action_std"] = float(ac.log_std.detach().exp().mean())
         return out
 
     def state_dict(self) -> dict[str, Any]:
