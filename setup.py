@@ -6,7 +6,8 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 PACKAGE = "robot_rl"
-NODES = ["sim", "actor", "learner", "camera", "arm", "quadrotor", "teleop", "scripted_human", "reward"]
+NODES = ["sim", "actor", "learner", "camera", "arm", "quadrotor", "teleop", "scripted_human", "reward", "quad_sim",
+         "juggle_actor"]
 
 
 def share_tree(folder: str) -> list[tuple[str, list[str]]]:

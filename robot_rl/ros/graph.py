@@ -44,10 +44,12 @@ NODE_KINDS: dict[str, NodeKind] = {
     # Critical: a graph that learns from its rewards must not go on without them (a model that
     # fails to load ends the node, and so the run, with the reason).
     "reward": NodeKind("reward", "robot_rl.nodes.reward", critical=True),
+    "quad_sim": NodeKind("quad_sim", "robot_rl.nodes.quad_sim", critical=True),
+    "juggle_actor": NodeKind("juggle_actor", "robot_rl.nodes.juggle_actor", critical=True, finishes_run=True),
 }
 
 # Real-robot nodes take the simulator's place with `backend: real` (see hardware/).
-BACKEND_REPLACEMENTS = {"real": {"sim": "arm"}}
+BACKEND_REPLACEMENTS = {"real": {"sim": "arm", "quad_sim": "quadrotor"}}
 
 
 @dataclass
@@ -101,15 +103,17 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
     names = [BACKEND_REPLACEMENTS.get(backend, {}).get(n, n) for n in graph.get("nodes", [])]
     names = [n for n in names if n is not None]  # None: the real robot's own drivers publish these topics
     # The node that owns ~/reset: the simulator, or the robot node that replaces it.
-    robot = next((n for n in names if n in ("sim", "arm")), None)
+    robot = next((n for n in names if n in ("sim", "arm", "quad_sim")), None)
     prefix = f"/{namespace.strip('/')}" if namespace else ""
     specs = []
     for name in names:
         params = dict(config.get(name, {}).get("ros__parameters", {}))
-        if run_dir is not None and name in ("actor", "learner"):
+        if run_dir is not None and name in ("actor", "learner", "juggle_actor"):
             params["run_dir"] = str(run_dir)
-        if name == "actor" and robot is not None:
+        if name in ("actor", "juggle_actor") and robot is not None:
             params["reset_service"] = f"{prefix}/{robot}/reset"
+        elif name == "juggle_actor":
+            params["reset_service"] = ""  # a real quadrotor has no reset: a person puts the ball back
         specs.append(NodeSpec(name, NODE_KINDS[name], params, namespace))
     _check_lockstep_sync(config)
     return specs

@@ -1,0 +1,187 @@
+"""Simulated juggling quadrotor: publishes what motion capture gives the real `quadrotor` node and
+obeys the same `quad/cmd_ctbr` contract (validated by the same functions, frames and limits from
+the same hardware YAML), with the rate controller, mixer and motor model inside the physics.
+
+Publishes `quad/odom` (nav_msgs/Odometry) and `ball/pose` (PoseStamped), same stamp, conventions
+in robot_rl/ros/quad_io.py; `/clock` in lockstep; `/diagnostics`. Subscribes `quad/cmd_ctbr`
+(TwistStamped) and `/estop` (std_msgs/Bool, latched: the motors stop until `~/reset_estop`).
+Service `~/reset` (std_srvs/Trigger): a new episode with a fresh randomization draw; the response
+message is JSON `{"stamp_ns": <stamp of its first observation>}`.
+
+Clock modes (as the arm's sim node): `lockstep` advances one 20 ms policy period when the
+command answering the current observation arrives (republishing the observation when none comes);
+`realtime` steps on a 50 Hz wall-clock timer with the latest command, and a command older than
+`command_timeout_s` is replaced by a level hover command (counted `stale_commands`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import PoseStamped, TwistStamped
+from nav_msgs.msg import Odometry
+from rclpy.node import Node
+from rosgraph_msgs.msg import Clock
+from std_msgs.msg import Bool
+from std_srvs.srv import Trigger
+
+from robot_rl.control.quad_rate import GRAVITY
+from robot_rl.envs.quad_juggle_vec import JuggleCore, SimPhysics
+from robot_rl.hardware.quad_links import load_quad_hardware
+from robot_rl.hardware.safety import Rejected
+from robot_rl.nodes.quadrotor import parse_ctbr
+from robot_rl.resources import package_path
+from robot_rl.ros import qos
+from robot_rl.ros.hardware_node import ESTOP_QOS
+from robot_rl.ros.messages import ns_to_stamp, stamp_to_ns
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.ros.quad_io import state_to_msgs
+
+PARAMS = [
+    Param("clock_mode", "lockstep", "Simulated-time lockstep or wall-clock real time.",
+          choices=["lockstep", "realtime"]),
+    Param("hardware", "px4_quad", "Hardware YAML whose command contract (frames, thrust and rate limits) the "
+          "simulated quadrotor obeys, as the real node would."),
+    Param("randomization", "sim/quad/randomization.yaml", "Randomization file drawn at every reset ('' for the "
+          "nominal plant)."),
+    Param("randomization_split", "eval", "Ranges to draw from.", choices=["train", "eval"]),
+    Param("ball_mass", 0.0, "Fix the ball mass [kg] (0: as drawn), e.g. 0.005.", 0.0, 1.0),
+    Param("command_timeout_s", 0.1, "Realtime mode: hover level when the last command is older.", 0.01, 10.0),
+    Param("republish_period_s", 0.2, "Lockstep mode: republish the observation if no command came.", 0.01, 10.0),
+    Param("seed", 0, "Random seed of the draws.", 0, 2**31 - 1),
+]
+
+HOVER = np.array([GRAVITY, 0.0, 0.0, 0.0])
+MOTORS_OFF = np.zeros(4)
+
+
+class QuadSimNode(Node):
+    def __init__(self):
+        super().__init__("quad_sim")
+        p = self.params = declare_params(self, PARAMS)
+        try:
+            self.hw = load_quad_hardware(p["hardware"])
+            randomization = package_path(p["randomization"]) if p["randomization"] else None
+            overrides = {"ball_mass": p["ball_mass"]} if p["ball_mass"] > 0 else None
+            self.core = JuggleCore(SimPhysics(), randomization=randomization, split=p["randomization_split"],
+                                   overrides=overrides, seed=p["seed"], auto_reset=False)
+        except (FileNotFoundError, ValueError) as exc:
+            raise ParameterError(str(exc)) from None
+        self.period_ns = int(round(1e9 / self.core.config.policy_hz))
+        self.lockstep = p["clock_mode"] == "lockstep"
+        self.clock_ns = self.period_ns  # simulated time never goes back, across resets too
+        self.last_cmd: tuple[int, np.ndarray, float] | None = None  # answered stamp, ctbr, wall time
+        self.last_publish_wall = 0.0
+        self.estopped = False
+        self.counters = {"steps": 0, "resets": 0, "commands_received": 0, "rejected_commands": 0,
+                         "clamped_commands": 0, "stale_commands": 0, "republished": 0, "hits": 0, "episode_hits": 0,
+                         "episode_ended": 0, "estops": 0}
+        self.rejected: dict[str, int] = {}
+        self.odom_pub = self.create_publisher(Odometry, "quad/odom", qos.SENSOR)
+        self.ball_pub = self.create_publisher(PoseStamped, "ball/pose", qos.SENSOR)
+        self.clock_pub = self.create_publisher(Clock, "/clock", 10) if self.lockstep else None
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_subscription(TwistStamped, "quad/cmd_ctbr", self._on_cmd, qos.COMMAND_INPUT)
+        self.create_subscription(Bool, "/estop", self._on_estop, ESTOP_QOS)
+        self.create_service(Trigger, "~/reset", self._on_reset)
+        self.create_service(Trigger, "~/reset_estop", self._on_reset_estop)
+        if self.lockstep:
+            self.create_timer(p["republish_period_s"], self._republish_if_idle)
+        else:
+            self.create_timer(1.0 / self.core.config.policy_hz, self._realtime_step)
+        self.create_timer(1.0, self._publish_diagnostics)
+        self.core.reset()
+        self._publish_observation()
+
+    # ---- commands -----------------------------------------------------------------------------
+
+    def _on_cmd(self, msg: TwistStamped) -> None:
+        self.counters["commands_received"] += 1
+        try:
+            thrust, rates, thrust_clamped, rates_clamped = parse_ctbr(msg, self.hw)
+        except Rejected as exc:
+            self.counters["rejected_commands"] += 1
+            self.rejected[exc.reason] = self.rejected.get(exc.reason, 0) + 1
+            self.get_logger().warning(f"rejected quad/cmd_ctbr: {exc}", throttle_duration_sec=5.0)
+            return
+        self.counters["clamped_commands"] += int(thrust_clamped or rates_clamped)
+        stamp = stamp_to_ns(msg.header.stamp)
+        self.last_cmd = (stamp, np.array([thrust, *rates]), time.monotonic())
+        if self.lockstep and stamp == self.clock_ns:  # a resend answers an older observation: applied
+            self._step(self.last_cmd[1])
+
+    def _realtime_step(self) -> None:
+        cmd = self.last_cmd
+        if cmd is None or time.monotonic() - cmd[2] > self.params["command_timeout_s"]:
+            self.counters["stale_commands"] += int(cmd is not None)
+            self._step(HOVER)
+        else:
+            self._step(cmd[1])
+
+    def _step(self, ctbr: np.ndarray) -> None:
+        command = MOTORS_OFF if self.estopped else ctbr
+        self.core.physics.step(command[None])
+        state = self.core.physics.state()
+        _, terminated, events = self.core.task.step(state, np.zeros((1, 4)))
+        self.counters["hits"] += int(events["hit"][0])
+        self.counters["episode_hits"] = int(self.core.task.hits[0])
+        self.counters["episode_ended"] = int(terminated[0])
+        self.clock_ns += self.period_ns
+        self.counters["steps"] += 1
+        self._publish_observation()
+
+    def _on_estop(self, msg: Bool) -> None:
+        if msg.data and not self.estopped:
+            self.estopped = True
+            self.counters["estops"] += 1
+            self.get_logger().error("E-STOP: motors off until ~/reset_estop")
+
+    def _on_reset_estop(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        self.estopped = False
+        response.success, response.message = True, "e-stop cleared"
+        return response
+
+    # ---- observations -------------------------------------------------------------------------
+
+    def _publish_observation(self) -> None:
+        if self.clock_pub is not None:
+            self.clock_pub.publish(Clock(clock=ns_to_stamp(self.clock_ns)))
+        odom, ball = state_to_msgs(self.core.physics.state(), 0, self.clock_ns, self.hw.state_frame,
+                                   self.hw.command_frame)
+        self.ball_pub.publish(ball)
+        self.odom_pub.publish(odom)
+        self.last_publish_wall = time.monotonic()
+
+    def _republish_if_idle(self) -> None:
+        if time.monotonic() - self.last_publish_wall >= self.params["republish_period_s"]:
+            self.counters["republished"] += 1
+            self._publish_observation()
+
+    def _publish_diagnostics(self) -> None:
+        values = dict(self.counters)
+        values.update(estopped=self.estopped, rejected_by_reason=json.dumps(self.rejected),
+                      restitution=round(float(self.core.plant["restitution"][0]), 3),
+                      ball_mass=round(float(self.core.plant["ball_mass"][0]), 4))
+        self.diag_pub.publish(diagnostics(self, values))
+
+    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        self.core.reset()
+        self.clock_ns += self.period_ns
+        self.last_cmd = None
+        self.counters["resets"] += 1
+        self.counters["episode_hits"] = self.counters["episode_ended"] = 0
+        self._publish_observation()
+        response.success = True
+        response.message = json.dumps({"stamp_ns": self.clock_ns})
+        return response
+
+
+def main(args=None) -> int:
+    return run_node(QuadSimNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
