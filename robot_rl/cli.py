@@ -168,6 +168,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     actor_params = next((s.parameters for s in specs if s.name == "actor"), {})
     eval_path = run_dir / "eval.json"
     eval_path.unlink(missing_ok=True)
+    juggle_path = run_dir / "juggle_actor_summary.json"  # the juggling actor's result instead
+    juggle_path.unlink(missing_ok=True)
 
     monitor = Monitor(int(actor_params.get("total_steps", 0)), int(actor_params.get("eval_episodes", 0)))
     codes, code = run_graph(specs, params_path, run_dir, env, monitor, plain=args.plain,
@@ -181,6 +183,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(json.dumps(result), flush=True)
         if not result.get("transitions_acked_all", True):
             code = code or 3
+    elif juggle_path.exists():
+        result = json.loads(juggle_path.read_text())
+        print(f"robot_rl: juggling, {result['mean_hits']:.1f} hits per episode over {result['episodes']} episodes "
+              f"(ended by {result['ended_by']})", flush=True)
+        print(json.dumps(result), flush=True)
     elif code == 0:
         code = 1
         print("robot_rl: no evaluation result was produced", file=sys.stderr)
