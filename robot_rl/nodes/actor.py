@@ -40,7 +40,8 @@ from robot_rl.ros import codec, qos
 from robot_rl.ros.arm_io import STATE_TOPICS, action_to_msgs, msgs_to_state
 from robot_rl.ros.messages import (bytes_to_uint8_multiarray, msg_to_image, ns_to_stamp, stamp_to_ns,
                                    uint8_multiarray_view)
-from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.ros.node_utils import (Param, ParameterError, declare_params, diagnostics, reset_stamp, run_node,
+                                     timer_once)
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.tasks import get_task, task_names
 from robot_rl.teleop.takeover import HumanCommand
@@ -269,7 +270,7 @@ class ActorNode(Node):
 
     def _request_reset(self) -> None:
         if not self.reset_client.wait_for_service(timeout_sec=0.0):
-            self.create_timer_once(0.2, self._request_reset)
+            timer_once(self, 0.2, self._request_reset, self.wall_clock)
             return
         # The reward node's episode ends with the last observation we saw (stamp 0: none yet); the
         # start is announced again, stamped with the reset's observation, once the reset is done.
@@ -277,22 +278,12 @@ class ActorNode(Node):
         self.episode_pub.publish(Header(stamp=ns_to_stamp(after_last), frame_id="start"))
         self.reset_client.call_async(Trigger.Request()).add_done_callback(self._on_reset_done)
 
-    def create_timer_once(self, period: float, callback) -> None:
-        def fire():
-            timer.cancel()
-            self.destroy_timer(timer)
-            callback()
-        timer = self.create_timer(period, fire, clock=self.wall_clock)
-
     def _on_reset_done(self, future) -> None:
         response = future.result()
-        try:
-            stamp = int(json.loads(response.message)["stamp_ns"]) if response.success else None
-        except (ValueError, KeyError, TypeError):
-            stamp = None
+        stamp = reset_stamp(response)
         if stamp is None:
             self.get_logger().warning(f"reset failed ({response.message!r}); retrying")
-            self.create_timer_once(0.5, self._request_reset)
+            timer_once(self, 0.5, self._request_reset, self.wall_clock)
             return
         with self.core_lock:
             self.core.start_episode()

@@ -31,7 +31,8 @@ from robot_rl.nodes.quadrotor import parse_ball, parse_odom
 from robot_rl.resources import package_path
 from robot_rl.ros import qos
 from robot_rl.ros.messages import stamp_to_ns
-from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.ros.node_utils import (Param, ParameterError, declare_params, diagnostics, reset_stamp, run_node,
+                                     timer_once)
 from robot_rl.ros.quad_io import JuggleObserver, ctbr_to_msg
 from robot_rl.ros.sync import StampSynchronizer
 
@@ -63,6 +64,7 @@ class JuggleActorNode(Node):
         self.sync = StampSynchronizer(["odom", "ball"])
         self.in_episode = False
         self.resetting = False
+        self.episode_start: int | None = None
         self.last_action = np.zeros((1, 4))
         self.acted_stamp = -1
         self.episode_hits: list[int] = []
@@ -88,26 +90,16 @@ class JuggleActorNode(Node):
             return
         self.resetting = True
         if not self.reset_client.wait_for_service(timeout_sec=0.0):
-            self.create_timer_once(0.2, self._request_reset)
+            timer_once(self, 0.2, self._request_reset, self.wall_clock)
             return
         self.reset_client.call_async(Trigger.Request()).add_done_callback(self._on_reset_done)
 
-    def create_timer_once(self, period: float, callback) -> None:
-        def fire():
-            timer.cancel()
-            self.destroy_timer(timer)
-            callback()
-        timer = self.create_timer(period, fire, clock=self.wall_clock)
-
     def _on_reset_done(self, future) -> None:
         response = future.result()
-        try:
-            self.episode_start = int(json.loads(response.message)["stamp_ns"]) if response.success else None
-        except (ValueError, KeyError, TypeError):
-            self.episode_start = None
+        self.episode_start = reset_stamp(response)
         if self.episode_start is None:
             self.get_logger().warning(f"reset failed ({response.message!r}); retrying")
-            self.create_timer_once(0.5, self._request_reset)
+            timer_once(self, 0.5, self._request_reset, self.wall_clock)
             return
         self.resetting = False
         self.in_episode = False  # the reset's observation starts it
@@ -138,7 +130,7 @@ class JuggleActorNode(Node):
                 self._publish(stamp)
             return
         stamp, msgs = complete
-        if self.reset_client is not None and stamp < getattr(self, "episode_start", 0):
+        if self.reset_client is not None and stamp < (self.episode_start or 0):
             return  # an observation of the previous episode still in flight
         try:
             pos, quat, vel, rates = parse_odom(msgs["odom"], self.hw)

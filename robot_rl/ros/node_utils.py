@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -67,6 +68,27 @@ def diagnostics(node: Node, values: dict[str, Any], level: bytes = DiagnosticSta
     status.values = [KeyValue(key=str(k), value=str(v)) for k, v in values.items()]
     msg.status = [status]
     return msg
+
+
+def timer_once(node: Node, period_s: float, callback: Callable[[], None], clock=None) -> None:
+    """Calls `callback` once, `period_s` from now on `clock` (a steady clock for retries: with
+    use_sim_time, a lockstep simulator's /clock stands still while the caller waits)."""
+    def fire() -> None:
+        timer.cancel()
+        node.destroy_timer(timer)
+        callback()
+    timer = node.create_timer(period_s, fire, clock=clock)
+
+
+def reset_stamp(response: Any) -> int | None:
+    """The stamp of the first observation of a new episode from a simulator's ~/reset response
+    (std_srvs/Trigger, message JSON {"stamp_ns": ...}); None when the reset failed."""
+    if not response.success:
+        return None
+    try:
+        return int(json.loads(response.message)["stamp_ns"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> int:
