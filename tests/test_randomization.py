@@ -38,6 +38,23 @@ def test_samples_have_the_declared_kinds_ranges_and_shapes():
     np.testing.assert_array_equal(ev["offset"], [0.0, 0.0, 1.5])
 
 
+def test_batched_draws_have_the_same_kinds_ranges_and_shapes():
+    r = Randomization.load(SPEC)
+    b = r.sample_batch("train", np.random.default_rng(0), 500)
+    assert list(b) == list(SPEC["train"])
+    assert b["size"].shape == (500,) and b["size"].min() >= 0.035 and b["size"].max() <= 0.045
+    assert np.median(b["mass"]) == pytest.approx(np.sqrt(0.05 * 0.2), rel=0.15)  # log-uniform
+    assert set(b["latency"].tolist()) == {0, 1, 2}
+    assert b["texture"].dtype == object and set(b["texture"]) == {"plain", "checker"}
+    assert np.all(b["noise"] == 0.002)
+    assert b["offset"].shape == (500, 3) and np.all(b["offset"][:, 1] == 0.0)
+    assert b["gains"].shape == (500, 2) and b["gains"][:, 1].min() >= 10.0
+    e = r.sample_batch("eval", np.random.default_rng(0), 3)
+    np.testing.assert_array_equal(e["offset"], np.tile([0.0, 0.0, 1.5], (3, 1)))
+    with pytest.raises(ValueError):
+        r.sample_batch("train", np.random.default_rng(0), -1)
+
+
 def test_sampling_is_reproducible_and_the_splits_differ():
     r = Randomization.load("sim/arm/randomization.yaml")
     a = r.sample("train", np.random.default_rng(7))
