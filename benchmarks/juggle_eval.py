@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 from robot_rl.agents.ppo import DeployedPolicy
 from robot_rl.resources import package_path
@@ -27,6 +28,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--max-s", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--write-card", action="store_true", help="record the result in the policy's card.json")
     args = parser.parse_args()
     policy = DeployedPolicy.load(args.policy)
     started = time.monotonic()
@@ -41,6 +43,12 @@ def main() -> None:
               "wall_clock_s": round(time.monotonic() - started, 1),
               "meets_targets": bool(nominal["mean_hits"] >= 311 and nominal["max_hits"] >= 462
                                     and light["mean_hits"] >= 146)}
+    if args.write_card:
+        card_path = Path(args.policy) / "card.json"
+        card = json.loads(card_path.read_text())
+        card["evaluation"] = {"benchmark": "benchmarks/juggle_eval.py", **result,
+                              "trials_training_ranges": nominal, "trials_5g_ball": light}
+        card_path.write_text(json.dumps(card, indent=1))
     print(json.dumps(result))
 
 

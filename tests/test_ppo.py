@@ -8,7 +8,7 @@ import torch
 
 from robot_rl.agents.ppo import (
     PPO, ActorCritic, DeployedPolicy, EmpiricalNormalization, PPOConfig, ValueNormalizer, compute_gae, export_policy,
-    surrogate_loss, value_loss,
+    policy_to_bytes, surrogate_loss, value_loss,
 )
 from robot_rl.training.ppo_runner import OnPolicyRunner
 
@@ -90,6 +90,12 @@ def test_export_round_trip_and_bad_inputs(tmp_path):
         policy(np.full(6, np.nan))
     with pytest.raises(FileNotFoundError, match="missing"):
         DeployedPolicy.load(tmp_path / "nothing")
+    # the same policy as a message payload (what the learner node publishes)
+    payload = policy_to_bytes(ac, {"iteration": 3})
+    np.testing.assert_allclose(DeployedPolicy.from_bytes(payload)(obs), expected, atol=1e-6)
+    for bad in (payload[:3], payload[:-10], b"\x00\x00\x00\x02{}" + payload[10:]):
+        with pytest.raises(ValueError):
+            DeployedPolicy.from_bytes(bad)
 
 
 class PointMassEnv:

@@ -103,8 +103,26 @@ def test_quad_sim_node_validates_commands_obeys_the_estop_and_resets(tmp_path):
 def test_shipped_policy_juggles_through_ros(tmp_path):
     """Actor and simulated quadrotor as separate processes in lockstep: the shipped policy keeps
     the ball going for at least 20 hits in a 30 s episode (randomized eval plant)."""
+    overrides = {"robot_rl.nodes": ["quad_sim", "juggle_actor"], "juggle_actor.follow_learner": False,
+                 "juggle_actor.episodes": 1, "juggle_actor.max_episode_s": 30.0, "quad_sim.seed": 3}
+    summary = _run_until_actor_exits(overrides, tmp_path)
+    assert summary["episodes"] == 1 and summary["invalid_observations"] == {}
+    assert summary["hits"][0] >= 20, summary
+
+
+def test_actor_flies_the_policies_the_ppo_learner_publishes(tmp_path):
+    """The three-node graph: the learner trains in its own vector sim and publishes; the actor
+    switches to each newest policy at the next episode."""
+    overrides = {"juggle_actor.episodes": 30, "juggle_actor.max_episode_s": 1.0, "ppo_learner.num_envs": 16,
+                 "ppo_learner.publish_every": 1, "ppo_learner.device": "cpu"}
+    summary = _run_until_actor_exits(overrides, tmp_path)
+    assert summary["episodes"] == 30 and summary["invalid_policies"] == 0
+    assert summary["policy_version"] >= 1, summary
+    assert (tmp_path / "policy" / "policy.safetensors").exists()  # the learner exported on shutdown
+
+
+def _run_until_actor_exits(overrides: dict, tmp_path) -> dict:
     domain_id = random.randint(120, 200)
-    overrides = {"juggle_actor.episodes": 1, "juggle_actor.max_episode_s": 30.0, "quad_sim.seed": 3}
     supervisor = start_graph("quad_juggle", overrides, tmp_path, domain_id)
     try:
         deadline = time.monotonic() + 240
@@ -115,8 +133,7 @@ def test_shipped_policy_juggles_through_ros(tmp_path):
         logs = {p.name: p.read_text()[-1500:] for p in (tmp_path / "logs").glob("*")}
         assert exited.get("juggle_actor") == 0, (exited, logs)
     finally:
-        supervisor.stop()
-    summary = json.loads((tmp_path / "juggle_actor_summary.json").read_text())
-    assert summary["episodes"] == 1 and summary["invalid_observations"] == {}
-    assert summary["hits"][0] >= 20, summary
+        codes = supervisor.stop()
+    assert all(code == 0 for code in codes.values()), codes
+    return json.loads((tmp_path / "juggle_actor_summary.json").read_text())
 

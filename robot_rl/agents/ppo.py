@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 __all__ = ["ActorCritic", "DeployedPolicy", "EmpiricalNormalization", "PPO", "PPOConfig", "RolloutStorage",
-           "ValueNormalizer", "compute_gae", "export_policy", "surrogate_loss", "value_loss"]
+           "ValueNormalizer", "compute_gae", "export_policy", "policy_to_bytes", "surrogate_loss", "value_loss"]
 
 POLICY_FILE = "policy.safetensors"
 CARD_FILE = "card.json"
@@ -411,29 +411,46 @@ class PPO:
 # --------------------------------------------------------------------------- deployment
 
 
+def _deployable(actor_critic: ActorCritic, card: dict[str, Any],
+                config: PPOConfig | None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The actor's tensors (weights + observation normalizer) and the card that rebuilds it."""
+    tensors = {f"actor.{k}": v.detach().cpu().contiguous() for k, v in actor_critic.actor.state_dict().items()}
+    if actor_critic.normalize_obs:
+        tensors["obs_norm.mean"] = actor_critic.obs_norm.mean.detach().cpu()
+        tensors["obs_norm.var"] = actor_critic.obs_norm.var.detach().cpu()
+    hidden = [m.out_features for m in actor_critic.actor if isinstance(m, nn.Linear)][:-1]
+    activation = next((name for name, cls in _ACTIVATIONS.items() if any(isinstance(m, cls) for m in actor_critic.actor)),
+                      "elu")
+    full_card = {**card, "format_version": FORMAT_VERSION, "obs_dim": actor_critic.obs_dim,
+                 "action_dim": actor_critic.action_dim, "actor_hidden": hidden, "activation": activation,
+                 "observation_normalization": actor_critic.normalize_obs, "obs_clip": actor_critic.obs_norm.clip}
+    if config is not None:
+        full_card["ppo_config"] = asdict(config)
+    return tensors, full_card
+
+
 def export_policy(actor_critic: ActorCritic, directory: str | Path, card: dict[str, Any],
                   config: PPOConfig | None = None) -> Path:
     """Writes the deployable policy: ``policy.safetensors`` (actor + observation normalizer) and
     ``card.json`` (``card`` plus what is needed to rebuild the network)."""
     from safetensors.torch import save_file
 
+    tensors, full_card = _deployable(actor_critic, card, config)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tensors = {f"actor.{k}": v.detach().cpu().contiguous() for k, v in actor_critic.actor.state_dict().items()}
-    if actor_critic.normalize_obs:
-        tensors["obs_norm.mean"] = actor_critic.obs_norm.mean.detach().cpu()
-        tensors["obs_norm.var"] = actor_critic.obs_norm.var.detach().cpu()
-    hidden = [m.out_features for m in actor_critic.actor if isinstance(m, nn.Linear)][:-1]
-    activation = next(name for name, cls in _ACTIVATIONS.items()
-                      if any(isinstance(m, cls) for m in actor_critic.actor)) if hidden else "elu"
-    full_card = {**card, "format_version": FORMAT_VERSION, "obs_dim": actor_critic.obs_dim,
-                 "action_dim": actor_critic.action_dim, "actor_hidden": hidden, "activation": activation,
-                 "observation_normalization": actor_critic.normalize_obs, "obs_clip": actor_critic.obs_norm.clip}
-    if config is not None:
-        full_card["ppo_config"] = asdict(config)
     save_file(tensors, str(directory / POLICY_FILE))
     (directory / CARD_FILE).write_text(json.dumps(full_card, indent=1, default=str))
     return directory
+
+
+def policy_to_bytes(actor_critic: ActorCritic, card: dict[str, Any]) -> bytes:
+    """The deployable policy as one message payload: 4-byte big-endian card length, the card's JSON,
+    then the safetensors bytes (what a learner node publishes on ``rl/policy``)."""
+    from safetensors.torch import save
+
+    tensors, full_card = _deployable(actor_critic, card, None)
+    head = json.dumps(full_card, default=str).encode()
+    return len(head).to_bytes(4, "big") + head + save(tensors)
 
 
 class DeployedPolicy:
@@ -456,20 +473,35 @@ class DeployedPolicy:
             if not path.is_file():
                 raise FileNotFoundError(f"policy directory {directory}: missing {path.name} "
                                         f"(export one with robot-rl juggle train --out DIR)")
-        card = json.loads(card_path.read_text())
-        if card.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{card_path}: format_version {card.get('format_version')} != {FORMAT_VERSION}")
-        tensors = load_file(str(weights_path))
-        actor = layer_norm_mlp(int(card["obs_dim"]), tuple(card["actor_hidden"]), int(card["action_dim"]),
-                               card["activation"], 0.01)
+        return cls._build(load_file(str(weights_path)), json.loads(card_path.read_text()), device, str(directory))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, device: str = "cpu") -> DeployedPolicy:
+        """From a :func:`policy_to_bytes` payload; ValueError for a malformed one."""
+        from safetensors.torch import load
+
+        if len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+            raise ValueError(f"policy payload of {len(data)} bytes is truncated")
+        n = int.from_bytes(data[:4], "big")
         try:
+            card, tensors = json.loads(data[4:4 + n]), load(bytes(data[4 + n:]))
+        except Exception as exc:  # noqa: BLE001 - any decoding failure is a bad payload
+            raise ValueError(f"malformed policy payload: {exc}") from None
+        return cls._build(tensors, card, device, "payload")
+
+    @classmethod
+    def _build(cls, tensors: dict[str, torch.Tensor], card: dict[str, Any], device: str, source: str) -> DeployedPolicy:
+        if card.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"{source}: format_version {card.get('format_version')} != {FORMAT_VERSION}")
+        try:
+            actor = layer_norm_mlp(int(card["obs_dim"]), tuple(card["actor_hidden"]), int(card["action_dim"]),
+                                   card["activation"], 0.01)
             actor.load_state_dict({k[len("actor."):]: v for k, v in tensors.items() if k.startswith("actor.")})
-        except RuntimeError as exc:
-            raise ValueError(f"{weights_path} does not match {card_path}: {exc}") from None
-        dev = torch.device(device)
-        norm = None
-        if card.get("observation_normalization"):
-            norm = (tensors["obs_norm.mean"].to(dev), tensors["obs_norm.var"].to(dev))
+            dev = torch.device(device)
+            norm = (tensors["obs_norm.mean"].to(dev), tensors["obs_norm.var"].to(dev)) \
+                if card.get("observation_normalization") else None
+        except (KeyError, RuntimeError, TypeError) as exc:
+            raise ValueError(f"{source}: weights do not match the card: {exc}") from None
         return cls(actor.to(dev), card, norm, dev)
 
     @torch.inference_mode()

@@ -1,7 +1,9 @@
 """Juggling actor: flies the quadrotor with the exported PPO policy at the observation rate (50 Hz).
 
 Subscribes `quad/odom` and `ball/pose` (paired by stamp; validated by the real quadrotor node's
-functions), publishes `quad/cmd_ctbr` stamped with the observation it answers. The observation,
+functions), publishes `quad/cmd_ctbr` stamped with the observation it answers. With
+`follow_learner`, policies arriving on `rl/policy` (from the `ppo_learner` node) replace the
+loaded one at the next episode. The observation,
 hit counting and termination are the training env's own (robot_rl/envs/juggle_task.py): the
 policy sees here what it saw in training, less the simulated noise. An episode ends when the task
 terminates (ball lost, crash) or after `max_episode_s`; the actor then calls `reset_service` and
@@ -20,6 +22,7 @@ from geometry_msgs.msg import PoseStamped, TwistStamped
 from nav_msgs.msg import Odometry
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
+from std_msgs.msg import UInt8MultiArray
 from std_srvs.srv import Trigger
 
 from robot_rl.agents.ppo import DeployedPolicy
@@ -30,7 +33,7 @@ from robot_rl.hardware.safety import Rejected
 from robot_rl.nodes.quadrotor import parse_ball, parse_odom
 from robot_rl.resources import package_path
 from robot_rl.ros import qos
-from robot_rl.ros.messages import stamp_to_ns
+from robot_rl.ros.messages import stamp_to_ns, uint8_multiarray_view
 from robot_rl.ros.node_utils import (Param, ParameterError, declare_params, diagnostics, reset_stamp, run_node,
                                      timer_once)
 from robot_rl.ros.quad_io import JuggleObserver, ctbr_to_msg
@@ -45,6 +48,7 @@ PARAMS = [
           "person resets the real robot and the next observation starts the episode)."),
     Param("run_dir", "", "Where the summary goes ('' for none)."),
     Param("device", "cpu", "Torch device of the policy."),
+    Param("follow_learner", False, "Fly the policies the ppo_learner publishes on rl/policy (from the next episode)."),
 ]
 
 
@@ -75,12 +79,29 @@ class JuggleActorNode(Node):
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(Odometry, "quad/odom", lambda m: self._on_msg("odom", m), qos.SENSOR)
         self.create_subscription(PoseStamped, "ball/pose", lambda m: self._on_msg("ball", m), qos.SENSOR)
+        self.next_policy: DeployedPolicy | None = None
+        self.policy_version = 0
+        self.invalid_policies = 0
+        if p["follow_learner"]:
+            self.create_subscription(UInt8MultiArray, "rl/policy", self._on_policy, qos.POLICY)
         self.reset_client = self.create_client(Trigger, p["reset_service"]) if p["reset_service"] else None
         # Retries and diagnostics on wall time: with use_sim_time, a lockstep /clock stands still
         # until we command, so a sim-time timer would never fire.
         self.wall_clock = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(1.0, self._publish_diagnostics, clock=self.wall_clock)
         self._request_reset()
+
+    def _on_policy(self, msg: UInt8MultiArray) -> None:
+        try:
+            policy = DeployedPolicy.from_bytes(bytes(uint8_multiarray_view(msg)), self.params["device"])
+            if (policy.obs_dim, policy.action_dim) != (self.policy.obs_dim, self.policy.action_dim):
+                raise ValueError(f"policy for {policy.obs_dim} -> {policy.action_dim}, "
+                                 f"expected {self.policy.obs_dim} -> {self.policy.action_dim}")
+        except ValueError as exc:
+            self.invalid_policies += 1
+            self.get_logger().warning(f"ignored a policy from rl/policy: {exc}", throttle_duration_sec=5.0)
+            return
+        self.next_policy = policy  # swapped in at the next episode: one policy per episode
 
     # ---- episodes -----------------------------------------------------------------------------
 
@@ -144,6 +165,9 @@ class JuggleActorNode(Node):
             self.get_logger().warning(f"invalid observation: {exc}", throttle_duration_sec=5.0)
             return
         if not self.in_episode:
+            if self.next_policy is not None:
+                self.policy, self.next_policy = self.next_policy, None
+                self.policy_version += 1
             self.task.reset([0], state)
             self.in_episode = True
         else:
@@ -166,7 +190,8 @@ class JuggleActorNode(Node):
         hits = self.episode_hits
         return {"episodes": len(hits), "hits": hits, "mean_hits": float(np.mean(hits)) if hits else 0.0,
                 "episode_s": [s / self.config.policy_hz for s in self.episode_steps], "ended_by": self.ended_by,
-                "invalid_observations": self.invalid, "policy": str(package_path(self.params["policy_dir"]))}
+                "invalid_observations": self.invalid, "policy": str(package_path(self.params["policy_dir"])),
+                "policy_version": self.policy_version, "invalid_policies": self.invalid_policies}
 
     def _write_summary(self) -> None:
         if self.params["run_dir"]:
@@ -179,7 +204,8 @@ class JuggleActorNode(Node):
         self.diag_pub.publish(diagnostics(self, {
             "episodes": s["episodes"], "mean_hits": s["mean_hits"], "hits_this_episode": int(self.task.hits[0]),
             "steps_this_episode": int(self.task.steps[0]), "invalid_observations": json.dumps(self.invalid),
-            "sync_dropped": self.sync.dropped}))
+            "sync_dropped": self.sync.dropped, "policy_version": self.policy_version,
+            "invalid_policies": self.invalid_policies}))
 
 
 def main(args=None) -> int:

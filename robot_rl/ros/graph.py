@@ -46,6 +46,7 @@ NODE_KINDS: dict[str, NodeKind] = {
     "reward": NodeKind("reward", "robot_rl.nodes.reward", critical=True),
     "quad_sim": NodeKind("quad_sim", "robot_rl.nodes.quad_sim", critical=True),
     "juggle_actor": NodeKind("juggle_actor", "robot_rl.nodes.juggle_actor", critical=True, finishes_run=True),
+    "ppo_learner": NodeKind("ppo_learner", "robot_rl.nodes.ppo_learner", critical=True),
 }
 
 # Real-robot nodes take the simulator's place with `backend: real` (see hardware/).
@@ -108,7 +109,7 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
     specs = []
     for name in names:
         params = dict(config.get(name, {}).get("ros__parameters", {}))
-        if run_dir is not None and name in ("actor", "learner", "juggle_actor"):
+        if run_dir is not None and name in ("actor", "learner", "juggle_actor", "ppo_learner"):
             params["run_dir"] = str(run_dir)
         if name in ("actor", "juggle_actor") and robot is not None:
             params["reset_service"] = f"{prefix}/{robot}/reset"

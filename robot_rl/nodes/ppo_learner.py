@@ -1,0 +1,104 @@
+"""PPO learner node: trains the juggling policy in its own vectorized randomized simulation and
+publishes it on `rl/policy` (std_msgs/UInt8MultiArray, `robot_rl.agents.ppo.policy_to_bytes`)
+for the `juggle_actor`, which flies the ROS quadrotor (simulated or real) with it.
+
+Training runs on a worker thread (the executor stays free for diagnostics). On exit the node
+saves `<run_dir>/ppo_checkpoint.pt` and exports `<run_dir>/policy/` (weights + card).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from pathlib import Path
+
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.node import Node
+from std_msgs.msg import UInt8MultiArray
+
+from robot_rl.ros import qos
+from robot_rl.ros.messages import bytes_to_uint8_multiarray
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+
+PARAMS = [
+    Param("num_envs", 2048, "Quadrotors simulated in parallel.", 1, 1_000_000),
+    Param("iterations", 0, "PPO iterations, then stop (0: until the graph stops).", 0, 10_000_000),
+    Param("publish_every", 10, "Publish the policy every this many iterations.", 1, 100_000),
+    Param("randomization", "sim/quad/randomization.yaml", "Randomization file of the training sim."),
+    Param("device", "auto", "Torch device (auto: CUDA when present)."),
+    Param("seed", 0, "Seed of the simulation and the networks.", 0, 2**31 - 1),
+    Param("run_dir", "", "Checkpoint, exported policy and TensorBoard ('' for none)."),
+]
+
+
+class PPOLearnerNode(Node):
+    def __init__(self):
+        super().__init__("ppo_learner")
+        p = self.params = declare_params(self, PARAMS)
+        from robot_rl.device import resolve_device
+        from robot_rl.envs.quad_juggle_vec import QuadJuggleVecEnv
+        from robot_rl.resources import package_path
+        from robot_rl.training.juggle import JuggleTrainConfig
+        from robot_rl.training.ppo_runner import OnPolicyRunner
+
+        try:
+            self.device = resolve_device(p["device"])
+            self.env = QuadJuggleVecEnv(p["num_envs"], device=self.device,
+                                        randomization=package_path(p["randomization"]), seed=p["seed"])
+        except (FileNotFoundError, ValueError) as exc:
+            raise ParameterError(str(exc)) from None
+        self.ppo_config = JuggleTrainConfig().ppo
+        run_dir = Path(p["run_dir"]) if p["run_dir"] else None
+        self.run_dir = run_dir
+        self.runner = OnPolicyRunner(self.env, self.ppo_config, str(run_dir / "tensorboard") if run_dir else None,
+                                     self.device, seed=p["seed"])
+        self.policy_pub = self.create_publisher(UInt8MultiArray, "rl/policy", qos.POLICY)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.last_stats: dict[str, float] = {}
+        self.published = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._train, name="ppo-train", daemon=True)
+        self._thread.start()
+        self.create_timer(1.0, self._publish_diagnostics)
+
+    def _train(self) -> None:
+        from robot_rl.agents.ppo import policy_to_bytes
+
+        p = self.params
+        while not self._stop.is_set() and (not p["iterations"] or self.runner.iteration < p["iterations"]):
+            self.last_stats = self.runner.learn(1)[0]
+            if self.runner.iteration % p["publish_every"] == 0:
+                card = {"task": "quad_juggle", "iteration": self.runner.iteration,
+                        "env_steps": self.runner.total_env_steps, "published_at": time.time()}
+                self.policy_pub.publish(bytes_to_uint8_multiarray(policy_to_bytes(self.runner.alg.actor_critic, card)))
+                self.published += 1
+
+    def _publish_diagnostics(self) -> None:
+        s = self.last_stats
+        self.diag_pub.publish(diagnostics(self, {
+            "iteration": self.runner.iteration, "env_steps": self.runner.total_env_steps,
+            "policies_published": self.published, "steps_per_s": round(s.get("steps_per_s", 0.0), 1),
+            "episode_hits": round(s.get("Episode/hits", 0.0), 2), "mean_return": round(s.get("mean_return", 0.0), 2),
+            "device": str(self.device)}))
+
+    def close(self) -> None:
+        from robot_rl.agents.ppo import export_policy
+
+        self._stop.set()
+        self._thread.join(timeout=60.0)
+        if self.run_dir is not None:
+            self.runner.save(str(self.run_dir / "ppo_checkpoint.pt"))
+            export_policy(self.runner.alg.actor_critic, self.run_dir / "policy",
+                          {"task": "quad_juggle", "iteration": self.runner.iteration,
+                           "env_steps": self.runner.total_env_steps,
+                           "ppo": dataclasses.asdict(self.ppo_config)})
+        self.env.close()
+
+
+def main(args=None) -> int:
+    return run_node(PPOLearnerNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
