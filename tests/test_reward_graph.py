@@ -61,9 +61,6 @@ def test_actor_trains_on_the_reward_nodes_rewards(tmp_path, progress_model):
                        and probe.value("transitions_received", "learner") >= 100, 240,
                        "the reward node's rewards reaching the actor and, with the transitions, the learner")
         assert probe.value("frames_scored", "reward") >= 100
-        # Synchronised, so most rewards are in time; a frame lost on the best-effort camera topics or
-        # scored after reward_wait_s under load goes late (the learner fills it in or drops it).
-        assert probe.value("late_rewards_sent", "actor") <= 0.5 * probe.value("learned_rewards_received", "actor")
         assert probe.value("invalid_rewards", "actor") == 0
         assert probe.value("rejected", "learner") == 0
         for name in ("sim", "actor", "learner", "reward"):

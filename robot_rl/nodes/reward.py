@@ -105,13 +105,15 @@ class RewardNode(Node):
         self.reward_pub = self.create_publisher(Vector3Stamped, "reward", qos.EVENTS)
         self.done_pub = self.create_publisher(Header, "reward/done", qos.EVENTS)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        for camera in self.config.cameras:
-            self.create_subscription(Image, f"{camera}/color/image_raw",
-                                     lambda m, c=camera: self._on_image(c, m), qos.SENSOR)
+        # Goal and episode events first: the executor takes ready messages in subscription order, so
+        # a start that is waiting is applied before camera frames that arrived with it.
         self.create_subscription(String, "task/goal", self._on_goal, qos.LATCHED)
         for topic, starts in EPISODE_EVENTS.items():
             msg_type = Header if topic == "episode/event" else String
             self.create_subscription(msg_type, topic, lambda m, t=topic, s=starts: self._on_event(t, s, m), qos.EVENTS)
+        for camera in self.config.cameras:
+            self.create_subscription(Image, f"{camera}/color/image_raw",
+                                     lambda m, c=camera: self._on_image(c, m), qos.SENSOR)
         self.events: dict[str, int] = {}
         self.rewards_published = 0
         self._reported = {"late": 0, "score_errors": 0, "rejected": 0}
