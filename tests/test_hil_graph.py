@@ -73,17 +73,21 @@ def test_record_session_with_the_scripted_human_writes_a_labelled_dataset(tmp_pa
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "recording" in done.stdout and "kept" in done.stdout  # the live status lines
-    data = EpisodeDataset(out)
-    assert len(data) == 2 and data.task_config["task"] == "arm_lift" and data.task_config["source"] == "teleop"
-    for index in range(2):
-        episode = data.episode(index)
-        # the robot held still until the person (starting up, then reacting) took over; then they drove to the end
-        flags = episode["intervention"].astype(int)
-        assert flags[-1] and flags.mean() > 0.5 and (np.diff(flags) >= 0).all(), flags
-        assert episode["success_label"][-1] == 1  # and said success when the cube was up
-        assert episode["truncated"][-1]
     summary = json.loads((tmp_path / "run" / "record.json").read_text())
     assert summary["episodes_recorded"] == 2
+    data = EpisodeDataset(out)
+    assert len(data) == 2 and data.task_config["task"] == "arm_lift" and data.task_config["source"] == "teleop"
+    drops = 0
+    for index in range(2):
+        episode = data.episode(index)
+        # The robot held still until the person (starting up, then reacting) took over; then they
+        # drove to the end, except on steps where their command arrived too late (the actor counts those).
+        flags = episode["intervention"].astype(int)
+        assert flags[-1] and flags.sum() >= 5, flags
+        drops += int((np.diff(flags) < 0).sum())
+        assert episode["success_label"][-1] == 1  # and said success when the cube was up
+        assert episode["truncated"][-1]
+    assert drops <= summary["teleop_stale_steps"], (drops, summary)
     # appending to the dataset checks it is the same task and layout
     again = subprocess.run([*cmd[:cmd.index("--task") + 1], "arm_pick_cube", *cmd[cmd.index("--task") + 2:]],
                            capture_output=True, text=True, timeout=120)

@@ -132,15 +132,18 @@ class ActorNode(Node):
         self.gripper_pub = self.create_publisher(Float32, "arm/gripper", qos.COMMAND)
         self.transitions_pub = self.create_publisher(UInt8MultiArray, "rl/transitions", qos.TRANSITIONS)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        topic_types = [*STATE_TOPICS, *((t, Image) for t in self.camera_topics)]
-        for topic, msg_type in topic_types:
-            self.create_subscription(msg_type, topic, lambda m, t=topic: self._on_observation(t, m), qos.SENSOR)
+        # The person's topics are subscribed before the observations: the executor serves ready
+        # messages in subscription order, so after a stall the actor acts on a state only once the
+        # person's commands queued with it are in (else a live command looks stale).
         self.human = HumanCommand(self.task.action_dim, p["teleop_timeout_s"])
         self.teleop_events = 0
         self.create_subscription(Bool, "teleop/engaged", lambda m: self.human.on_engaged(m.data), qos.COMMAND)
         self.create_subscription(TwistStamped, "teleop/cmd", self._on_teleop_cmd, qos.COMMAND)
         self.create_subscription(Float32, "teleop/gripper", lambda m: self.human.on_gripper(m.data), qos.COMMAND)
         self.create_subscription(String, "teleop/event", self._on_teleop_event, qos.EVENTS)
+        topic_types = [*STATE_TOPICS, *((t, Image) for t in self.camera_topics)]
+        for topic, msg_type in topic_types:
+            self.create_subscription(msg_type, topic, lambda m, t=topic: self._on_observation(t, m), qos.SENSOR)
         self.create_subscription(UInt8MultiArray, "rl/policy", self._on_policy, qos.POLICY)
         self.create_subscription(UInt8MultiArray, "rl/acks", self._on_ack, qos.EVENTS)
         # Tells the reward node (and anyone) that a new episode begins: its next frame is the first.
@@ -344,7 +347,7 @@ class ActorNode(Node):
 
     def _finish(self, drained: bool) -> None:
         if self.core.config.record_only:
-            summary = self.core.record_summary()
+            summary = {**self.core.record_summary(), "teleop_stale_steps": self.human.stale}
             (self.run_dir / "record.json").write_text(json.dumps(summary, indent=2))
             self.get_logger().info(f"recorded {summary['episodes_recorded']} episodes "
                                    f"({summary['episodes_discarded']} discarded) -> {summary['dataset']}")
