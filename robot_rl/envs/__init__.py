@@ -14,6 +14,9 @@ when an environment is created):
   "vector_entry_point")`` gives the batched :class:`~robot_rl.envs.quad_juggle_vec.QuadJuggleGymVectorEnv`).
 * ``robot_rl/ArmPushCube-v0`` -- :class:`robot_rl.envs.push_cube.ArmPushCubeEnv` (the same scenes
   and observations; push the cube 6 cm to the left along the table, sparse reward).
+* ``robot_rl/CarRace-v0`` -- :class:`robot_rl.envs.car_race.CarRaceEnv` (a 1/10-scale car racing a
+  procedural track from 3 stacked camera frames and its IMU, with autonomous recovery: FastRLAP).
+  Keyword arguments are fields of :class:`~robot_rl.envs.car_race.CarRaceConfig`.
 """
 
 from gymnasium.envs.registration import register, registry
@@ -34,4 +37,8 @@ if QUAD_JUGGLE_ENV_ID not in registry:
     register(id=QUAD_JUGGLE_ENV_ID, entry_point="robot_rl.envs.quad_juggle_vec:QuadJuggleEnv",
              vector_entry_point="robot_rl.envs.quad_juggle_vec:QuadJuggleGymVectorEnv")
 
-__all__ = ["ARM_LIFT_ENV_ID", "ARM_PICK_CUBE_ENV_ID", "ARM_PUSH_CUBE_ENV_ID", "QUAD_JUGGLE_ENV_ID"]
+CAR_RACE_ENV_ID = "robot_rl/CarRace-v0"
+if CAR_RACE_ENV_ID not in registry:
+    register(id=CAR_RACE_ENV_ID, entry_point="robot_rl.envs.car_race:CarRaceEnv")
+
+__all__ = ["CAR_RACE_ENV_ID", "ARM_LIFT_ENV_ID", "ARM_PICK_CUBE_ENV_ID", "ARM_PUSH_CUBE_ENV_ID", "QUAD_JUGGLE_ENV_ID"]
