@@ -213,3 +213,30 @@ def test_cones_and_randomization_change_the_scene():
     env.close()
     expert = DriverConfig()
     assert expert.max_speed == 4.5
+
+
+def test_frame_stacks_stay_inside_their_episode():
+    from robot_rl.data.car_prior import frame_stack_indices
+
+    # two episodes of 2 and 3 steps: observations 0-2 and 3-6
+    np.testing.assert_array_equal(frame_stack_indices(np.array([2, 5]), 3), [
+        [0, 0, 0], [0, 0, 1], [0, 1, 2], [3, 3, 3], [3, 3, 4], [3, 4, 5], [4, 5, 6]])
+    with pytest.raises(ValueError):
+        frame_stack_indices(np.array([3, 3]), 3)
+
+
+def test_prior_driving_dataset_round_trip(tmp_path):
+    from robot_rl.data.car_prior import frame_stack_indices, record_prior_driving
+    from robot_rl.data.episodes import EpisodeDataset
+
+    counts = record_prior_driving(str(tmp_path / "prior.zarr"), tracks=2, steps_per_track=60, seed=0, image_size=32,
+                                  episode_steps=40)
+    data = EpisodeDataset(tmp_path / "prior.zarr")
+    assert counts["steps"] == data.num_steps == 120 and len(data) == counts["episodes"] >= 4
+    assert data.task_config["source"] == "prior_driving" and 0 not in data.task_config["tracks"]
+    episode = data.episode(0)
+    assert episode["state"].shape[1] == 10 and np.abs(episode["action"]).max() <= 1.0
+    speeds = np.linalg.norm(episode["state"][:, 3:5], axis=1)
+    assert speeds.max() < 2.6  # slow driving
+    stacks = frame_stack_indices(data.episode_ends, 3)
+    assert stacks.shape == (data.num_steps + len(data), 3)
