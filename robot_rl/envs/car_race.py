@@ -77,6 +77,9 @@ class CarSim:
                          "drive": self.model.actuator_forcerange[2].copy(),
                          "camera_quat": self.model.camera("front").quat.copy()}
         self._sensor = {name: self.model.sensor(name).adr[0] for name in ("accel", "gyro", "velocity")}
+        walls = np.array([i for i in range(self.model.ngeom) if (self.model.geom(i).name or "").startswith("wall_")])
+        striped = (np.arange(len(walls)) // 3) % 2 == 1  # stripes every few segments: texture the camera can track
+        self._walls, self._stripes = walls[~striped], walls[striped]
         self.renderer = mujoco.Renderer(self.model, image_size, image_size) if render else None
         self.params: dict[str, Any] = dict(NOMINAL)
         self.peak_accel = np.array([0.0, 0.0, GRAVITY])
@@ -125,9 +128,8 @@ class CarSim:
         direction = np.asarray(p["light_dir"], float)
         m.light_dir[0] = direction / np.linalg.norm(direction)
         m.mat_rgba[m.material("floor").id, :3] = p["floor_rgb"]
-        walls = [i for i in range(m.ngeom) if (m.geom(i).name or "").startswith("wall_")]
-        for k, i in enumerate(walls):  # stripes every few segments: texture the camera can track
-            m.geom_rgba[i, :3] = p["stripe_rgb"] if (k // 3) % 2 else p["wall_rgb"]
+        m.geom_rgba[self._walls, :3] = p["wall_rgb"]
+        m.geom_rgba[self._stripes, :3] = p["stripe_rgb"]
 
     # ---- driving -------------------------------------------------------------------------------
 
@@ -167,14 +169,19 @@ class CarSim:
         return self.data.qpos[:3].copy()
 
     @property
+    def speed(self) -> float:
+        """Ground speed [m/s] (true state: for the scripted drivers and the env's bookkeeping)."""
+        return float(np.linalg.norm(self.data.qvel[:2]))
+
+    @property
     def yaw(self) -> float:
         w, x, y, z = self.data.qpos[3:7]
         return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
 
-    def sensors(self) -> dict[str, np.ndarray]:
-        """IMU and body velocity as the real car's sensors give them (noise from the parameters)."""
+    def sensors(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """IMU and body velocity as the real car's sensors give them (noise from the parameters,
+        drawn from `rng`, so a seeded episode is reproducible)."""
         d, s, p = self.data, self._sensor, self.params
-        rng = np.random.default_rng()
         noise = lambda scale, n: rng.normal(0.0, scale, n) if scale > 0 else np.zeros(n)  # noqa: E731
         return {"accel": d.sensordata[s["accel"]:s["accel"] + 3] + noise(p["accel_noise"], 3),
                 "gyro": d.sensordata[s["gyro"]:s["gyro"] + 3] + noise(p["gyro_noise"], 3),
@@ -210,7 +217,8 @@ def car_state_observation(sensors: dict[str, np.ndarray], checkpoint: np.ndarray
 
 @dataclass(frozen=True)
 class DriverConfig:
-    """The scripted pure-pursuit driver (true state): expert, or slow and noisy."""
+    """The scripted pure-pursuit driver (true state): the expert, or (slow, with the caller's
+    lateral offset and steering disturbance) the prior-data driver."""
 
     max_speed: float = 4.5
     """Speed on straights [m/s]."""
@@ -220,11 +228,6 @@ class DriverConfig:
     """Looks this far ahead (at the current speed) for the tightest curvature to slow for."""
     lookahead: tuple[float, float] = (0.7, 0.2)
     """Pure-pursuit lookahead = a + b * speed [m]."""
-    steer_noise: float = 0.0
-    """Std of an Ornstein-Uhlenbeck disturbance on the steering (normalized units): the prior
-    data's imperfect driver."""
-    lateral_target: float = 0.0
-    """Largest offset from the centreline the driver aims at, drawn per lap stretch [m]."""
 
 
 def pure_pursuit_action(track: Track, position: np.ndarray, yaw: float, speed: float, config: DriverConfig,
@@ -343,10 +346,7 @@ class CarRaceEnv(gym.Env):
         driver = DriverConfig(max_speed=c.demo_speed)
         positions, travelled = [sim.position], 0.0
         for _ in range(int(4 * self.track.length / c.demo_speed * c.control_hz)):
-            speed = float(np.linalg.norm(sim.data.qvel[:2]))
-            a = pure_pursuit_action(self.track, sim.position, sim.yaw, speed, driver, c.speed_offset,
-                                    c.speed_scale, c.steer_scale)
-            sim.step(c.speed_offset + c.speed_scale * a[0], c.steer_scale * a[1])
+            sim.step(*self._command(self.expert_action(driver)))
             travelled += float(np.linalg.norm(sim.position[:2] - positions[-1][:2]))
             positions.append(sim.position)
             if travelled > self.track.length * 0.9 and np.linalg.norm(sim.position[:2] - position) < 0.5:
@@ -372,7 +372,8 @@ class CarRaceEnv(gym.Env):
             # Autonomous practice: back out of the crash or the corner the car is stuck in.
             recovery = Recovery(c.practice, c.control_hz, self.np_random)
             while not recovery.done:
-                self.sim.step(*self._command(np.zeros(2), recovery.command()))
+                speed, steer = recovery.command()
+                self.sim.step(speed, c.steer_scale * steer)
                 self.recovery_steps += 1
             self.timer.interrupt()  # a lap with a crash or a recovery in it is not clean
         self.monitor.reset()
@@ -384,10 +385,9 @@ class CarRaceEnv(gym.Env):
         obs = self._observe(fill=True)
         return obs, {"checkpoint": self.timer.next_index, "laps": len(self.timer.laps)}
 
-    def _command(self, action: np.ndarray, recovery: tuple[float, float] | None = None) -> tuple[float, float]:
+    def _command(self, action: np.ndarray) -> tuple[float, float]:
+        """Normalized action -> (speed m/s, steering rad)."""
         c = self.config
-        if recovery is not None:
-            return recovery[0], c.steer_scale * recovery[1]
         return c.speed_offset + c.speed_scale * float(action[0]), c.steer_scale * float(action[1])
 
     def _observe(self, fill: bool = False) -> dict[str, np.ndarray]:
@@ -399,7 +399,7 @@ class CarRaceEnv(gym.Env):
             frames = np.stack(self._frames)
         else:
             frames = np.zeros(self.observation_space["frames"].shape, np.uint8)
-        state = car_state_observation(self.sim.sensors(), self.timer.next_checkpoint, self._previous)
+        state = car_state_observation(self.sim.sensors(self.np_random), self.timer.next_checkpoint, self._previous)
         return {"frames": frames, "state": state}
 
     def step(self, action):
@@ -414,10 +414,8 @@ class CarRaceEnv(gym.Env):
         self.sim.step(*self._command(self._queue.popleft()))
         self._previous = action
         self._steps += 1
-        goal = self.timer.next_checkpoint
-        sensors_velocity = self.sim.data.qvel[:2]
-        to_goal = goal - self.sim.position[:2]
-        reward = float(sensors_velocity @ to_goal / max(np.linalg.norm(to_goal), 1e-6))
+        to_goal = self.timer.next_checkpoint - self.sim.position[:2]
+        reward = float(self.sim.data.qvel[:2] @ to_goal / max(np.linalg.norm(to_goal), 1e-6))
         lap_time = self.timer.update(self.sim.position, self.sim.time)
         self._event = self.monitor.update(self.sim.position, self.sim.peak_accel)
         terminated = self._event == "crash"
@@ -428,14 +426,13 @@ class CarRaceEnv(gym.Env):
         if truncated and self._event is None:
             self._event = "time_limit"
         info = {"lap_time": lap_time, "laps": len(self.timer.laps), "checkpoint": self.timer.next_index,
-                "event": self._event, "executed_action": action, "speed": float(np.linalg.norm(sensors_velocity))}
+                "event": self._event, "executed_action": action, "speed": self.sim.speed}
         return self._observe(), reward, terminated, truncated, info
 
     def expert_action(self, config: DriverConfig = DriverConfig(), **kwargs) -> np.ndarray:
         """The true-state pure-pursuit driver's action now."""
         c = self.config
-        speed = float(np.linalg.norm(self.sim.data.qvel[:2]))
-        return pure_pursuit_action(self.track, self.sim.position, self.sim.yaw, speed, config, c.speed_offset,
+        return pure_pursuit_action(self.track, self.sim.position, self.sim.yaw, self.sim.speed, config, c.speed_offset,
                                    c.speed_scale, c.steer_scale, **kwargs)
 
     def render(self):

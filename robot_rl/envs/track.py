@@ -12,6 +12,7 @@ curvature and width.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -43,9 +44,16 @@ class TrackConfig:
             raise ValueError("harmonics >= 2, points >= 32 and harmonic_amplitude in [0, 0.5) required")
 
 
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False  # cached and shared: a caller must not change the track
+    return array
+
+
 @dataclass(frozen=True)
 class Track:
-    """A closed track: centreline samples in order (counter-clockwise) and the width at each."""
+    """A closed track: centreline samples in order (counter-clockwise) and the width at each.
+
+    The derived geometry is computed once per track (drivers query it every control step)."""
 
     centre: np.ndarray
     """(N, 2) centreline points; the segment from the last back to the first closes the loop."""
@@ -59,44 +67,44 @@ class Track:
         if not (np.isfinite(c).all() and np.isfinite(w).all() and (w > 0).all()):
             raise ValueError("track points and widths must be finite, widths positive")
 
-    @property
+    @cached_property
     def tangent(self) -> np.ndarray:
         """(N, 2) unit direction of travel at each point (central differences)."""
         d = np.roll(self.centre, -1, axis=0) - np.roll(self.centre, 1, axis=0)
-        return d / np.linalg.norm(d, axis=1, keepdims=True)
+        return _read_only(d / np.linalg.norm(d, axis=1, keepdims=True))
 
-    @property
+    @cached_property
     def normal(self) -> np.ndarray:
         """(N, 2) unit normal pointing left of the direction of travel."""
         t = self.tangent
-        return np.stack([-t[:, 1], t[:, 0]], axis=1)
+        return _read_only(np.stack([-t[:, 1], t[:, 0]], axis=1))
 
-    @property
+    @cached_property
     def left(self) -> np.ndarray:
-        return self.centre + self.normal * (self.width / 2)[:, None]
+        return _read_only(self.centre + self.normal * (self.width / 2)[:, None])
 
-    @property
+    @cached_property
     def right(self) -> np.ndarray:
-        return self.centre - self.normal * (self.width / 2)[:, None]
+        return _read_only(self.centre - self.normal * (self.width / 2)[:, None])
 
-    @property
+    @cached_property
     def arc_length(self) -> np.ndarray:
         """(N,) distance along the centreline from point 0."""
         seg = np.linalg.norm(np.diff(self.centre, axis=0), axis=1)
-        return np.concatenate([[0.0], np.cumsum(seg)])
+        return _read_only(np.concatenate([[0.0], np.cumsum(seg)]))
 
-    @property
+    @cached_property
     def length(self) -> float:
         return float(self.arc_length[-1] + np.linalg.norm(self.centre[0] - self.centre[-1]))
 
-    @property
+    @cached_property
     def curvature(self) -> np.ndarray:
         """(N,) signed curvature of the centreline (1/m; positive turning left)."""
         prev, nxt = np.roll(self.centre, 1, axis=0), np.roll(self.centre, -1, axis=0)
         a, b = self.centre - prev, nxt - self.centre
         cross = a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0]
         denom = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1) * np.linalg.norm(nxt - prev, axis=1)
-        return 2.0 * cross / denom
+        return _read_only(2.0 * cross / denom)
 
     def start_pose(self) -> tuple[np.ndarray, float]:
         """Position and heading of the start line (point 0, facing along the track)."""
@@ -106,11 +114,6 @@ class Track:
     def nearest(self, position: np.ndarray) -> int:
         """Index of the centreline point closest to `position` (x, y)."""
         return int(np.argmin(np.sum((self.centre - np.asarray(position, float)[:2]) ** 2, axis=1)))
-
-    def lateral_offset(self, position: np.ndarray) -> float:
-        """Signed distance from the centreline (positive left) at the nearest point."""
-        i = self.nearest(position)
-        return float((np.asarray(position, float)[:2] - self.centre[i]) @ self.normal[i])
 
 
 def generate_track(rng: np.random.Generator, config: TrackConfig = TrackConfig(), max_tries: int = 200) -> Track:
