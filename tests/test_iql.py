@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from robot_rl.agents.encoders import EncoderConfig, ImageEncoder, pretrained_config
-from robot_rl.agents.iql import IQL, IQLConfig, advantage_weights, encode_stack, expectile_loss, load_actor
+from robot_rl.agents.frame_stack_policy import FeatureStack, load_frame_stack_policy
+from robot_rl.agents.iql import IQL, IQLConfig, advantage_weights, encode_stack, expectile_loss
 
 SIZE = 16
 
@@ -136,12 +137,25 @@ def test_export_round_trip_and_checkpoint(tmp_path):
         encoder = ImageEncoder(encoder_config)
         assert encoder.config.frozen
         torch.testing.assert_close(encode_stack(encoder, frames), expected, rtol=0, atol=0)
-    actor = load_actor(tmp_path / "iql")
+    policy = load_frame_stack_policy(tmp_path / "iql")
     with torch.no_grad():
-        action, _ = actor(torch.cat([expected, state], dim=-1), deterministic=True)
+        action, _ = policy.actor(torch.cat([expected, state], dim=-1), deterministic=True)
     np.testing.assert_array_equal(action.numpy(), iql.act({"frames": frames, "state": state}))
     unbatched = iql.act({"frames": frames[0].numpy(), "state": state[0].numpy()})
     np.testing.assert_allclose(unbatched, action[0].numpy(), atol=1e-6)  # batch size changes the matmul's rounding
+
+    # The deployed way: one frame encoded per step, the last K embeddings stacked.
+    stack = FeatureStack(cfg.frame_stack)
+    stack.reset(policy.encode(frames[0, 0].numpy()))
+    for k in range(1, cfg.frame_stack):
+        stack.push(policy.encode(frames[0, k].numpy()))
+    np.testing.assert_allclose(stack.flat(), expected[0].numpy(), atol=1e-6)
+    deployed = policy.act(policy.observation(stack.flat(), state[0].numpy()))
+    np.testing.assert_allclose(deployed, action[0].numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="state must be finite"):
+        policy.observation(stack.flat(), np.full(3, np.nan))
+    with pytest.raises(ValueError, match="frames must be uint8"):
+        policy.encode(np.zeros((5, 5, 3), np.uint8))
 
     # a checkpoint continues training exactly (networks, optimizers, counter)
     resumed = IQL(3, 2, cfg, device="cpu")

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from robot_rl.agents.encoders import EncoderConfig
 from robot_rl.agents.networks import CriticEnsemble, EnsembleLinear, fast_tanh, squashed_gaussian_log_prob
 from robot_rl.agents.policy import Policy, PolicySpec
 from robot_rl.agents.sac import SAC, SACConfig
@@ -168,3 +169,16 @@ def test_policy_validates_inputs_and_weights():
     with pytest.raises(ValueError, match="do not match"):
         policy.load_state_dict({"net.0.weight": torch.zeros(1)})
     assert PolicySpec.from_json(spec.to_json()) == spec
+
+
+def test_action_rate_limit_clamps_around_the_previous_action_in_the_features():
+    sac = SAC(obs_dim=4, action_dim=2, config=SACConfig(action_rate_limit=0.2))
+    features = torch.tensor([[9.0, 9.0, 0.5, -1.0], [0.0, 0.0, 0.0, 0.0]])  # last two entries: previous action
+    action = torch.tensor([[1.0, 1.0], [-0.1, 0.15]])
+    assert torch.equal(sac.rate_limited(action, features), torch.tensor([[0.7, -0.8], [-0.1, 0.15]]))
+    unlimited = SAC(obs_dim=4, action_dim=2)
+    assert torch.equal(unlimited.rate_limited(action, features), action)
+    with pytest.raises(ValueError, match="action_rate_limit"):
+        SACConfig(action_rate_limit=0.0)
+    with pytest.raises(ValueError, match="previous action"):
+        SAC(0, 2, SACConfig(action_rate_limit=0.2), encoder=EncoderConfig(cameras=("front",), state_dim=0))

@@ -18,7 +18,6 @@ Read top to bottom: config, the pure loss pieces, the learner, export for the on
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -26,12 +25,11 @@ from typing import Mapping
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 
-from robot_rl.agents.encoders import CARD_FILE, EncoderConfig, ImageEncoder, random_shift, save_pretrained
+from robot_rl.agents.encoders import EncoderConfig, ImageEncoder, random_shift
+from robot_rl.agents.frame_stack_policy import save_frame_stack_policy
 from robot_rl.agents.networks import CriticEnsemble, TanhGaussianActor, mlp, squashed_gaussian_log_prob
 
-ACTOR_FILE = "actor.safetensors"
 ACTION_EPS = 1e-5
 """Dataset actions are clipped to [-1 + eps, 1 - eps] before atanh (atanh(+-1) is infinite)."""
 
@@ -288,34 +286,11 @@ class IQL:
         self.num_updates = int(state["num_updates"])
 
     def export(self, directory: str | Path, card: Mapping) -> None:
-        """Writes the encoder (`save_pretrained`: load it as EncoderConfig(kind="pretrained",
-        weights=directory, ...), frozen) and the actor (`load_actor`) into one directory.
-
-        The card gets the IQL config, the update count and what rebuilds the actor.
-        """
-        cfg = self.config
-        actor_spec = {"obs_dim": self.feature_dim, "action_dim": self.action_dim, "state_dim": self.state_dim,
-                      "frame_stack": cfg.frame_stack, "hidden_dims": list(cfg.hidden_dims),
-                      "layer_norm": cfg.layer_norm}
-        save_pretrained(self.encoder, directory, {**card, "iql": asdict(cfg), "num_updates": self.num_updates,
-                                                  "actor": actor_spec})
-        save_file({k: v.contiguous() for k, v in self.actor.state_dict().items()}, str(Path(directory) / ACTOR_FILE))
-
-
-def load_actor(directory: str | Path, device: str | torch.device = "cpu") -> TanhGaussianActor:
-    """The actor `IQL.export` wrote, in eval mode; its input is [encode_stack features, state]."""
-    directory = Path(directory)
-    weights = directory / ACTOR_FILE
-    if not weights.is_file():
-        raise FileNotFoundError(f"no IQL actor at {weights}")
-    spec = json.loads((directory / CARD_FILE).read_text())["actor"]
-    actor = TanhGaussianActor(spec["obs_dim"], spec["action_dim"], tuple(spec["hidden_dims"]),
-                              layer_norm=spec["layer_norm"])
-    try:
-        actor.load_state_dict(load_file(str(weights)), strict=True)
-    except RuntimeError as exc:
-        raise ValueError(f"actor weights {weights} do not match the card's spec {spec}: {exc}") from None
-    return actor.to(device).eval()
+        """Writes encoder and actor as a frame-stack policy (`load_frame_stack_policy`; the encoder
+        alone loads as EncoderConfig(kind="pretrained", weights=directory, ...), frozen). The card
+        gets the IQL config and the update count."""
+        save_frame_stack_policy(directory, self.encoder, self.actor, self.state_dim, self.config.frame_stack,
+                                {**card, "iql": asdict(self.config), "num_updates": self.num_updates})
 
 
 def _raise_failed(checks: dict[str, torch.Tensor]) -> None:

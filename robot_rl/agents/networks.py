@@ -138,6 +138,9 @@ class TanhGaussianActor(nn.Module):
     def __init__(self, obs_dim: int, action_dim: int, hidden_dims: Sequence[int],
                  log_std_min: float = -5.0, log_std_max: float = 2.0, layer_norm: bool = True):
         super().__init__()
+        # Kept so an exported actor can be described and rebuilt from its card.
+        self.obs_dim, self.action_dim = obs_dim, action_dim
+        self.hidden_dims, self.layer_norm = tuple(hidden_dims), layer_norm
         self.net = mlp(obs_dim, hidden_dims, 2 * action_dim, layer_norm)
         self.log_std_min = log_std_min
         self.log_std_max = log_std_max

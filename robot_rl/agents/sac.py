@@ -54,6 +54,11 @@ class SACConfig:
     """Entropy target; None means -|A|/2 over the continuous actions."""
     backup_entropy: bool = False
     """Subtract alpha * log pi(a'|s') in the critic target (off in SERL)."""
+    action_rate_limit: float | None = None
+    """FastRLAP: every action within this of the previous one, which the features' last entries
+    (the observation's, or the state's after the camera features) hold. The robot clamps what it
+    executes; the critic target and the actor loss clamp the actor's actions the same way, so
+    the critic is never asked about actions the robot cannot take (None: off)."""
     max_grad_norm: float | None = None
     """Clip gradient norms of each network (None: no clipping)."""
     grasp_critic: bool = False
@@ -85,6 +90,10 @@ class SACConfig:
             raise ValueError("init_temperature must be > 0")
         if self.precision not in ("float32", "bfloat16", "auto"):
             raise ValueError(f"precision must be float32, bfloat16 or auto, got {self.precision!r}")
+        if self.action_rate_limit is not None and not 0.0 < self.action_rate_limit <= 2.0:
+            raise ValueError(f"action_rate_limit must be in (0, 2] or None, got {self.action_rate_limit}")
+        if self.action_rate_limit is not None and self.grasp_critic:
+            raise ValueError("action_rate_limit applies to continuous actions only; not with a grasp critic")
         if self.gripper_state_index >= 0:
             raise ValueError("gripper_state_index counts from the end of the state vector: use -1, -2, ...")
 
@@ -131,6 +140,8 @@ class SAC:
         self.continuous_dim = action_dim - 1 if cfg.grasp_critic else action_dim
         if self.continuous_dim < 1:
             raise ValueError("need at least one continuous action besides the gripper command")
+        if cfg.action_rate_limit is not None and shipped is not None and shipped.state_dim < self.continuous_dim:
+            raise ValueError("action_rate_limit needs the previous action at the end of the state vector")
         spec = PolicySpec(self.obs_dim, self.continuous_dim, cfg.hidden_dims, cfg.layer_norm,
                           encoder=asdict(shipped) if shipped is not None else None,
                           grasp_hidden_dims=cfg.grasp_hidden_dims if cfg.grasp_critic else None,
@@ -251,9 +262,19 @@ class SAC:
         q = self.grasp(features).gather(-1, index.unsqueeze(-1)).squeeze(-1)
         return F.mse_loss(q, target)
 
+    def rate_limited(self, action: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """The actor's action clamped to previous action +- action_rate_limit (the previous action
+        is the features' last continuous_dim entries); unchanged when the limit is off."""
+        limit = self.config.action_rate_limit
+        if limit is None:
+            return action
+        previous = features[:, -self.continuous_dim:]
+        return torch.clamp(action, previous - limit, previous + limit)
+
     def actor_loss(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """alpha * log pi(a|s) - mean_E Q(s, a); returns (loss, log_prob for the temperature)."""
         action, log_prob = self.actor(features)
+        action = self.rate_limited(action, features)
         # The critics are constants here: detached weights skip their gradients in the backward pass.
         constants = {name: p.detach() for name, p in self.critic.named_parameters()}
         with self._autocast():
@@ -280,6 +301,7 @@ class SAC:
             next_features = self.encode(minibatch["next_obs"], train=True)
             if next_action is None:
                 next_action, next_log_prob = self.actor(next_features)
+                next_action = self.rate_limited(next_action, next_features)
         action = minibatch["action"]
         continuous = action[:, :self.continuous_dim]
         loss, q = self._run_compiled("critic_loss", features, continuous, minibatch["reward"], minibatch["terminated"],
@@ -323,6 +345,7 @@ class SAC:
             with torch.no_grad():
                 # The actor does not change during the critic updates: one pass gives every next action.
                 next_action, next_log_prob = self.actor(batch["next_obs"])
+                next_action = self.rate_limited(next_action, batch["next_obs"])
         for i in range(cfg.utd_ratio):
             part = slice(i * cfg.batch_size, (i + 1) * cfg.batch_size)
             minibatch = {k: _take(v, part) for k, v in batch.items()}
