@@ -479,6 +479,44 @@ def cmd_juggle(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_car(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    if args.action == "pretrain":
+        from robot_rl.agents.iql import IQLConfig
+        from robot_rl.training.pretrain_car import CarPretrainConfig, pretrain_car
+
+        try:
+            config = CarPretrainConfig(dataset=args.dataset, tracks=args.tracks, steps_per_track=args.steps_per_track,
+                                       updates=args.updates, iql=replace(IQLConfig(), batch_size=args.batch_size),
+                                       seed=args.seed, device=args.device)
+            card = pretrain_car(config, args.out, log=lambda row: print(json.dumps(row), flush=True))
+        except (FileNotFoundError, ValueError) as exc:
+            print(f"robot-rl car pretrain: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(card["final_metrics"]))
+        return 0
+    from robot_rl.training.car_race import CarTrainConfig, CarTrainer
+
+    try:
+        sac = replace(CarTrainConfig().sac, **_parse_overrides(args.set))
+        config = CarTrainConfig(policy=None if args.policy == "none" else args.policy, track_seed=args.track_seed,
+                                total_steps=args.steps, seed=args.seed, sac=sac, updates_per_step=args.updates_per_step,
+                                device=args.device)
+        trainer = CarTrainer(config, log=lambda row: print(json.dumps(row), flush=True))
+    except (FileNotFoundError, TypeError, ValueError) as exc:
+        print(f"robot-rl car train: {exc}", file=sys.stderr)
+        return 2
+    try:
+        trainer.run()
+        trainer.export(args.out)
+    finally:
+        trainer.close()
+    print(json.dumps({"laps": len(trainer.laps), "first_lap_step": trainer.laps[0][0] if trainer.laps else None,
+                      "best_lap_s": min((t for _, t in trainer.laps), default=None), "policy": args.out}))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="robot-rl", description="Reinforcement learning on robots over ROS 2.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -572,6 +610,28 @@ def build_parser() -> argparse.ArgumentParser:
     jeval.add_argument("--max-s", type=float, default=600.0, help="simulated length limit of a trial [s]")
     jeval.add_argument("--ball-mass", type=float, help="fix the ball mass [kg] (e.g. 0.005)")
     jeval.add_argument("--seed", type=int, default=1000)
+    car = sub.add_parser("car", help="race car (FastRLAP): IQL pretraining on prior driving, online RL, no ROS")
+    car_sub = car.add_subparsers(dest="action", required=True)
+    cpre = car_sub.add_parser("pretrain", help="record prior driving (if missing) and pretrain encoder + actor with IQL")
+    cpre.add_argument("--out", required=True, help="frame-stack policy directory (encoder, actor, card.json)")
+    cpre.add_argument("--dataset", default="runs/car_prior.zarr", help="prior driving dataset (recorded if missing)")
+    cpre.add_argument("--tracks", type=int, default=24)
+    cpre.add_argument("--steps-per-track", type=int, default=800)
+    cpre.add_argument("--updates", type=int, default=6000)
+    cpre.add_argument("--batch-size", type=int, default=256)
+    cpre.add_argument("--seed", type=int, default=0)
+    cpre.add_argument("--device", default="auto")
+    ctrain = car_sub.add_parser("train", help="online SAC on the held-out track with the frozen pretrained encoder")
+    ctrain.add_argument("--out", required=True, help="where the trained frame-stack policy goes")
+    ctrain.add_argument("--policy", default="policies/car_race_iql_64",
+                        help="pretrained frame-stack policy ('none': random frozen encoder, fresh actor)")
+    ctrain.add_argument("--track-seed", type=int, default=7)
+    ctrain.add_argument("--steps", type=int, default=48_000)
+    ctrain.add_argument("--updates-per-step", type=float, default=1.0)
+    ctrain.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="SACConfig override, e.g. --set utd_ratio=2 --set num_critics=2")
+    ctrain.add_argument("--seed", type=int, default=0)
+    ctrain.add_argument("--device", default="auto")
     bag = sub.add_parser("record-bag", help="record topics to an MCAP file (ROS 2 profile) until Ctrl-C or "
                                             "--duration")
     bag.add_argument("--topics", nargs="+", required=True, metavar="TOPIC", help="topics to record (any types)")
@@ -594,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_train_env(args)
     return {"train": cmd_train, "demos": cmd_demos, "record-bag": cmd_record_bag, "record": cmd_record,
             "report": cmd_report, "pretrain-encoder": cmd_pretrain_encoder, "reward": cmd_reward,
-            "juggle": cmd_juggle}[args.command](args)
+            "juggle": cmd_juggle, "car": cmd_car}[args.command](args)
 
 
 if __name__ == "__main__":

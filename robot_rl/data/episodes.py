@@ -160,10 +160,17 @@ class EpisodeDataset:
     def num_steps(self) -> int:
         return int(self.episode_ends[-1]) if len(self) else 0
 
-    def _step_observations(self) -> np.ndarray:
+    def step_observations(self) -> np.ndarray:
         """Index of every step's observation: step k of episode e has observation k + e."""
         lengths = np.diff(self.episode_ends, prepend=0)
         return np.arange(self.num_steps) + np.repeat(np.arange(len(self)), lengths)
+
+    def observations(self, stream: str) -> np.ndarray:
+        """Every committed observation of a camera or of "state", all episodes in order (T + 1
+        rows per episode; `step_observations` maps steps to rows)."""
+        if stream not in (*self.schema.cameras, "state"):
+            raise ValueError(f"{self.path} has no observation stream {stream!r}")
+        return self._group[f"obs/{stream}"][:self.num_steps + len(self)]
 
     def episode(self, index: int) -> dict[str, np.ndarray]:
         """Episode `index` (negative counts from the end): each camera and `state` with T + 1 rows,
@@ -187,7 +194,7 @@ class EpisodeDataset:
         if unknown:
             raise ValueError(f"{self.path} has no camera(s) {unknown}; it has {sorted(self.schema.cameras)}")
         steps = self.num_steps
-        index = self._step_observations()
+        index = self.step_observations()
         transitions = {name: self._group[f"step/{name}"][:steps]
                        for name in ("action", "reward", "terminated", "truncated", "intervention")}
         for stream, key in (("state", ""), *((camera, f"_{camera}") for camera in cameras)):
@@ -204,7 +211,7 @@ class EpisodeDataset:
         labelled = np.flatnonzero(labels != UNLABELLED)
         if labelled.size == 0:
             return np.zeros((0, *self.schema.cameras[camera]), np.uint8), np.zeros(0, bool)
-        frames = self._group[f"obs/{camera}"].oindex[self._step_observations()[labelled] + 1]
+        frames = self._group[f"obs/{camera}"].oindex[self.step_observations()[labelled] + 1]
         return frames, labels[labelled] == 1
 
     def load_into(self, buffer: FrameReplayBuffer | ReplayBuffer,

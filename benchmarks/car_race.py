@@ -1,0 +1,182 @@
+"""Race car from pixels (FastRLAP in simulation): laps on a held-out track versus environment steps.
+
+Task: `CarRaceEnv` on track seed 7 (the prior data drove on seeds 1000+), walls, 64x64 camera,
+3 stacked frames, IMU, body velocity, next checkpoint and previous action; train randomization
+ranges; checkpoints from one slow scripted lap; practice is autonomous (crash: terminate and back
+out, stuck: truncate and back out). Steps count policy steps at 20 Hz, recoveries excluded.
+
+Arms, same seeds, same run:
+* pretrained: the shipped IQL policy `policies/car_race_iql_64` (encoder frozen, its actor as the
+  starting actor, critics fresh), as FastRLAP;
+* scratch: the same encoder architecture without pretraining (random weights, frozen; training
+  a pixel encoder online at UTD 8 costs ~0.5 s per update on this CPU) and a fresh actor.
+Reference: the scripted pure-pursuit expert, which sees the true state, on the same track, car
+and randomization; its median clean lap time is measured in the same run.
+
+Keys: `first_lap_steps` (median over seeds, pretrained), `lap_time_ratio` (median over seeds of
+the best clean lap within the step budget / the expert's), `pretrained_speedup` (median scratch
+first-lap step / median pretrained first-lap step; a scratch seed without a lap counts at its
+step cap and the key is then a lower bound, flagged in `speedup_is_lower_bound`).
+Targets: first_lap_steps <= 24,000; lap_time_ratio <= 1.3; pretrained_speedup >= 2.
+
+CPU budget (the whole benchmark within 3 h on 2 cores): runs go two at a time in worker
+processes, one thread each; per-frame features of the frozen encoder are computed once per
+frame; `--sac` picks the learner settings (default here: `cpu`, 2 critics, UTD 1, batch 256;
+`fastrlap`: 10 critics min over 2, UTD 8, batch 512, for a GPU); `--stop-at-target` ends a
+pretrained run once its best lap meets 1.3x (best lap time can only improve, so the key holds
+at the full budget); the scratch arm stops at its first lap or at `--scratch-cap` steps.
+
+    python benchmarks/car_race.py [--quick] [--seeds 0 1 2] [--steps 48000] [--sac cpu|fastrlap]
+
+Writes benchmarks/results/car_race.png (lap time versus steps, per seed and arm) and
+car_race.json; prints one JSON line per run and the summary as the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+os.environ.setdefault("MUJOCO_GL", "osmesa")
+
+ROOT = Path(__file__).resolve().parents[1]
+POLICY = ROOT / "policies" / "car_race_iql_64"
+TRACK_SEED = 7
+TARGETS = {"first_lap_steps": 24_000, "lap_time_ratio": 1.3, "pretrained_speedup": 2.0}
+
+
+def sac_preset(name: str):
+    from robot_rl.training.car_race import fastrlap_sac
+
+    if name == "fastrlap":
+        return fastrlap_sac()
+    return replace(fastrlap_sac(), num_critics=2, critic_subsample=None, utd_ratio=1, batch_size=256)
+
+
+def expert_lap_time(laps: int = 4, seed: int = 0) -> float:
+    """Median clean lap of the true-state expert on the benchmark's track, car and randomization."""
+    from robot_rl.envs.car_race import CarRaceEnv
+
+    env = CarRaceEnv(track_seed=TRACK_SEED, render=False, randomization_split="train")
+    env.reset(seed=seed)
+    times: list[float] = []
+    for _ in range(int(laps * 40 * env.config.control_hz)):
+        _, _, terminated, truncated, info = env.step(env.expert_action())
+        if info["lap_time"] is not None:
+            times.append(info["lap_time"])
+            if len(times) == laps:
+                break
+        if terminated or truncated:
+            env.reset()
+    env.close()
+    if not times:
+        raise RuntimeError("the expert did not complete a clean lap")
+    return float(statistics.median(times))
+
+
+def run_arm(arm: str, seed: int, steps: int, sac: str, stop_lap_time: float | None, warmup: int) -> dict:
+    """One training run in a worker process (one thread: two runs share the two cores)."""
+    import torch
+
+    from robot_rl.training.car_race import CarTrainConfig, CarTrainer
+
+    torch.set_num_threads(1)
+    config = CarTrainConfig(policy=str(POLICY) if arm == "pretrained" else None, track_seed=TRACK_SEED,
+                            total_steps=steps, seed=seed, sac=sac_preset(sac), warmup_steps=warmup,
+                            stop_lap_time=stop_lap_time, device="cpu")
+    trainer = CarTrainer(config)
+    try:
+        history = trainer.run()
+    finally:
+        trainer.close()
+    return {"arm": arm, "seed": seed, "steps": trainer.steps, "laps": trainer.laps, "history": history,
+            "first_lap_step": trainer.laps[0][0] if trainer.laps else None,
+            "best_lap_s": min((t for _, t in trainer.laps), default=None)}
+
+
+def plot(runs: list[dict], expert: float, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    colors = {"pretrained": "tab:blue", "scratch": "tab:orange"}
+    for run in runs:
+        if run["laps"]:
+            steps, times = zip(*run["laps"])
+            ax.plot(steps, times, "o-", ms=3, color=colors[run["arm"]], alpha=0.7,
+                    label=f"{run['arm']} seed {run['seed']}")
+        else:
+            ax.axvline(run["steps"], color=colors[run["arm"]], ls=":", alpha=0.6,
+                       label=f"{run['arm']} seed {run['seed']}: no lap in {run['steps']} steps")
+    ax.axhline(expert, color="k", label=f"expert {expert:.1f} s")
+    ax.axhline(TARGETS["lap_time_ratio"] * expert, color="k", ls="--", label="1.3 x expert")
+    ax.set(xlabel="environment steps (20 Hz)", ylabel="clean lap time (s)", title="CarRace: held-out track")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one seed, 1,500 steps per arm (about a minute)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=48_000, help="step budget of a pretrained run")
+    parser.add_argument("--scratch-cap", type=int, default=24_000, help="a scratch run without a lap stops here")
+    parser.add_argument("--sac", default="cpu", choices=["cpu", "fastrlap"])
+    parser.add_argument("--stop-at-target", action="store_true", help="end a pretrained run at a lap within 1.3x")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    args = parser.parse_args()
+    seeds, steps, cap, warmup = args.seeds, args.steps, args.scratch_cap, 1024
+    if args.quick:
+        seeds, steps, cap, warmup = seeds[:1], 1500, 1500, 500
+    started = time.perf_counter()
+    expert = expert_lap_time()
+    print(json.dumps({"expert_lap_s": round(expert, 3)}), flush=True)
+    stop = TARGETS["lap_time_ratio"] * expert if args.stop_at_target else None
+    # The scratch arm's only key is its first lap: any lap (a lap time <= inf) ends it.
+    jobs = [("pretrained", s, steps, args.sac, stop, warmup) for s in seeds]
+    jobs += [("scratch", s, cap, args.sac, float("inf"), warmup) for s in seeds]
+    runs = []
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        for run in pool.map(run_arm, *zip(*jobs)):
+            print(json.dumps({k: v for k, v in run.items() if k != "history"}), flush=True)
+            runs.append(run)
+    pretrained = [r for r in runs if r["arm"] == "pretrained"]
+    scratch = [r for r in runs if r["arm"] == "scratch"]
+    first = [r["first_lap_step"] if r["first_lap_step"] is not None else float("inf") for r in pretrained]
+    first_lap = statistics.median(first)
+    ratios = [r["best_lap_s"] / expert if r["best_lap_s"] is not None else float("inf") for r in pretrained]
+    scratch_first = [r["first_lap_step"] if r["first_lap_step"] is not None else r["steps"] for r in scratch]
+    speedup = statistics.median(scratch_first) / first_lap if first_lap not in (0, float("inf")) else None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = "car_race_quick" if args.quick else "car_race"
+    plot(runs, expert, out / f"{name}.png")
+    summary = {
+        "first_lap_steps": None if first_lap == float("inf") else first_lap,
+        "lap_time_ratio": None if statistics.median(ratios) == float("inf") else round(statistics.median(ratios), 3),
+        "pretrained_speedup": None if speedup is None else round(speedup, 2),
+        "speedup_is_lower_bound": any(r["first_lap_step"] is None for r in scratch),
+        "expert_lap_s": round(expert, 3), "per_seed_first_lap": first, "per_seed_ratio": [round(x, 3) for x in ratios],
+        "scratch_first_lap": [r["first_lap_step"] for r in scratch], "sac": args.sac, "steps": steps,
+        "stopped_at_target": args.stop_at_target, "wall_s": round(time.perf_counter() - started, 1)}
+    summary["meets_targets"] = bool(
+        summary["first_lap_steps"] is not None and summary["first_lap_steps"] <= TARGETS["first_lap_steps"]
+        and summary["lap_time_ratio"] is not None and summary["lap_time_ratio"] <= TARGETS["lap_time_ratio"]
+        and summary["pretrained_speedup"] is not None and summary["pretrained_speedup"] >= TARGETS["pretrained_speedup"])
+    (out / f"{name}.json").write_text(json.dumps({"summary": summary, "runs": runs}, indent=1) + "\n")
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
