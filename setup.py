@@ -7,7 +7,7 @@ from setuptools import find_packages, setup
 
 PACKAGE = "robot_rl"
 NODES = ["sim", "actor", "learner", "camera", "arm", "quadrotor", "teleop", "scripted_human", "reward", "quad_sim",
-         "juggle_actor", "ppo_learner"]
+         "juggle_actor", "ppo_learner", "car_sim", "car"]
 
 
 def share_tree(folder: str) -> list[tuple[str, list[str]]]:
@@ -41,14 +41,15 @@ setup(
     license="Apache-2.0",
     extras_require={
         # real devices: RealSense and V4L2/OpenCV cameras, MCAP recording
-        "hardware": ["pyrealsense2", "opencv-python-headless", "mcap", "mcap-ros2-support", "pymavlink", "cflib"],
+        "hardware": ["pyrealsense2", "opencv-python-headless", "mcap", "mcap-ros2-support", "pymavlink", "cflib",
+                     "pyserial"],
         # teleop input devices: SpaceMouse (HID) and Linux gamepads (evdev; prebuilt wheel)
         "teleop": ["hidapi", "evdev-binary"],
         # the large VLAC-style reward backend (InternVL checkpoints from a local path, GPU)
         "vlac": ["transformers>=4.51", "einops", "sentencepiece", "timm"],
         # the tests drive the hardware adapters through their real libraries
         "test": ["pytest", "pytest-timeout", "matplotlib", "hypothesis", "pyrealsense2", "opencv-python-headless",
-                 "mcap", "mcap-ros2-support", "pymavlink", "cflib", "hidapi", "evdev-binary"],
+                 "mcap", "mcap-ros2-support", "pymavlink", "cflib", "hidapi", "evdev-binary", "pyserial"],
     },
     entry_points={
         "console_scripts": [

@@ -47,10 +47,12 @@ NODE_KINDS: dict[str, NodeKind] = {
     "quad_sim": NodeKind("quad_sim", "robot_rl.nodes.quad_sim", critical=True),
     "juggle_actor": NodeKind("juggle_actor", "robot_rl.nodes.juggle_actor", critical=True, finishes_run=True),
     "ppo_learner": NodeKind("ppo_learner", "robot_rl.nodes.ppo_learner", critical=True),
+    "car_sim": NodeKind("car_sim", "robot_rl.nodes.car_sim", critical=True),
+    "car": NodeKind("car", "robot_rl.nodes.car", critical=True),
 }
 
 # Real-robot nodes take the simulator's place with `backend: real` (see hardware/).
-BACKEND_REPLACEMENTS = {"real": {"sim": "arm", "quad_sim": "quadrotor"}}
+BACKEND_REPLACEMENTS = {"real": {"sim": "arm", "quad_sim": "quadrotor", "car_sim": "car"}}
 
 
 @dataclass
@@ -104,7 +106,7 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
     names = [BACKEND_REPLACEMENTS.get(backend, {}).get(n, n) for n in graph.get("nodes", [])]
     names = [n for n in names if n is not None]  # None: the real robot's own drivers publish these topics
     # The node that owns ~/reset: the simulator, or the robot node that replaces it.
-    robot = next((n for n in names if n in ("sim", "arm", "quad_sim")), None)
+    robot = next((n for n in names if n in ("sim", "arm", "quad_sim", "car_sim")), None)
     prefix = f"/{namespace.strip('/')}" if namespace else ""
     specs = []
     for name in names:
