@@ -7,7 +7,7 @@ from setuptools import find_packages, setup
 
 PACKAGE = "robot_rl"
 NODES = ["sim", "actor", "learner", "camera", "arm", "quadrotor", "teleop", "scripted_human", "reward", "quad_sim",
-         "juggle_actor", "ppo_learner", "car_sim", "car"]
+         "juggle_actor", "ppo_learner", "car_sim", "car", "car_actor"]
 
 
 def share_tree(folder: str) -> list[tuple[str, list[str]]]:

@@ -90,7 +90,7 @@ def run_arm(arm: str, seed: int, steps: int, sac: str, stop_lap_time: float | No
     config = CarTrainConfig(policy=str(POLICY) if arm == "pretrained" else None, track_seed=TRACK_SEED,
                             total_steps=steps, seed=seed, sac=sac_preset(sac), warmup_steps=warmup,
                             stop_lap_time=stop_lap_time, device="cpu")
-    trainer = CarTrainer(config)
+    trainer = CarTrainer(config, log=lambda row: print(json.dumps({"arm": arm, "seed": seed, **row}), flush=True))
     try:
         history = trainer.run()
     finally:
@@ -149,7 +149,7 @@ def main() -> None:
     runs = []
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         for run in pool.map(run_arm, *zip(*jobs)):
-            print(json.dumps({k: v for k, v in run.items() if k != "history"}), flush=True)
+            print(json.dumps({"run": {k: v for k, v in run.items() if k != "history"}}), flush=True)
             runs.append(run)
     pretrained = [r for r in runs if r["arm"] == "pretrained"]
     scratch = [r for r in runs if r["arm"] == "scratch"]

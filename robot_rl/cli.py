@@ -47,11 +47,14 @@ class Monitor:
     """Reads /diagnostics from the graph and renders live progress (rich on a terminal,
     periodic plain lines otherwise, e.g. in CI logs)."""
 
-    def __init__(self, total_steps: int, eval_episodes: int, record_episodes: int | None = None):
+    def __init__(self, total_steps: int, eval_episodes: int, record_episodes: int | None = None,
+                 actor: str = "actor"):
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
 
         self.total_steps, self.eval_episodes, self.record_episodes = total_steps, eval_episodes, record_episodes
+        self.actor = actor
+        """The node whose diagnostics give the progress (actor, car_actor)."""
         self.values: dict[str, dict[str, str]] = {}
         rclpy.init(args=[])
         self.rclpy = rclpy
@@ -69,7 +72,7 @@ class Monitor:
         self.rclpy.spin_once(self.node, timeout_sec=0.1)
 
     def line(self) -> str:
-        a, l = self.values.get("actor", {}), self.values.get("learner", {})
+        a, l = self.values.get(self.actor, {}), self.values.get("learner", {})
         elapsed = time.monotonic() - self.started
         person = "PERSON DRIVING" if a.get("teleop_engaged") == "True" else "policy driving"
         if self.record_episodes is not None:
@@ -85,6 +88,10 @@ class Monitor:
                      f"(step {a.get('episode_steps', 0)}, last return {a.get('last_return', '-')})  "
                      f"success(last20) {a.get('success_rate_last20', '-')}  "
                      f"interventions(last20) {a.get('intervention_rate_last20', '-')}  {person}")
+            if "laps" in a:  # the car: practice instead of interventions
+                phase = (f"step {a.get('train_steps', 0)}/{self.total_steps}  episode {a.get('episodes', 0)}  "
+                         f"laps {a['laps']} (best {a.get('best_lap_s', '-')} s)  crashes {a.get('crashes', 0)}  "
+                         f"stuck {a.get('stuck', 0)}{'  recovering' if a.get('recovering') == 'True' else ''}")
         return (f"[{elapsed:6.0f}s] {phase}  policy v{a.get('policy_version', 0)}  "
                 f"updates {l.get('updates', 0)} ({l.get('updates_per_s', '-')}/s)  "
                 f"buffer {l.get('online_size', 0)}+{l.get('demo_size', 0)} demo  "
@@ -146,10 +153,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     config = load_config(args.config or config_path(args.task))
     overrides = _parse_overrides(args.set)
+    # The node that steps the task: the arm's actor, or the car's.
+    actor = next((n for n in config["robot_rl"].get("nodes", []) if n in ("actor", "car_actor")), "actor")
     if args.steps is not None:
-        overrides["actor.total_steps"] = args.steps
+        overrides[f"{actor}.total_steps"] = args.steps
     if args.eval_episodes is not None:
-        overrides["actor.eval_episodes"] = args.eval_episodes
+        overrides[f"{actor}.eval_episodes"] = args.eval_episodes
     if args.seed is not None:
         overrides.update({f"{n}.seed": args.seed for n in config["robot_rl"]["nodes"]})
     config = apply_overrides(config, overrides)
@@ -165,13 +174,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = prepare_run(config, run_dir)
     specs = build_graph(config, args.backend, str(run_dir), args.namespace)
     params_path = params_file(specs, run_dir / "params.yaml")
-    actor_params = next((s.parameters for s in specs if s.name == "actor"), {})
+    actor_params = next((s.parameters for s in specs if s.name == actor), {})
     eval_path = run_dir / "eval.json"
     eval_path.unlink(missing_ok=True)
     juggle_path = run_dir / "juggle_actor_summary.json"  # the juggling actor's result instead
     juggle_path.unlink(missing_ok=True)
 
-    monitor = Monitor(int(actor_params.get("total_steps", 0)), int(actor_params.get("eval_episodes", 0)))
+    monitor = Monitor(int(actor_params.get("total_steps", 0)), int(actor_params.get("eval_episodes", 0)), actor=actor)
     codes, code = run_graph(specs, params_path, run_dir, env, monitor, plain=args.plain,
                             status_period=args.status_period)
     if codes:
@@ -180,6 +189,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         result = json.loads(eval_path.read_text())
         print(f"robot_rl: evaluation success rate {result['success_rate'] * 100:.1f}% over {result['episodes']} "
               f"episodes (policy v{result['policy_version']}, {result['train_steps']} training steps)", flush=True)
+        if "laps" in result:
+            print(f"robot_rl: {len(result['laps'])} clean laps, first at step {result['first_lap_step']}, best "
+                  f"{result['best_lap_s']} s", flush=True)
         print(json.dumps(result), flush=True)
         if not result.get("transitions_acked_all", True):
             code = code or 3

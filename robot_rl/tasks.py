@@ -36,6 +36,12 @@ class TaskSpec:
     """Camera frames the policy sees (pixel tasks); `observation` is then the proprioception."""
     image_size: int = 0
     """Height and width of those frames."""
+    failure: Callable[[State], bool] | None = None
+    """A terminal failure (a crash): the episode terminates there, without success."""
+    action_rate_limit: float | None = None
+    """Every executed action within this of the previous one (FastRLAP: 0.2); None: off."""
+    actor_node: str = "actor"
+    """The node that builds this task's states from the robot's topics."""
 
     @property
     def frame_shapes(self) -> dict[str, tuple[int, int, int]]:
@@ -70,7 +76,24 @@ def _arm_pick_cube() -> TaskSpec:
     )
 
 
-_TASKS: dict[str, Callable[[], TaskSpec]] = {"arm_lift": _arm_lift, "arm_pick_cube": _arm_pick_cube}
+def _car_race() -> TaskSpec:
+    from robot_rl.envs.car_race import CarRaceConfig
+    from robot_rl.training.car_observer import FEATURE_DIM, car_observation
+
+    config = CarRaceConfig()
+    # States come from robot_rl.training.car_observer.CarObserver (frozen-encoder features of the
+    # last frames, proprioception, progress reward, lap and crash flags), assembled by car_actor.
+    return TaskSpec(
+        name="car_race", obs_dim=FEATURE_DIM, action_dim=2, max_episode_steps=config.max_episode_steps,
+        control_hz=config.control_hz, observation=car_observation, reward=lambda s: float(s["reward"]),
+        success=lambda s: int(s["laps"]) > 0, terminate_on_success=False, expert=None,
+        env_id="robot_rl/CarRace-v0", failure=lambda s: bool(s["crashed"]),
+        action_rate_limit=config.action_rate_limit, actor_node="car_actor",
+    )
+
+
+_TASKS: dict[str, Callable[[], TaskSpec]] = {"arm_lift": _arm_lift, "arm_pick_cube": _arm_pick_cube,
+                                             "car_race": _car_race}
 
 
 def _arm_push_cube_expert() -> Callable[..., np.ndarray]:

@@ -269,3 +269,19 @@ def test_sync_rewards_waits_for_the_previous_steps_reward(tmp_path):
     assert core.waiting_for_rewards()
     core.on_learned_reward(2, 0.1)
     assert not core.waiting_for_rewards()
+
+
+def test_failure_terminates_and_actions_are_rate_limited(tmp_path):
+    from dataclasses import replace
+
+    task = replace(_task(horizon=10), failure=lambda s: s["x"] < 0, action_rate_limit=0.2)
+    core = ActorCore(task, ActorConfig(total_steps=0), Outbox(tmp_path))
+    core.start_episode()
+    # A person's full-throttle commands are executed (and recorded) within 0.2 of the previous action.
+    executed = [core.step({"x": x}, human_action=np.array([1.0])).action[0] for x in (0, 1, 2)]
+    np.testing.assert_allclose(executed, [0.2, 0.4, 0.6], atol=1e-6)
+    result = core.step({"x": -1})  # a crash: terminal, no success even past the success threshold
+    assert result.action is None and not result.episode.success
+    batch = codec.decode(core.outbox.due(now=0.0)[0][1]).arrays
+    np.testing.assert_allclose(batch["action"][:, 0], [0.2, 0.4, 0.6], atol=1e-6)
+    assert batch["terminated"].tolist() == [False, False, True] and not batch["truncated"].any()

@@ -32,7 +32,7 @@ from robot_rl.envs.track import LapTimer, Track, TrackConfig, extract_checkpoint
 from robot_rl.resources import package_path
 
 __all__ = ["CAR_MODEL", "DEFAULT_RANDOMIZATION", "NOMINAL", "STATE_DIM", "CarRaceConfig", "CarRaceEnv", "CarSim",
-           "DriverConfig", "car_state_observation", "pure_pursuit_action"]
+           "DriverConfig", "car_state_observation", "progress_reward", "pure_pursuit_action"]
 
 CAR_MODEL: Path = package_path(Path("sim") / "car" / "car.xml")
 DEFAULT_RANDOMIZATION: Path = package_path(Path("sim") / "car" / "randomization.yaml")
@@ -213,6 +213,13 @@ def car_state_observation(sensors: dict[str, np.ndarray], checkpoint: np.ndarray
                           [float(np.asarray(sensors["gyro"])[2])], np.clip(goal, -2.0, 2.0),
                           np.asarray(previous_action, float)])
     return obs.astype(np.float32)
+
+
+def progress_reward(velocity_xy: np.ndarray, position: np.ndarray, checkpoint: np.ndarray) -> float:
+    """FastRLAP's reward before costs: the world-frame velocity toward the next checkpoint [m/s].
+    Shared by the env and the ROS car actor."""
+    to_goal = np.asarray(checkpoint, float)[:2] - np.asarray(position, float)[:2]
+    return float(np.asarray(velocity_xy, float)[:2] @ to_goal / max(np.linalg.norm(to_goal), 1e-6))
 
 
 @dataclass(frozen=True)
@@ -414,8 +421,7 @@ class CarRaceEnv(gym.Env):
         self.sim.step(*self._command(self._queue.popleft()))
         self._previous = action
         self._steps += 1
-        to_goal = self.timer.next_checkpoint - self.sim.position[:2]
-        reward = float(self.sim.data.qvel[:2] @ to_goal / max(np.linalg.norm(to_goal), 1e-6))
+        reward = progress_reward(self.sim.data.qvel[:2], self.sim.position, self.timer.next_checkpoint)
         lap_time = self.timer.update(self.sim.position, self.sim.time)
         self._event = self.monitor.update(self.sim.position, self.sim.peak_accel)
         terminated = self._event == "crash"

@@ -20,7 +20,6 @@ dataset `record_path`; "rerecord" throws the current or just finished episode aw
 from __future__ import annotations
 
 import json
-import queue
 import threading
 import time
 from pathlib import Path
@@ -30,16 +29,16 @@ from geometry_msgs.msg import TwistStamped, Vector3Stamped
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from sensor_msgs.msg import Image
-from std_msgs.msg import Bool, Float32, Header, String, UInt8MultiArray
+from std_msgs.msg import Bool, Float32, Header, String
 from std_srvs.srv import Trigger
 
 from robot_rl.data.delivery import Outbox
 from robot_rl.data.episodes import EpisodeSchema, EpisodeWriter
 from robot_rl.envs.arm import ArmSimConfig
-from robot_rl.ros import codec, qos
+from robot_rl.ros import qos
 from robot_rl.ros.arm_io import STATE_TOPICS, action_to_msgs, msgs_to_state
-from robot_rl.ros.messages import (bytes_to_uint8_multiarray, msg_to_image, ns_to_stamp, stamp_to_ns,
-                                   uint8_multiarray_view)
+from robot_rl.ros.learner_link import LearnerLink
+from robot_rl.ros.messages import msg_to_image, ns_to_stamp, stamp_to_ns
 from robot_rl.ros.node_utils import (Param, ParameterError, declare_params, diagnostics, reset_stamp, run_node,
                                      timer_once)
 from robot_rl.ros.sync import StampSynchronizer
@@ -99,6 +98,8 @@ class ActorNode(Node):
         super().__init__("actor")
         p = self.params = declare_params(self, PARAMS)
         self.task = get_task(p["task"])
+        if self.task.actor_node != "actor":
+            raise ParameterError(f"task {self.task.name} runs with the {self.task.actor_node} node, not actor")
         self.run_dir = Path(p["run_dir"])
         outbox = Outbox(self.run_dir / f"outbox-{p['actor_id']}", p["outbox_max_mb"] << 20, p["resend_after_s"])
         recording = p["mode"] == "record"
@@ -130,7 +131,6 @@ class ActorNode(Node):
 
         self.cmd_pub = self.create_publisher(TwistStamped, "arm/cmd", qos.COMMAND)
         self.gripper_pub = self.create_publisher(Float32, "arm/gripper", qos.COMMAND)
-        self.transitions_pub = self.create_publisher(UInt8MultiArray, "rl/transitions", qos.TRANSITIONS)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         # The person's topics are subscribed before the observations: the executor serves ready
         # messages in subscription order, so after a stall the actor acts on a state only once the
@@ -144,8 +144,7 @@ class ActorNode(Node):
         topic_types = [*STATE_TOPICS, *((t, Image) for t in self.camera_topics)]
         for topic, msg_type in topic_types:
             self.create_subscription(msg_type, topic, lambda m, t=topic: self._on_observation(t, m), qos.SENSOR)
-        self.create_subscription(UInt8MultiArray, "rl/policy", self._on_policy, qos.POLICY)
-        self.create_subscription(UInt8MultiArray, "rl/acks", self._on_ack, qos.EVENTS)
+        self.link = LearnerLink(self, self.core, self.core_lock)
         # Tells the reward node (and anyone) that a new episode begins: its next frame is the first.
         self.episode_pub = self.create_publisher(Header, "episode/event", qos.EVENTS)
         self.invalid_rewards = 0
@@ -154,10 +153,6 @@ class ActorNode(Node):
             self.create_subscription(Vector3Stamped, "reward", self._on_reward, qos.EVENTS)
             self.create_subscription(Header, "reward/done", self._on_reward_done, qos.EVENTS)
         self.reset_client = self.create_client(Trigger, p["reset_service"])
-        self.policy_inbox: queue.Queue[bytes] = queue.Queue(maxsize=1)
-        self._stop = threading.Event()
-        self._policy_thread = threading.Thread(target=self._policy_loop, name="actor-policy", daemon=True)
-        self._policy_thread.start()
         # Transport and diagnostics run on wall time even when the node follows /clock (use_sim_time):
         # draining to the learner must go on after the simulator stops stepping.
         self.wall_clock = Clock(clock_type=ClockType.STEADY_TIME)
@@ -299,47 +294,12 @@ class ActorNode(Node):
 
     # ---- learner link -------------------------------------------------------------------------
 
-    def _on_policy(self, msg: UInt8MultiArray) -> None:
-        data = bytes(uint8_multiarray_view(msg))
-        try:  # keep only the newest weights waiting
-            self.policy_inbox.get_nowait()
-        except queue.Empty:
-            pass
-        self.policy_inbox.put_nowait(data)
-
-    def _policy_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self.policy_inbox.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            try:
-                payload = codec.decode(data, expect_kind="policy")
-                with self.core_lock:
-                    self.core.load_policy(payload)
-            except (codec.PayloadError, ValueError, KeyError) as exc:
-                self.invalid_messages += 1
-                self.get_logger().warning(f"rejected policy payload: {exc}", throttle_duration_sec=5.0)
-
-    def _on_ack(self, msg: UInt8MultiArray) -> None:
-        try:
-            payload = codec.decode(uint8_multiarray_view(msg), expect_kind="ack")
-        except codec.PayloadError as exc:
-            self.invalid_messages += 1
-            self.get_logger().warning(f"rejected ack: {exc}", throttle_duration_sec=5.0)
-            return
-        with self.core_lock:
-            self.core.handle_ack(payload)
-
     def _send_due(self) -> None:
+        self.link.send_due()
         with self.core_lock:
-            self.core.flush_if_due()
-            due = self.core.outbox.due()
             resume = self.reward_waits and self.core.in_episode and not self.core.waiting_for_rewards()
         if resume and self.latest is not None and self.params["control_mode"] == "on_observation":
             self._act()  # a step that waited for a reward which is not coming
-        for _, data in due:
-            self.transitions_pub.publish(bytes_to_uint8_multiarray(data))
         if self.draining_since is not None:
             drained = len(self.core.outbox) == 0
             if drained or time.monotonic() - self.draining_since > self.params["drain_timeout_s"]:
@@ -373,7 +333,7 @@ class ActorNode(Node):
             "eval_done": len(c.eval_results), "eval_success_rate": round(c.success_rate(10_000, True), 3),
             "transitions_sent": c.transitions_sent, "payloads_sent": c.payloads_sent, "payloads_acked": c.acked,
             "outbox_pending": len(c.outbox), "outbox_spilled": c.outbox.spilled, "resends": c.outbox.resends,
-            "sync_dropped": self.sync.dropped, "invalid_messages": self.invalid_messages,
+            "sync_dropped": self.sync.dropped, "invalid_messages": self.invalid_messages + self.link.rejected,
             "learner_waits": self.learner_waits, "learner_updates_seen": c.learner_updates,
             "teleop_engaged": self.human.engaged, "teleop_stale_steps": self.human.stale,
             "teleop_rejected": self.human.rejected, "teleop_labels": self.teleop_events,
@@ -388,8 +348,7 @@ class ActorNode(Node):
                                           else "ok"))
 
     def close(self) -> None:
-        self._stop.set()
-        self._policy_thread.join(timeout=5)
+        self.link.close()
         with self.core_lock:
             self.core.commit_recording()  # a session stopped during the reset keeps its last episode
 

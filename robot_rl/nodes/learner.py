@@ -44,6 +44,12 @@ PARAMS = [
     Param("lr", 3e-4, "Learning rate of actor, critics and temperature.", 1e-7, 1.0),
     Param("init_temperature", 1e-2, "Initial entropy temperature.", 1e-6, 10.0),
     Param("backup_entropy", False, "Entropy term in the critic target."),
+    Param("target_entropy", 0.0, "Entropy target of the temperature (0: automatic, -|A|/2; FastRLAP -2).", -100.0, 100.0),
+    Param("action_rate_limit", 0.0, "FastRLAP: the actor's actions within this of the previous action (the last "
+          "entries of the observation) in the critic target and actor loss, as the robot executes them (0: off).",
+          0.0, 2.0),
+    Param("initial_actor", "", "Frame-stack policy directory (an IQL export) whose actor starts the actor; the "
+          "critics start fresh (FastRLAP). '' for a fresh actor."),
     Param("buffer_capacity", 200_000, "Online replay capacity (transitions).", 1, 50_000_000),
     Param("demo_fraction", 0.5, "Share of each batch from demonstrations.", 0.0, 1.0),
     Param("warmup_transitions", 256, "Online transitions before the first update.", 0, 10_000_000),
@@ -109,10 +115,12 @@ class LearnerNode(Node):
                             batch_size=p["batch_size"], discount=p["discount"], tau=p["tau"], actor_lr=p["lr"],
                             critic_lr=p["lr"], temperature_lr=p["lr"], init_temperature=p["init_temperature"],
                             backup_entropy=p["backup_entropy"], grasp_critic=p["grasp_critic"],
-                            grasp_penalty=p["grasp_penalty"], precision=p["precision"], compile=p["compile"])
+                            grasp_penalty=p["grasp_penalty"], precision=p["precision"], compile=p["compile"],
+                            target_entropy=p["target_entropy"] or None, action_rate_limit=p["action_rate_limit"] or None)
             config = LearnerConfig(task.obs_dim, task.action_dim, sac, task.cameras, task.image_size or 64,
                                    p["encoder"] or None, p["buffer_capacity"], p["demo_fraction"],
-                                   p["warmup_transitions"], p["max_update_ratio"], p["seed"], p["device"])
+                                   p["warmup_transitions"], p["max_update_ratio"], p["seed"], p["device"],
+                                   initial_actor=p["initial_actor"] or None)
             self.core = LearnerCore(config, p["run_dir"])
         except ValueError as exc:
             raise ParameterError(str(exc)) from None

@@ -49,6 +49,7 @@ NODE_KINDS: dict[str, NodeKind] = {
     "ppo_learner": NodeKind("ppo_learner", "robot_rl.nodes.ppo_learner", critical=True),
     "car_sim": NodeKind("car_sim", "robot_rl.nodes.car_sim", critical=True),
     "car": NodeKind("car", "robot_rl.nodes.car", critical=True),
+    "car_actor": NodeKind("car_actor", "robot_rl.nodes.car_actor", critical=True, finishes_run=True),
 }
 
 # Real-robot nodes take the simulator's place with `backend: real` (see hardware/).
@@ -111,12 +112,12 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
     specs = []
     for name in names:
         params = dict(config.get(name, {}).get("ros__parameters", {}))
-        if run_dir is not None and name in ("actor", "learner", "juggle_actor", "ppo_learner"):
+        if run_dir is not None and name in ("actor", "learner", "juggle_actor", "ppo_learner", "car_actor"):
             params["run_dir"] = str(run_dir)
-        if name in ("actor", "juggle_actor") and robot is not None:
+        if name in ("actor", "juggle_actor", "car_actor") and robot is not None:
             params["reset_service"] = f"{prefix}/{robot}/reset"
-        elif name == "juggle_actor":
-            params["reset_service"] = ""  # a real quadrotor has no reset: a person puts the ball back
+        elif name in ("juggle_actor", "car_actor"):
+            params["reset_service"] = ""  # no reset on a real quadrotor or car: they start where they are
         specs.append(NodeSpec(name, NODE_KINDS[name], params, namespace))
     _check_lockstep_sync(config)
     return specs
@@ -125,7 +126,7 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
 def _check_lockstep_sync(config: Mapping[str, Any]) -> None:
     """A lockstep actor waiting for learner updates must be allowed to run ahead far enough to
     fill the learner's warm-up, or the two wait for each other forever."""
-    actor = config.get("actor", {}).get("ros__parameters", {})
+    actor = config.get("actor", config.get("car_actor", {})).get("ros__parameters", {})
     learner = config.get("learner", {}).get("ros__parameters", {})
     if float(actor.get("sync_updates_per_step", 0.0)) <= 0 or not learner:
         return

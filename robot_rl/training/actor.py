@@ -254,6 +254,8 @@ class ActorCore:
                 if label == "success" and self.task.terminate_on_success and not learned:
                     reward = 1.0
             terminated = (label == "success") if learned else success and self.task.terminate_on_success
+            if self.task.failure is not None and self.task.failure(state):
+                terminated, success = True, False
             episode.steps += 1
             episode.ret += reward
             truncated = not terminated and (episode.steps >= self.task.max_episode_steps or label is not None)
@@ -291,6 +293,15 @@ class ActorCore:
 
     def _choose_action(self, obs, human_action: np.ndarray | None,
                        evaluation: bool) -> tuple[np.ndarray, bool]:
+        action, intervention = self._unlimited_action(obs, human_action, evaluation)
+        limit = self.task.action_rate_limit
+        if limit is not None:  # what the robot executes, and so what the transition records
+            previous = self._prev[1] if self._prev is not None else np.zeros_like(action)
+            action = np.clip(action, previous - limit, previous + limit).astype(np.float32)
+        return action, intervention
+
+    def _unlimited_action(self, obs, human_action: np.ndarray | None,
+                          evaluation: bool) -> tuple[np.ndarray, bool]:
         if human_action is not None:
             action = np.asarray(human_action, dtype=np.float32)
             if action.shape != (self.task.action_dim,) or not np.isfinite(action).all():

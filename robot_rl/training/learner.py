@@ -65,6 +65,9 @@ class LearnerConfig:
     seed: int = 0
     device: str = "auto"
     """'auto' (CUDA when present), 'cpu' or 'cuda'."""
+    initial_actor: str | None = None
+    """Frame-stack policy directory (IQL export) whose actor starts the actor (FastRLAP); the
+    critics start fresh. A resumed run keeps its own weights."""
     late_reward_timeout_s: float = 30.0
     """Learned rewards: how long transitions sent with their reward flagged late wait for it on the
     reward topic before they are dropped (never trained on without their reward)."""
@@ -99,6 +102,8 @@ class LearnerCore:
                 raise ValueError(f"encoder {config.encoder} is for cameras {encoder.cameras} at {encoder.image_size} "
                                  f"px, the task has {config.cameras} at {config.image_size} px")
         self.agent = SAC(config.obs_dim, config.action_dim, config.sac, self.device, policy_encoder=encoder)
+        if config.initial_actor:
+            self._load_initial_actor(config.initial_actor)
         layout = transition_layout(self.agent.obs_dim, config.action_dim)
         self.online = ReplayBuffer(config.buffer_capacity, layout)
         self.demos = ReplayBuffer(config.buffer_capacity, layout)
@@ -117,6 +122,16 @@ class LearnerCore:
         self.recent_dones: set[int] = set()
         self.late_rewards_filled = 0
         self.late_rewards_dropped = 0
+
+    def _load_initial_actor(self, directory: str) -> None:
+        from robot_rl.agents.frame_stack_policy import load_frame_stack_policy
+
+        try:
+            actor = load_frame_stack_policy(directory).actor
+            self.agent.actor.load_state_dict(actor.state_dict())
+        except (FileNotFoundError, KeyError, RuntimeError) as exc:
+            raise ValueError(f"initial_actor {directory} does not fit this learner's actor "
+                             f"({self.agent.obs_dim} -> {self.agent.continuous_dim}): {exc}") from None
 
     # ---- data in ------------------------------------------------------------------------------
 

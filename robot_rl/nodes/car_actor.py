@@ -1,0 +1,307 @@
+"""Car actor (FastRLAP on ROS): drives `car/cmd_vel` from the camera, `car/odom` and `car/imu`,
+sends the transitions to the learner, and practises without a person.
+
+Each synchronized observation (`front/color/image_raw`, `car/imu`, `car/odom`, same stamp) becomes a
+`car_race` task state (`CarObserver`: the newest frame through the frozen encoder of `policy_dir`,
+stacked with the previous ones, FastRLAP's proprioception, the progress reward, the lap timer);
+`ActorCore` turns it into an action (rate-limited to +-0.2 of the previous one), a transition and
+episode bookkeeping, exactly as for the arm. The action maps to a speed and a steering angle as in
+`CarRaceEnv`. The actor drives with the pretrained actor of `policy_dir` until the learner's first
+policy arrives on `rl/policy`; transitions hold encoder features, not frames (the learner stores
+and trains on them directly).
+
+Practice: the car (`car_sim` or the real `car`) watches for crashes and for being stuck and backs
+out on its own, announcing it on `car/practice`. The observation that shows a crash ends the
+episode as *terminated* (minus the crash cost); one that shows the car stuck ends it as
+*truncated*; while the car recovers the actor only keeps the lockstep clock going (zero
+commands, ignored by the car); the next episode starts when the car says it is driving again. An
+episode that reaches the task's step limit is truncated and the next one starts at once, where
+the car is (no resets: FastRLAP never teleports).
+
+After `total_steps` training steps and `eval_episodes` deterministic episodes it writes
+`<run_dir>/eval.json` (laps and lap times included) once the learner has every transition, and exits.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import Twist
+from nav_msgs.msg import Odometry
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from sensor_msgs.msg import Image, Imu
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from robot_rl.agents.frame_stack_policy import load_frame_stack_policy
+from robot_rl.agents.policy import Policy, PolicySpec
+from robot_rl.data.delivery import Outbox
+from robot_rl.envs.car_race import CarRaceConfig
+from robot_rl.hardware.safety import Rejected
+from robot_rl.ros import qos
+from robot_rl.ros.car_io import cmd_vel_msg, msgs_to_sensors, parse_practice
+from robot_rl.ros.learner_link import LearnerLink
+from robot_rl.ros.messages import msg_to_image, stamp_to_ns
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, reset_stamp, run_node, \
+    timer_once
+from robot_rl.ros.sync import StampSynchronizer
+from robot_rl.tasks import get_task
+from robot_rl.training.actor import ActorConfig, ActorCore
+from robot_rl.training.car_observer import CarObserver, load_checkpoints
+
+PARAMS = [
+    Param("policy_dir", "policies/car_race_iql_64", "Frame-stack policy (IQL export): its frozen encoder makes the "
+          "features; its actor drives until the learner's first policy arrives."),
+    Param("checkpoints", "track:7", "track:<seed> (the simulated track's slow scripted lap) or a file with one slow "
+          "demonstration lap's positions (.npy / .csv rows x, y in the odometry frame, from the start line)."),
+    Param("reach_radius", CarRaceConfig.reach_radius, "A checkpoint counts as reached within this distance [m].",
+          0.05, 20.0),
+    Param("actor_id", "car_actor0", "Unique id of this actor among those feeding one learner."),
+    Param("run_dir", "runs/default", "Directory for the outbox spill and eval.json."),
+    Param("total_steps", 48_000, "Training steps before evaluation (0: train forever).", 0, 1_000_000_000),
+    Param("eval_episodes", 3, "Deterministic evaluation episodes after training.", 0, 100_000),
+    Param("batch_transitions", 50, "Transitions per payload to the learner.", 1, 100_000),
+    Param("sync_updates_per_step", 0.0, "Simulation: wait for this many learner updates per step (0: run free).",
+          0.0, 1000.0),
+    Param("sync_slack_steps", 500, "Steps the actor may run ahead of the learner when synchronized.", 0, 10_000_000),
+    Param("reset_service", "/car_sim/reset", "Trigger service that puts the car on the start line once, before the "
+          "first episode ('' for none: the car starts where it stands)."),
+    Param("send_period_s", 0.05, "Period of the outbox (re)send check.", 0.001, 10.0),
+    Param("resend_after_s", 2.0, "Resend a batch not acknowledged within this time.", 0.05, 600.0),
+    Param("outbox_max_mb", 256, "Unacknowledged batches held in memory before spilling to disk.", 1, 65536),
+    Param("drain_timeout_s", 60.0, "After evaluation, wait this long for the learner to acknowledge.", 0.0, 3600.0),
+    Param("device", "cpu", "Torch device of the encoder and actor."),
+    Param("seed", 0, "Random seed.", 0, 2**31 - 1),
+]
+
+IMAGE, IMU, ODOM = "front/color/image_raw", "car/imu", "car/odom"
+
+
+def initial_policy(frame_stack_actor, obs_dim: int) -> Policy:
+    """The pretrained actor as a flat-feature Policy (what the learner publishes later)."""
+    spec = PolicySpec(obs_dim, frame_stack_actor.action_dim, frame_stack_actor.hidden_dims,
+                      frame_stack_actor.layer_norm)
+    return Policy(spec, {f"actor.{k}": v for k, v in frame_stack_actor.state_dict().items()})
+
+
+class CarActorNode(Node):
+    def __init__(self):
+        super().__init__("car_actor")
+        p = self.params = declare_params(self, PARAMS)
+        self.task = get_task("car_race")
+        self.race = CarRaceConfig(reach_radius=p["reach_radius"])
+        try:
+            policy = load_frame_stack_policy(p["policy_dir"], p["device"])
+            self.observer = CarObserver(policy, load_checkpoints(p["checkpoints"], self.race.checkpoint_spacing),
+                                        self.race)
+        except (FileNotFoundError, ValueError) as exc:
+            raise ParameterError(f"car_actor: {exc}") from None
+        self.run_dir = Path(p["run_dir"])
+        outbox = Outbox(self.run_dir / f"outbox-{p['actor_id']}", p["outbox_max_mb"] << 20, p["resend_after_s"])
+        self.core = ActorCore(self.task, ActorConfig(
+            p["actor_id"], p["batch_transitions"], p["total_steps"], 0, p["eval_episodes"],
+            p["sync_updates_per_step"], p["sync_slack_steps"], seed=p["seed"]), outbox)
+        self.core.policy = initial_policy(policy.actor, self.task.obs_dim)
+        self.core_lock = threading.Lock()
+        self.sync = StampSynchronizer((IMAGE, IMU, ODOM))
+        self.latest: tuple[int, dict] | None = None
+        self.previous_action = np.zeros(2, np.float32)
+        self.acted_stamp = -1
+        self.last_command: Twist | None = None
+        self.start_stamp: int | None = None
+        self.recovering = False
+        self.recovery_stamp = -1
+        self.driving_from = -1
+        self.practice_event: tuple[str, int] | None = None  # (crash | stuck, stamp) not yet acted on
+        self.after_recovery = False
+        self.laps: list[tuple[int, float]] = []
+        self.events = {"crash": 0, "stuck": 0, "time_limit": 0}
+        self.invalid_messages = 0
+        self.learner_waits = 0
+        self.draining_since: float | None = None
+
+        self.cmd_pub = self.create_publisher(Twist, "car/cmd_vel", qos.COMMAND)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        # Practice events are subscribed before the sensors: the executor serves ready messages in
+        # subscription order, so the event is in before the observation that shows it.
+        self.create_subscription(String, "car/practice", self._on_practice, qos.EVENTS)
+        for topic, msg_type in ((IMAGE, Image), (IMU, Imu), (ODOM, Odometry)):
+            self.create_subscription(msg_type, topic, lambda m, t=topic: self._on_observation(t, m), qos.SENSOR)
+        self.link = LearnerLink(self, self.core, self.core_lock)
+        # Transport and diagnostics on wall time: a lockstep /clock stands still between commands.
+        self.wall_clock = Clock(clock_type=ClockType.STEADY_TIME)
+        self.create_timer(p["send_period_s"], self._send_due, clock=self.wall_clock)
+        self.create_timer(1.0, self._publish_diagnostics, clock=self.wall_clock)
+        self.reset_client = self.create_client(Trigger, p["reset_service"]) if p["reset_service"] else None
+        if self.reset_client is None:
+            self.start_stamp = 0
+        else:
+            self._request_reset()
+
+    # ---- the car's own state ------------------------------------------------------------------
+
+    def _request_reset(self) -> None:
+        if not self.reset_client.wait_for_service(timeout_sec=0.0):
+            timer_once(self, 0.2, self._request_reset, self.wall_clock)
+            return
+        self.reset_client.call_async(Trigger.Request()).add_done_callback(self._on_reset_done)
+
+    def _on_reset_done(self, future) -> None:
+        stamp = reset_stamp(future.result())
+        if stamp is None:
+            self.get_logger().warning(f"reset failed ({future.result().message!r}); retrying")
+            timer_once(self, 0.5, self._request_reset, self.wall_clock)
+            return
+        self.start_stamp = stamp
+        self._act_on_latest()
+
+    def _on_practice(self, msg: String) -> None:
+        try:
+            event = parse_practice(msg)
+        except ValueError as exc:
+            self.invalid_messages += 1
+            self.get_logger().warning(f"invalid car/practice: {exc}", throttle_duration_sec=5.0)
+            return
+        if event.state == "recovering" and event.event is not None:
+            self.practice_event = (event.event, event.stamp_ns)
+        elif event.state == "driving":
+            self.driving_from = event.stamp_ns
+
+    # ---- acting -------------------------------------------------------------------------------
+
+    def _on_observation(self, topic: str, msg) -> None:
+        stamp = stamp_to_ns(msg.header.stamp)
+        if topic == ODOM and stamp == self.acted_stamp and self.last_command is not None:
+            self.cmd_pub.publish(self.last_command)  # the lockstep car repeats an observation we answered
+            return
+        complete = self.sync.add(topic, stamp, msg)
+        if complete is not None:
+            self.latest = complete
+        self._act_on_latest()
+
+    def _act_on_latest(self) -> None:
+        # Also on repeats: a set completed before the reset answered, or one deferred for the learner.
+        if self.latest is not None and self.start_stamp is not None and self.latest[0] >= self.start_stamp:
+            self._act(*self.latest)
+
+    def _act(self, stamp: int, msgs: dict) -> None:
+        if stamp <= self.acted_stamp:
+            return
+        try:
+            sensors = msgs_to_sensors(msgs[ODOM], msgs[IMU])
+            frame = msg_to_image(msgs[IMAGE], copy=True)
+        except (Rejected, ValueError) as exc:
+            self.invalid_messages += 1
+            self.get_logger().warning(f"invalid observation: {exc}", throttle_duration_sec=5.0)
+            return
+        event = None
+        if self.practice_event is not None and self.practice_event[1] <= stamp:
+            event, self.recovery_stamp = self.practice_event[0], self.practice_event[1]
+            self.practice_event, self.recovering = None, True
+        elif self.recovering:
+            if self.driving_from <= self.recovery_stamp or stamp < self.driving_from:
+                self._command(stamp, 0.0, 0.0)  # the car backs out on its own; keep its clock going
+                return
+            self.recovering, self.after_recovery = False, True
+        with self.core_lock:
+            if self.core.in_episode and self.core.waiting_for_learner():
+                self.learner_waits += 1
+                return
+            try:
+                action = self._step(stamp, frame, sensors, event)
+            except ValueError as exc:  # a frame of the wrong size: skip it, the car's watchdog holds
+                self.invalid_messages += 1
+                self.get_logger().warning(f"observation not usable: {exc}", throttle_duration_sec=5.0)
+                return
+        if action is None:
+            self._command(stamp, 0.0, 0.0)
+            return
+        self.previous_action = action
+        self._command(stamp, self.race.speed_offset + self.race.speed_scale * float(action[0]),
+                      self.race.steer_scale * float(action[1]))
+
+    def _step(self, stamp: int, frame: np.ndarray, sensors: dict, event: str | None) -> np.ndarray | None:
+        """One ActorCore step (holding the core lock); None when the car is to recover or the run is over."""
+        if not self.core.in_episode:
+            if self.core.finished:
+                return None
+            self.core.start_episode()
+            self.observer.reset(after_recovery=self.after_recovery)
+            self.after_recovery, self.previous_action = False, np.zeros(2, np.float32)
+        state = self.observer.state(frame, sensors, stamp * 1e-9, self.previous_action, event)
+        if state["lap_time"] is not None and not self.core.evaluating:
+            self.laps.append((self.core.train_steps + 1, float(state["lap_time"])))
+        if event == "stuck":
+            self.core.label("reset")  # being slow is not a terminal state: truncated
+        result = self.core.step(state, None, stamp)
+        if result.action is not None:
+            return result.action
+        self.events[event or "time_limit"] += 1
+        self._on_episode_end(result.episode)
+        if event is not None or self.core.finished:
+            return None
+        return self._step(stamp, frame, sensors, None)  # a time limit: the next episode starts here
+
+    def _command(self, stamp: int, speed: float, steer: float) -> None:
+        self.acted_stamp = stamp
+        self.last_command = cmd_vel_msg(speed, steer)
+        self.cmd_pub.publish(self.last_command)
+
+    def _on_episode_end(self, episode) -> None:
+        kind = "evaluation" if episode.evaluation else "training"
+        self.get_logger().info(f"{kind} episode {episode.index}: return {episode.ret:.1f}, {len(self.laps)} laps so far, "
+                               f"policy v{episode.policy_version}", throttle_duration_sec=5.0)
+        if self.core.finished:
+            self.draining_since = time.monotonic()
+
+    # ---- learner link and reporting -----------------------------------------------------------
+
+    def _send_due(self) -> None:
+        self.link.send_due()
+        if self.draining_since is not None:
+            drained = len(self.core.outbox) == 0
+            if drained or time.monotonic() - self.draining_since > self.params["drain_timeout_s"]:
+                self._finish(drained)
+
+    def summary(self) -> dict:
+        return {**self.core.eval_summary(), "laps": self.laps, "events": self.events,
+                "first_lap_step": self.laps[0][0] if self.laps else None,
+                "best_lap_s": min((t for _, t in self.laps), default=None),
+                "transitions_sent": self.core.transitions_sent}
+
+    def _finish(self, drained: bool) -> None:
+        summary = self.summary() | {"transitions_acked_all": drained, "unacked_payloads": len(self.core.outbox)}
+        path = self.run_dir / "eval.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summary, indent=2))
+        self.get_logger().info(f"{len(self.laps)} clean laps, best {summary['best_lap_s']} s -> {path}")
+        self.draining_since = None
+        self.exit_code = 0 if drained else 3
+        self.request_shutdown()
+
+    def _publish_diagnostics(self) -> None:
+        c = self.core
+        self.diag_pub.publish(diagnostics(self, {
+            "episodes": c.episode_index, "train_steps": c.train_steps, "policy_version": c.policy_version,
+            "laps": len(self.laps), "best_lap_s": self.summary()["best_lap_s"] or 0.0, "recovering": self.recovering,
+            "crashes": self.events["crash"], "stuck": self.events["stuck"], "evaluating": c.evaluating,
+            "transitions_sent": c.transitions_sent, "payloads_acked": c.acked, "outbox_pending": len(c.outbox),
+            "sync_dropped": self.sync.dropped, "invalid_messages": self.invalid_messages + self.link.rejected,
+            "learner_waits": self.learner_waits, "learner_updates_seen": c.learner_updates}))
+
+    def close(self) -> None:
+        self.link.close()
+
+
+def main(args=None) -> int:
+    return run_node(CarActorNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

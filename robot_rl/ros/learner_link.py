@@ -1,0 +1,76 @@
+"""An actor node's link to the learner, shared by the arm `actor` and the `car_actor`.
+
+Out: the `ActorCore`'s transition batches on `rl/transitions`, resent until acknowledged on
+`rl/acks` (the core's outbox spills to disk past its memory bound). In: policies from `rl/policy`,
+decoded on a worker thread (only the newest waits) and swapped into the core between steps.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+from rclpy.node import Node
+from std_msgs.msg import UInt8MultiArray
+
+from robot_rl.ros import codec, qos
+from robot_rl.ros.messages import bytes_to_uint8_multiarray, uint8_multiarray_view
+from robot_rl.training.actor import ActorCore
+
+
+class LearnerLink:
+    def __init__(self, node: Node, core: ActorCore, core_lock: threading.Lock):
+        self.node, self.core, self.core_lock = node, core, core_lock
+        self.rejected = 0
+        """Malformed policy or ack payloads."""
+        self.transitions_pub = node.create_publisher(UInt8MultiArray, "rl/transitions", qos.TRANSITIONS)
+        node.create_subscription(UInt8MultiArray, "rl/policy", self._on_policy, qos.POLICY)
+        node.create_subscription(UInt8MultiArray, "rl/acks", self._on_ack, qos.EVENTS)
+        self._inbox: queue.Queue[bytes] = queue.Queue(maxsize=1)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._policy_loop, name=f"{node.get_name()}-policy", daemon=True)
+        self._thread.start()
+
+    def _on_policy(self, msg: UInt8MultiArray) -> None:
+        data = bytes(uint8_multiarray_view(msg))
+        try:  # keep only the newest weights waiting
+            self._inbox.get_nowait()
+        except queue.Empty:
+            pass
+        self._inbox.put_nowait(data)
+
+    def _policy_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self._inbox.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            try:
+                payload = codec.decode(data, expect_kind="policy")
+                with self.core_lock:
+                    self.core.load_policy(payload)
+            except (codec.PayloadError, ValueError, KeyError) as exc:
+                self.rejected += 1
+                self.node.get_logger().warning(f"rejected policy payload: {exc}", throttle_duration_sec=5.0)
+
+    def _on_ack(self, msg: UInt8MultiArray) -> None:
+        try:
+            payload = codec.decode(uint8_multiarray_view(msg), expect_kind="ack")
+        except codec.PayloadError as exc:
+            self.rejected += 1
+            self.node.get_logger().warning(f"rejected ack: {exc}", throttle_duration_sec=5.0)
+            return
+        with self.core_lock:
+            self.core.handle_ack(payload)
+
+    def send_due(self) -> None:
+        """Flushes a batch that is due and (re)sends what the learner has not acknowledged."""
+        with self.core_lock:
+            self.core.flush_if_due()
+            due = self.core.outbox.due()
+        for _, data in due:
+            self.transitions_pub.publish(bytes_to_uint8_multiarray(data))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
