@@ -369,10 +369,7 @@ class CarRaceEnv(gym.Env):
         params = self.randomization.sample(c.randomization_split, self.np_random) if self.randomization else {}
         self.sim.apply(params)
         if teleport:
-            position, yaw = self.track.start_pose()
-            offset = np.asarray(self.sim.params["start_offset"], float)
-            normal = self.track.normal[0]
-            self.sim.place(position + normal * offset[0] + self.track.tangent[0] * offset[1], yaw + offset[2])
+            self.sim.place(*self.track.start_pose(self.sim.params["start_offset"]))
             self.timer = LapTimer(self.checkpoints, c.reach_radius)
             self._placed = True
         elif self._event in ("crash", "stuck"):

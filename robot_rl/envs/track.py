@@ -106,10 +106,15 @@ class Track:
         denom = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1) * np.linalg.norm(nxt - prev, axis=1)
         return _read_only(2.0 * cross / denom)
 
-    def start_pose(self) -> tuple[np.ndarray, float]:
-        """Position and heading of the start line (point 0, facing along the track)."""
+    def start_pose(self, offset: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+        """Position and heading of the start line (point 0, facing along the track), moved by an
+        `offset` (lateral m, along m, yaw rad) if given (the randomized start)."""
         t = self.tangent[0]
-        return self.centre[0].copy(), float(np.arctan2(t[1], t[0]))
+        position, yaw = self.centre[0].copy(), float(np.arctan2(t[1], t[0]))
+        if offset is None:
+            return position, yaw
+        lateral, along, turn = np.asarray(offset, float)
+        return position + self.normal[0] * lateral + t * along, yaw + turn
 
     def nearest(self, position: np.ndarray) -> int:
         """Index of the centreline point closest to `position` (x, y)."""

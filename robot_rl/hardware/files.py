@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -36,3 +37,30 @@ def load_hardware_file(name_or_path: str, parse: Callable[[Any, str, str], T], s
         raise ValueError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ValueError(f"{path}: not valid YAML: {exc}") from None
+
+
+def section_field(data: dict, key: str) -> dict:
+    """A mapping-valued field (missing: empty); ValueError otherwise."""
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{key} must be a mapping")
+    return value
+
+
+def number_field(section: dict, key: str, default: Any, where: str, low: float | None = None,
+                 high: float | None = None) -> float:
+    """A finite number field, optionally within [low, high]; ValueError naming `where.key` otherwise."""
+    value = section.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{where}.{key} must be a finite number, got {value!r}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ValueError(f"{where}.{key} must be in [{low}, {high}], got {value!r}")
+    return float(value)
+
+
+def string_field(section: dict, key: str, default: str, where: str, allow_empty: bool = False) -> str:
+    """A string field (non-empty unless allow_empty); ValueError naming `where.key` otherwise."""
+    value = section.get(key, default)
+    if not isinstance(value, str) or (not value and not allow_empty):
+        raise ValueError(f"{where}.{key} must be a {'' if allow_empty else 'non-empty '}string, got {value!r}")
+    return value

@@ -56,7 +56,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from robot_rl.hardware.files import load_hardware_file
+from robot_rl.hardware.files import load_hardware_file, number_field, section_field, string_field
 
 __all__ = [
     "ARMING", "DISCONNECTED", "FLYING", "IDLE", "KILLED", "LANDING", "STOPPED", "CLOSED", "GRAVITY",
@@ -1151,23 +1151,6 @@ def load_quad_hardware(name_or_path: str, share_dir: Path | None = None) -> Quad
     return load_hardware_file(name_or_path, parse_quad_hardware, share_dir)
 
 
-def _section(data: dict, key: str) -> dict:
-    value = data.get(key) or {}
-    if not isinstance(value, dict):
-        raise ValueError(f"{key} must be a mapping")
-    return value
-
-
-def _number(section: dict, key: str, default: Any, where: str, low: float | None = None,
-            high: float | None = None) -> float:
-    value = section.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{where}.{key} must be a finite number, got {value!r}")
-    if (low is not None and value < low) or (high is not None and value > high):
-        raise ValueError(f"{where}.{key} must be in [{low}, {high}], got {value!r}")
-    return float(value)
-
-
 def _vector(section: dict, key: str, n: int, where: str, default: Any = None) -> np.ndarray:
     value = section.get(key, default)
     try:
@@ -1176,22 +1159,16 @@ def _vector(section: dict, key: str, n: int, where: str, default: Any = None) ->
         raise ValueError(f"{where}.{key} must be {n} finite numbers ({exc})") from None
 
 
-def _string(section: dict, key: str, default: str, where: str, allow_empty: bool = False) -> str:
-    value = section.get(key, default)
-    if not isinstance(value, str) or (not value and not allow_empty):
-        raise ValueError(f"{where}.{key} must be a {'' if allow_empty else 'non-empty '}string, got {value!r}")
-    return value
-
-
 def parse_quad_hardware(data: Any, name: str = "quad", source: str = "") -> QuadHardware:
     if not isinstance(data, dict):
         raise ValueError("the hardware description must be a mapping")
     link = data.get("link")
     if link not in ("mavlink", "crazyflie"):
         raise ValueError(f"link must be 'mavlink' or 'crazyflie', got {link!r}")
-    connection = _string(data, "connection", "", "")
-    command, state, obs = _section(data, "command"), _section(data, "state"), _section(data, "observation")
-    safety = _section(data, "safety")
+    connection = string_field(data, "connection", "", "")
+    command, state = section_field(data, "command"), section_field(data, "state")
+    obs = section_field(data, "observation")
+    safety = section_field(data, "safety")
 
     thrust = _vector(command, "thrust", 2, "command", COMMAND_THRUST_RANGE)
     lo_t, hi_t = COMMAND_THRUST_RANGE
@@ -1213,40 +1190,41 @@ def parse_quad_hardware(data: Any, name: str = "quad", source: str = "") -> Quad
         except ValueError as exc:
             raise ValueError(str(exc) if "geofence" in str(exc) else f"geofence: {exc}") from None
 
-    setpoint_timeout = _number(safety, "setpoint_timeout_s", 0.3 if link == "mavlink" else 0.2, "safety", 0.01, 5.0)
-    estop_action = _string(safety, "estop_action", "land" if link == "mavlink" else "stop", "safety")
+    setpoint_timeout = number_field(safety, "setpoint_timeout_s", 0.3 if link == "mavlink" else 0.2, "safety",
+                                    0.01, 5.0)
+    estop_action = string_field(safety, "estop_action", "land" if link == "mavlink" else "stop", "safety")
     mav = cf = None
     if link == "mavlink":
-        m = _section(data, "mavlink")
+        m = section_field(data, "mavlink")
         try:
             mav = MavlinkConfig(
-                connection=connection, baud=int(_number(m, "baud", 921600, "mavlink", 1200, 10_000_000)),
-                autopilot=_string(m, "autopilot", "px4", "mavlink"),
-                hover_thrust=_number(m, "hover_thrust", 0.5, "mavlink", 0.05, 0.95),
-                gravity=_number(m, "gravity", GRAVITY, "mavlink", 1.0, 20.0),
-                source_system=int(_number(m, "source_system", 255, "mavlink", 1, 255)),
-                source_component=int(_number(m, "source_component", 191, "mavlink", 0, 255)),
-                target_system=int(_number(m, "target_system", 0, "mavlink", 0, 255)),
-                target_component=int(_number(m, "target_component", 0, "mavlink", 0, 255)),
-                heartbeat_hz=_number(m, "heartbeat_hz", 20.0, "mavlink", 10.0, 100.0),
-                link_timeout_s=_number(safety, "link_timeout_s", 1.0, "safety", 0.1, 30.0),
+                connection=connection, baud=int(number_field(m, "baud", 921600, "mavlink", 1200, 10_000_000)),
+                autopilot=string_field(m, "autopilot", "px4", "mavlink"),
+                hover_thrust=number_field(m, "hover_thrust", 0.5, "mavlink", 0.05, 0.95),
+                gravity=number_field(m, "gravity", GRAVITY, "mavlink", 1.0, 20.0),
+                source_system=int(number_field(m, "source_system", 255, "mavlink", 1, 255)),
+                source_component=int(number_field(m, "source_component", 191, "mavlink", 0, 255)),
+                target_system=int(number_field(m, "target_system", 0, "mavlink", 0, 255)),
+                target_component=int(number_field(m, "target_component", 0, "mavlink", 0, 255)),
+                heartbeat_hz=number_field(m, "heartbeat_hz", 20.0, "mavlink", 10.0, 100.0),
+                link_timeout_s=number_field(safety, "link_timeout_s", 1.0, "safety", 0.1, 30.0),
                 setpoint_timeout_s=setpoint_timeout,
-                offboard_stream_s=_number(m, "offboard_stream_s", 1.0, "mavlink", 1.0, 10.0),
-                stream_hz=_number(m, "stream_hz", 20.0, "mavlink", 2.0, 200.0),
-                ack_timeout_s=_number(m, "ack_timeout_s", 1.0, "mavlink", 0.05, 10.0),
-                command_retries=int(_number(m, "command_retries", 3, "mavlink", 1, 20)),
+                offboard_stream_s=number_field(m, "offboard_stream_s", 1.0, "mavlink", 1.0, 10.0),
+                stream_hz=number_field(m, "stream_hz", 20.0, "mavlink", 2.0, 200.0),
+                ack_timeout_s=number_field(m, "ack_timeout_s", 1.0, "mavlink", 0.05, 10.0),
+                command_retries=int(number_field(m, "command_retries", 3, "mavlink", 1, 20)),
                 estop_action=estop_action, geofence=fence)
         except ValueError as exc:
             raise ValueError(str(exc)) from None
     else:
-        c = _section(data, "crazyflie")
-        model = _section(c, "thrust_model")
+        c = section_field(data, "crazyflie")
+        model = section_field(c, "thrust_model")
         try:
             coeffs = _vector(model, "coefficients", 3, "crazyflie.thrust_model", MotorThrustModel().coefficients)
             thrust_model = MotorThrustModel(
-                mass_kg=_number(model, "mass_kg", 0.032, "crazyflie.thrust_model", 0.005, 5.0),
+                mass_kg=number_field(model, "mass_kg", 0.032, "crazyflie.thrust_model", 0.005, 5.0),
                 coefficients=tuple(float(x) for x in coeffs),
-                motors=int(_number(model, "motors", 4, "crazyflie.thrust_model", 1, 8)))
+                motors=int(number_field(model, "motors", 4, "crazyflie.thrust_model", 1, 8)))
             if thrust_model.max_accel() < thrust[1]:
                 raise ValueError(f"crazyflie.thrust_model reaches only {thrust_model.max_accel():.2f} m/s^2 at full "
                                  f"PWM: lower command.thrust's high limit ({thrust[1]:g})")
@@ -1260,13 +1238,13 @@ def parse_quad_hardware(data: Any, name: str = "quad", source: str = "") -> Quad
                              else f"crazyflie: {exc}") from None
     return QuadHardware(
         name=name, source=source, link=link, connection=connection,
-        command_frame=_string(command, "frame", "base_link", "command"),
+        command_frame=string_field(command, "frame", "base_link", "command"),
         thrust_limits=(float(thrust[0]), float(thrust[1])), max_rates=rates,
-        state_frame=_string(state, "frame", "map", "state"),
-        odom_topic=_string(state, "odom_topic", "quad/odom", "state"),
-        ball_topic=_string(state, "ball_topic", "ball/pose", "state", allow_empty=True),
-        observation_odom_topic=_string(obs, "odom_topic", "", "observation", allow_empty=True),
-        observation_ball_topic=_string(obs, "ball_topic", "", "observation", allow_empty=True),
+        state_frame=string_field(state, "frame", "map", "state"),
+        odom_topic=string_field(state, "odom_topic", "quad/odom", "state"),
+        ball_topic=string_field(state, "ball_topic", "ball/pose", "state", allow_empty=True),
+        observation_odom_topic=string_field(obs, "odom_topic", "", "observation", allow_empty=True),
+        observation_ball_topic=string_field(obs, "ball_topic", "", "observation", allow_empty=True),
         geofence=fence, estop_action=estop_action, mavlink=mav, crazyflie=cf)
 
 

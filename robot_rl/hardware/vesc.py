@@ -29,7 +29,7 @@ import numpy as np
 
 from robot_rl.control.car_practice import PracticeConfig
 from robot_rl.hardware.files import load_hardware_file
-from robot_rl.hardware.quad_links import _number, _section, _string
+from robot_rl.hardware.files import number_field, section_field, string_field
 
 __all__ = ["COMM_GET_VALUES", "COMM_SET_RPM", "COMM_SET_SERVO_POS", "GET_VALUES_REQUEST", "CarHardware", "CarLimits",
            "PacketDecoder", "VescConfig", "VescError", "VescLink", "VescValues", "WheelOdometry", "crc16",
@@ -218,18 +218,18 @@ def load_car_hardware(name_or_path: str, share_dir: Path | None = None) -> CarHa
 def parse_car_hardware(data: Any, name: str = "car", source: str = "") -> CarHardware:
     if not isinstance(data, dict):
         raise ValueError("the hardware description must be a mapping")
-    command, vesc, imu = _section(data, "command"), _section(data, "vesc"), _section(data, "imu")
-    limits = CarLimits(max_speed=_number(command, "max_speed", None, "command", 0.1, 30.0),
-                       max_reverse_speed=_number(command, "max_reverse_speed", None, "command", 0.0, 30.0),
-                       max_steer=_number(command, "max_steer", None, "command", 0.01, 1.0))
-    config = VescConfig(erpm_per_mps=_number(vesc, "erpm_per_mps", None, "vesc", 1.0, 1e6),
-                        servo_center=_number(vesc, "servo_center", 0.5, "vesc", 0.0, 1.0),
-                        servo_per_rad=_number(vesc, "servo_per_rad", None, "vesc", -10.0, 10.0),
-                        servo_min=_number(vesc, "servo_min", 0.0, "vesc", 0.0, 1.0),
-                        servo_max=_number(vesc, "servo_max", 1.0, "vesc", 0.0, 1.0))
+    command, vesc, imu = section_field(data, "command"), section_field(data, "vesc"), section_field(data, "imu")
+    limits = CarLimits(max_speed=number_field(command, "max_speed", None, "command", 0.1, 30.0),
+                       max_reverse_speed=number_field(command, "max_reverse_speed", None, "command", 0.0, 30.0),
+                       max_steer=number_field(command, "max_steer", None, "command", 0.01, 1.0))
+    config = VescConfig(erpm_per_mps=number_field(vesc, "erpm_per_mps", None, "vesc", 1.0, 1e6),
+                        servo_center=number_field(vesc, "servo_center", 0.5, "vesc", 0.0, 1.0),
+                        servo_per_rad=number_field(vesc, "servo_per_rad", None, "vesc", -10.0, 10.0),
+                        servo_min=number_field(vesc, "servo_min", 0.0, "vesc", 0.0, 1.0),
+                        servo_max=number_field(vesc, "servo_max", 1.0, "vesc", 0.0, 1.0))
     if config.servo_per_rad == 0 or not config.servo_min <= config.servo_center <= config.servo_max:
         raise ValueError("vesc: servo_per_rad must be nonzero and servo_min <= servo_center <= servo_max")
-    practice_data = _section(data, "practice")
+    practice_data = section_field(data, "practice")
     try:
         practice = PracticeConfig(**practice_data)
     except TypeError as exc:
@@ -239,10 +239,10 @@ def parse_car_hardware(data: Any, name: str = "car", source: str = "") -> CarHar
     if not -limits.max_reverse_speed <= practice.recovery_speed <= limits.max_speed:
         raise ValueError(f"practice.recovery_speed {practice.recovery_speed} lies outside the command limits "
                          f"[-{limits.max_reverse_speed}, {limits.max_speed}] m/s")
-    return CarHardware(name=name, source=source, port=_string(data, "port", "", "", allow_empty=True),
-                       baud=int(_number(data, "baud", 115200, "", 1200, 10_000_000)),
-                       write_timeout_s=_number(data, "write_timeout_s", 0.05, "", 0.001, 5.0),
-                       limits=limits, vesc=config, imu_topic=_string(imu, "topic", "", "imu", allow_empty=True),
+    return CarHardware(name=name, source=source, port=string_field(data, "port", "", "", allow_empty=True),
+                       baud=int(number_field(data, "baud", 115200, "", 1200, 10_000_000)),
+                       write_timeout_s=number_field(data, "write_timeout_s", 0.05, "", 0.001, 5.0),
+                       limits=limits, vesc=config, imu_topic=string_field(imu, "topic", "", "imu", allow_empty=True),
                        practice=practice)
 
 

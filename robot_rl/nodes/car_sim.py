@@ -37,7 +37,7 @@ from std_srvs.srv import Trigger
 
 from robot_rl.envs.car_race import CarSim
 from robot_rl.envs.randomization import OPTIONAL_SPLITS, SPLITS, Randomization
-from robot_rl.envs.track import Track, generate_track
+from robot_rl.envs.track import generate_track
 from robot_rl.hardware.cameras import Intrinsics
 from robot_rl.hardware.safety import Rejected
 from robot_rl.hardware.vesc import CarLimits, load_car_hardware
@@ -71,12 +71,6 @@ PARAMS = [
     Param("republish_period_s", 0.2, "Lockstep mode: republish the observation if no command came.", 0.01, 10.0),
     Param("seed", 0, "Random seed of the draws, the sensor noise and the recovery steering.", 0, 2**31 - 1),
 ]
-
-
-def start_pose(track: Track, offset: np.ndarray) -> tuple[np.ndarray, float]:
-    """The start line moved by a drawn `start_offset` (lateral m, along m, yaw rad), as CarRaceEnv places it."""
-    position, yaw = track.start_pose()
-    return position + track.normal[0] * offset[0] + track.tangent[0] * offset[1], yaw + offset[2]
 
 
 class CarSimNode(Node):
@@ -236,7 +230,7 @@ class CarSimNode(Node):
         """A fresh randomization draw, the car at rest on the start line."""
         params = self.randomization.sample(self.params["randomization_split"], self.rng) if self.randomization else {}
         self.sim.apply(params)
-        self.sim.place(*start_pose(self.track, np.asarray(self.sim.params["start_offset"], float)))
+        self.sim.place(*self.track.start_pose(self.sim.params["start_offset"]))
         self.latency = deque([(0.0, 0.0)] * int(self.sim.params["action_latency_steps"]))
         self.steer = 0.0
 
