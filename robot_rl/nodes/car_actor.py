@@ -70,6 +70,8 @@ PARAMS = [
     Param("sync_updates_per_step", 0.0, "Simulation: wait for this many learner updates per step (0: run free).",
           0.0, 1000.0),
     Param("sync_slack_steps", 500, "Steps the actor may run ahead of the learner when synchronized.", 0, 10_000_000),
+    Param("obs_slop_s", 0.0, "Max stamp difference within one observation set (0 in simulation, where the car "
+          "stamps all three alike; a real camera's stamps differ from the odometry's).", 0.0, 1.0),
     Param("reset_service", "/car_sim/reset", "Trigger service that puts the car on the start line once, before the "
           "first episode ('' for none: the car starts where it stands)."),
     Param("send_period_s", 0.05, "Period of the outbox (re)send check.", 0.001, 10.0),
@@ -109,7 +111,7 @@ class CarActorNode(Node):
             p["sync_updates_per_step"], p["sync_slack_steps"], seed=p["seed"]), outbox)
         self.core.policy = initial_policy(policy.actor, self.task.obs_dim)
         self.core_lock = threading.Lock()
-        self.sync = StampSynchronizer((IMAGE, IMU, ODOM))
+        self.sync = StampSynchronizer((IMAGE, IMU, ODOM), int(p["obs_slop_s"] * 1e9))
         self.latest: tuple[int, dict] | None = None
         self.previous_action = np.zeros(2, np.float32)
         self.acted_stamp = -1
