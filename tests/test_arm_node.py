@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import random
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from robot_rl.hardware.arm_adapters import (  # noqa: E402
 )
 from robot_rl.hardware.safety import Rejected  # noqa: E402
 from robot_rl.ros.messages import ns_to_stamp  # noqa: E402
+from robot_rl.ros.probe import fresh_domain_id  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FRANKA_READY = [0.0, -math.pi / 4, 0.0, -3 * math.pi / 4, 0.0, math.pi / 2, math.pi / 4]
@@ -436,7 +436,7 @@ def test_joint_trajectory_node_from_joint_states_only(tmp_path):
     from robot_rl.ros.graph import loopback_environment
 
     hw = load_hardware("ros2_control_jtc")
-    domain_id = random.randint(120, 230)
+    domain_id = fresh_domain_id()
     proc = subprocess.Popen([sys.executable, "-m", "robot_rl.nodes.arm", "--ros-args", "-p",
                              "hardware:=ros2_control_jtc", "-p", "activation_retry_s:=0.2"],
                             env=loopback_environment(domain_id), stdout=open(tmp_path / "arm.log", "wb"),

@@ -3,7 +3,6 @@ back, field by field, with mcap_ros2 (the reader Foxglove's Python tooling uses)
 
 from __future__ import annotations
 
-import random
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from rclpy.serialization import serialize_message  # noqa: E402
 
 from robot_rl.bag import message_definition, normalize_type  # noqa: E402
 from robot_rl.ros.graph import loopback_environment  # noqa: E402
+from robot_rl.ros.probe import fresh_domain_id  # noqa: E402
 
 N = 5
 
@@ -75,7 +75,7 @@ def _record(tmp_path, domain_id, *extra):
 
 
 def test_record_bag_round_trips_known_messages(tmp_path):
-    domain_id = random.randint(120, 230)
+    domain_id = fresh_domain_id()
     out = tmp_path / "run.mcap"
     recorder, log = _record(tmp_path, domain_id, "--topics", "/test/image", "test/joints", "/test/text",
                             "/test/latched", "--out", str(out))
@@ -125,7 +125,7 @@ def test_record_bag_round_trips_known_messages(tmp_path):
 
 
 def test_record_bag_stops_after_duration_and_refuses_to_overwrite(tmp_path):
-    domain_id = random.randint(120, 230)
+    domain_id = fresh_domain_id()
     out = tmp_path / "empty.mcap"
     start = time.monotonic()
     recorder, log = _record(tmp_path, domain_id, "--topics", "/nobody/publishes", "--out", str(out),

@@ -7,7 +7,6 @@ a separate process on such a file (loopback DDS, a domain id of its own)."""
 
 from __future__ import annotations
 
-import random
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ cv2 = pytest.importorskip("cv2")
 
 from robot_rl.hardware.cameras import (Backoff, CameraError, EndOfStream, Geometry, HardwareClock,  # noqa: E402
                                        Intrinsics, OpenCVSource, RealSenseSource, SourceClosed)
+from robot_rl.ros.probe import fresh_domain_id  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------
 # geometry (pure)
@@ -383,7 +383,7 @@ def test_camera_node_publishes_a_video_file(tmp_path):
     from robot_rl.ros.messages import msg_to_image, stamp_to_ns
 
     path = _write_video(tmp_path / "clip.avi", frames=20, fps=20.0)
-    domain_id = random.randint(120, 230)
+    domain_id = fresh_domain_id()
     proc, log = _start_node(tmp_path, domain_id, "backend:=opencv", f"device:={path}", "camera_name:=front",
                             "output_width:=64", "output_height:=48", "crop_x:=0", "crop_width:=160",
                             "width:=160", "height:=120", "fps:=0",
@@ -428,7 +428,7 @@ def test_camera_node_keeps_running_without_its_device_and_says_why(tmp_path):
     pytest.importorskip("rclpy")
     from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 
-    domain_id = random.randint(120, 230)
+    domain_id = fresh_domain_id()
     proc, log = _start_node(tmp_path, domain_id, "backend:=opencv", "device:=/dev/video-robot-rl-missing",
                             "reconnect_backoff_s:=0.2", "reconnect_backoff_max_s:=0.4", "diagnostics_period_s:=0.5")
     rclpy, context, node, executor = _observer(domain_id)

@@ -16,6 +16,7 @@ from robot_rl.agents.iql import IQL, IQLConfig, encode_stack  # noqa: E402
 from robot_rl.envs.car_race import CarRaceEnv  # noqa: E402
 from robot_rl.tasks import get_task  # noqa: E402
 from robot_rl.training.car_observer import CarObserver, load_checkpoints  # noqa: E402
+from robot_rl.ros.probe import fresh_domain_id  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +67,7 @@ def test_car_trains_through_ros_with_autonomous_practice(tmp_path, policy_dir):
     out = subprocess.run(
         [sys.executable, "-m", "robot_rl.cli", "train", "--task", "car_race", "--run-dir", str(run_dir),
          "--steps", "300", "--eval-episodes", "1", "--plain", "--status-period", "10",
+         "--domain-id", str(fresh_domain_id()),
          "--set", f"car_actor.policy_dir={policy_dir}", "--set", f"learner.initial_actor={policy_dir}",
          "--set", "learner.num_critics=2", "--set", "learner.utd_ratio=1", "--set", "learner.batch_size=64",
          "--set", "learner.hidden_dims=[256, 256]", "--set", "learner.warmup_transitions=100",

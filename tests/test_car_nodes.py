@@ -259,8 +259,7 @@ class CarTopics:
 @pytest.fixture(scope="module")
 def lockstep_car(tmp_path_factory):
     log = tmp_path_factory.mktemp("car_sim") / "car_sim.log"
-    proc, domain_id = start_node("robot_rl.nodes.car_sim", log, "image_size:=32", "randomization:=''", "seed:=1",
-                                 domain_id=77)
+    proc, domain_id = start_node("robot_rl.nodes.car_sim", log, "image_size:=32", "randomization:=''", "seed:=1")
     probe = RosProbe(domain_id, "car_sim_probe")
     probe.watched = "car_sim"
     topics = CarTopics(probe)
@@ -359,7 +358,7 @@ def test_car_sim_crash_or_stuck_at_the_wall_starts_a_recovery_then_driving(locks
 def test_car_sim_realtime_watchdog_stops_a_car_without_commands(tmp_path):
     log = tmp_path / "car_sim.log"
     proc, domain_id = start_node("robot_rl.nodes.car_sim", log, "clock_mode:=realtime", "image_size:=16",
-                                 "randomization:=''", "command_timeout_s:=0.1", domain_id=79)
+                                 "randomization:=''", "command_timeout_s:=0.1")
     probe = RosProbe(domain_id, "car_sim_rt_probe")
     probe.watched = "car_sim"
     car = CarTopics(probe)
@@ -434,8 +433,7 @@ def _drive(probe: RosProbe, car: CarTopics, seconds: float, speed: float, steer:
 def test_car_node_drives_the_vesc_clamped_stops_on_stale_commands_recovers_and_obeys_the_estop(tmp_path):
     vesc = FakeVesc()
     log = tmp_path / "car.log"
-    proc, domain_id = start_node("robot_rl.nodes.car", log, f"port:={vesc.port}", "diagnostics_period_s:=0.2",
-                                 domain_id=78)
+    proc, domain_id = start_node("robot_rl.nodes.car", log, f"port:={vesc.port}", "diagnostics_period_s:=0.2")
     probe = RosProbe(domain_id, "car_probe")
     probe.watched = "car"
     car = CarTopics(probe)
@@ -500,7 +498,7 @@ def test_car_node_drives_the_vesc_clamped_stops_on_stale_commands_recovers_and_o
 
 def test_car_node_exits_with_the_reason_when_the_vesc_is_missing(tmp_path):
     log = tmp_path / "car.log"
-    proc, _ = start_node("robot_rl.nodes.car", log, "port:=/dev/ttyNOPE", domain_id=78)
+    proc, _ = start_node("robot_rl.nodes.car", log, "port:=/dev/ttyNOPE")
     assert proc.wait(timeout=30) == 2
     assert "cannot open the VESC at '/dev/ttyNOPE'" in log.read_text()
 

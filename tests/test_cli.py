@@ -11,12 +11,15 @@ import pytest
 
 pytest.importorskip("rclpy")
 
+from robot_rl.ros.probe import fresh_domain_id  # noqa: E402
+
 FAST = ["--steps", "100000", "--set", "robot_rl.demos={episodes: 0}", "--set", "learner.hidden_dims=[32]",
         "--set", "learner.batch_size=16", "--set", "actor.sync_updates_per_step=0.0", "--plain", "--status-period", "1"]
 
 
 def _start(run_dir: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "train", "--run-dir", str(run_dir), *FAST],
+    return subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "train", "--run-dir", str(run_dir), *FAST,
+                             "--domain-id", str(fresh_domain_id())],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 

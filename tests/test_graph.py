@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from robot_rl.ros import codec, qos  # noqa: E402
 from robot_rl.ros.graph import loopback_environment  # noqa: E402
 from robot_rl.ros.messages import bytes_to_uint8_multiarray  # noqa: E402
 from robot_rl.ros.supervisor import Supervisor  # noqa: E402
-from robot_rl.ros.probe import RosProbe, start_graph  # noqa: E402
+from robot_rl.ros.probe import RosProbe, fresh_domain_id, start_graph  # noqa: E402
 
 SMALL = {
     "robot_rl.demos": {"episodes": 0},
@@ -49,7 +48,7 @@ class Observer(RosProbe):
 
 
 def _start_graph(tmp_path: Path, overrides: dict):
-    domain_id = random.randint(120, 200)
+    domain_id = fresh_domain_id()
     supervisor = start_graph("arm_lift", {**SMALL, **overrides}, tmp_path, domain_id)
     return supervisor, Observer(domain_id), domain_id
 
@@ -149,7 +148,7 @@ def test_realtime_sim_publishes_images_on_wall_clock_and_holds_on_stale_commands
 
     from robot_rl.ros.messages import msg_to_image
 
-    domain_id = random.randint(120, 200)
+    domain_id = fresh_domain_id()
     env = loopback_environment(domain_id)
     sim = subprocess.Popen([sys.executable, "-m", "robot_rl.nodes.sim", "--ros-args", "-p", "clock_mode:=realtime",
                             "-p", "publish_images:=true", "-p", "image_size:=64", "-p", "command_timeout_s:=0.3"],

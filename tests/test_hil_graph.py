@@ -5,7 +5,6 @@ demonstrations too. Five processes over loopback DDS, arm lift in lockstep simul
 from __future__ import annotations
 
 import json
-import random
 
 import numpy as np
 
@@ -13,7 +12,7 @@ import pytest
 
 pytest.importorskip("rclpy")
 
-from robot_rl.ros.probe import RosProbe, start_graph  # noqa: E402
+from robot_rl.ros.probe import RosProbe, fresh_domain_id, start_graph  # noqa: E402
 
 HIL = {
     "robot_rl.nodes": ["sim", "actor", "learner", "teleop", "scripted_human"],
@@ -39,7 +38,7 @@ HIL = {
 
 
 def test_scripted_human_interventions_reach_the_learner_as_demonstrations(tmp_path):
-    domain_id = random.randint(120, 200)
+    domain_id = fresh_domain_id()
     supervisor = start_graph("arm_lift", HIL, tmp_path, domain_id)
     probe = RosProbe(domain_id, "hil_probe")
     try:
@@ -69,7 +68,7 @@ def test_record_session_with_the_scripted_human_writes_a_labelled_dataset(tmp_pa
     out = tmp_path / "rec.zarr"
     cmd = [sys.executable, "-m", "robot_rl.cli", "record", "--task", "arm_lift", "--device", "scripted",
            "--episodes", "2", "--out", str(out), "--run-dir", str(tmp_path / "run"), "--plain",
-           "--status-period", "1"]
+           "--status-period", "1", "--domain-id", str(fresh_domain_id())]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "recording" in done.stdout and "kept" in done.stdout  # the live status lines

@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("rclpy")
 
 from robot_rl.agents.encoders import EncoderConfig, ImageEncoder, save_pretrained  # noqa: E402
+from robot_rl.ros.probe import fresh_domain_id  # noqa: E402
 
 
 def test_pixel_pick_cube_trains_and_evaluates_through_ros(tmp_path):
@@ -20,6 +21,7 @@ def test_pixel_pick_cube_trains_and_evaluates_through_ros(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "robot_rl.cli", "train", "--task", "arm_pick_cube", "--run-dir", str(run_dir),
          "--steps", "200", "--eval-episodes", "2", "--plain", "--status-period", "5",
+         "--domain-id", str(fresh_domain_id()),
          "--set", "robot_rl.demos={episodes: 2, noise: 0.1, seed: 1}", "--set", f"learner.encoder={encoder_dir}",
          "--set", "learner.warmup_transitions=60", "--set", "learner.batch_size=32",
          "--set", "learner.hidden_dims=[64, 64]", "--set", "actor.sync_slack_steps=120"],

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import time
 
 import numpy as np
@@ -19,7 +18,7 @@ from robot_rl.envs.juggle_task import JuggleState
 from robot_rl.resources import package_path
 from robot_rl.ros import qos
 from robot_rl.ros.hardware_node import ESTOP_QOS
-from robot_rl.ros.probe import RosProbe, start_graph, start_node, stop_node
+from robot_rl.ros.probe import RosProbe, fresh_domain_id, start_graph, start_node, stop_node
 from robot_rl.ros.quad_io import JuggleObserver, ctbr_to_msg, state_to_msgs
 
 SHIPPED = package_path("policies/quad_juggle")
@@ -122,7 +121,7 @@ def test_actor_flies_the_policies_the_ppo_learner_publishes(tmp_path):
 
 
 def _run_until_actor_exits(overrides: dict, tmp_path) -> dict:
-    domain_id = random.randint(120, 200)
+    domain_id = fresh_domain_id()
     supervisor = start_graph("quad_juggle", overrides, tmp_path, domain_id)
     try:
         deadline = time.monotonic() + 240

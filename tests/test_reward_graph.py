@@ -6,13 +6,12 @@ from the task's own reward."""
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 
 pytest.importorskip("rclpy")
 
-from robot_rl.ros.probe import RosProbe, start_graph  # noqa: E402
+from robot_rl.ros.probe import RosProbe, fresh_domain_id, start_graph  # noqa: E402
 
 GOAL = "pick up the cube"
 
@@ -33,7 +32,7 @@ def progress_model(tmp_path_factory):
 
 def test_actor_trains_on_the_reward_nodes_rewards(tmp_path, progress_model):
     model = progress_model / "model"
-    domain_id = random.randint(120, 200)
+    domain_id = fresh_domain_id()
     overrides = {
         "robot_rl.nodes": ["sim", "actor", "learner", "reward"],
         "robot_rl.demos": {"episodes": 0},

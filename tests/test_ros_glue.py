@@ -1,7 +1,6 @@
 """Message mapping, graph spec and parameter refusal."""
 
 import ast
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ pytest.importorskip("rclpy")
 
 from robot_rl.ros.arm_io import action_to_msgs, msgs_to_action, msgs_to_state, state_to_msgs  # noqa: E402
 from robot_rl.ros.graph import apply_overrides, build_graph, config_path, load_config, loopback_environment  # noqa: E402
+from robot_rl.ros.probe import fresh_domain_id  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,7 +83,7 @@ def test_launch_file_uses_the_graph_spec_and_launch_ros_api():
                                                 ("device:=tpu", "device"),
                                                 ("discount:=1.5", "discount")])
 def test_out_of_range_parameter_is_refused_with_a_clear_message(tmp_path, override, fragment):
-    env = loopback_environment(random.randint(120, 200))
+    env = loopback_environment(fresh_domain_id())
     result = subprocess.run([sys.executable, "-m", "robot_rl.nodes.learner", "--ros-args", "-p", override,
                              "-p", f"run_dir:={tmp_path}"], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2

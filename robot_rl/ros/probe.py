@@ -75,13 +75,25 @@ class RosProbe:
         self.rclpy.shutdown(context=self.context)
 
 
+_UNUSED_DOMAINS: list[int] = []
+
+
+def fresh_domain_id() -> int:
+    """A loopback ROS domain id no earlier call in this process returned (120-230, shuffled), so a
+    test's nodes never meet an earlier test's leftovers, such as the shared-memory segments of a
+    node that was killed."""
+    if not _UNUSED_DOMAINS:
+        _UNUSED_DOMAINS.extend(random.sample(range(120, 231), 111))
+    return _UNUSED_DOMAINS.pop()
+
+
 def start_node(module: str, log_path: Path, *params: str, domain_id: int | None = None
                ) -> tuple[subprocess.Popen, int]:
     """Starts `python -m module` with `-p` parameters on a loopback domain (a random fresh one
     unless given); returns (process, domain id)."""
     from robot_rl.ros.graph import loopback_environment
 
-    domain_id = random.randint(120, 230) if domain_id is None else domain_id
+    domain_id = fresh_domain_id() if domain_id is None else domain_id
     args = [sys.executable, "-m", module, "--ros-args"]
     for p in params:
         args += ["-p", p]
