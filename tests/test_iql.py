@@ -146,8 +146,8 @@ def test_export_round_trip_and_checkpoint(tmp_path):
 
     # The deployed way: one frame encoded per step, the last K embeddings stacked.
     stack = FeatureStack(cfg.frame_stack)
-    stack.reset(policy.encode(frames[0, 0].numpy()))
-    for k in range(1, cfg.frame_stack):
+    assert stack.empty
+    for k in range(cfg.frame_stack):
         stack.push(policy.encode(frames[0, k].numpy()))
     np.testing.assert_allclose(stack.flat(), expected[0].numpy(), atol=1e-6)
     deployed = policy.act(policy.observation(stack.flat(), state[0].numpy()))

@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save_file
 
 from robot_rl.agents.encoders import CARD_FILE, ImageEncoder, pretrained_config, save_pretrained
 from robot_rl.agents.networks import TanhGaussianActor
+from robot_rl.resources import package_path
 
 __all__ = ["ACTOR_FILE", "FeatureStack", "FrameStackPolicy", "load_frame_stack_policy", "save_frame_stack_policy"]
 
@@ -32,22 +33,25 @@ ACTOR_FILE = "actor.safetensors"
 
 
 class FeatureStack:
-    """The last K frame embeddings of one episode; a reset fills all K with the first frame's (as
-    the env fills its frame stack)."""
+    """The last K frame embeddings of one episode; an episode's first frame fills all K (as the
+    env fills its frame stack at a reset)."""
 
     def __init__(self, frame_stack: int):
         if frame_stack < 1:
             raise ValueError(f"frame_stack must be >= 1, got {frame_stack}")
         self._features: deque[np.ndarray] = deque(maxlen=frame_stack)
 
-    def reset(self, features: np.ndarray) -> None:
+    def reset(self) -> None:
+        """A new episode: the next frame pushed is its first."""
         self._features.clear()
-        self._features.extend([features] * self._features.maxlen)
+
+    @property
+    def empty(self) -> bool:
+        """True between `reset` and the episode's first frame."""
+        return not self._features
 
     def push(self, features: np.ndarray) -> None:
-        if not self._features:
-            raise RuntimeError("reset the feature stack with the episode's first frame first")
-        self._features.append(features)
+        self._features.extend([features] * (self._features.maxlen if self.empty else 1))
 
     def flat(self) -> np.ndarray:
         """(K * latent,) oldest first, as `encode_stack` orders a stack."""
@@ -108,7 +112,8 @@ def save_frame_stack_policy(directory: str | Path, encoder: ImageEncoder, actor:
     spec = {"obs_dim": actor.obs_dim, "action_dim": actor.action_dim, "state_dim": state_dim,
             "frame_stack": frame_stack, "hidden_dims": list(actor.hidden_dims), "layer_norm": actor.layer_norm}
     if spec["obs_dim"] != frame_stack * encoder.output_dim + state_dim:
-        raise ValueError(f"the actor sees {spec['obs_dim']} values, not {frame_stack} x {encoder.output_dim} + {state_dim}")
+        raise ValueError(f"the actor sees {spec['obs_dim']} values, not {frame_stack} x {encoder.output_dim} "
+                         f"+ {state_dim}")
     save_pretrained(encoder, directory, {**card, "actor": spec})
     save_file({k: v.detach().cpu().contiguous() for k, v in actor.state_dict().items()},
               str(Path(directory) / ACTOR_FILE))
@@ -116,7 +121,7 @@ def save_frame_stack_policy(directory: str | Path, encoder: ImageEncoder, actor:
 
 def load_frame_stack_policy(directory: str | Path, device: str | torch.device = "cpu") -> FrameStackPolicy:
     """The policy a directory holds (a path, or one relative to the package), frozen, in eval mode."""
-    directory = Path(pretrained_config(directory).weights)  # resolves package-relative paths
+    directory = package_path(directory)
     weights = directory / ACTOR_FILE
     if not weights.is_file():
         raise FileNotFoundError(f"no actor at {weights}")

@@ -60,13 +60,12 @@ class CarObserver:
         self.policy, self.config = policy, config
         self.timer = LapTimer(checkpoints, config.reach_radius)
         self.stack = FeatureStack(policy.frame_stack)
-        self._first = True
         self._laps_at_start = 0
 
     def reset(self, after_recovery: bool) -> None:
         """A new episode: the next frame fills the stack; a lap in progress through a crash or a
         recovery is not clean."""
-        self._first = True
+        self.stack.reset()
         self._laps_at_start = len(self.timer.laps)
         if after_recovery:
             self.timer.interrupt()
@@ -75,13 +74,10 @@ class CarObserver:
               event: str | None) -> dict[str, Any]:
         """The state after a step: `event` is "crash" or "stuck" when the car's practice monitor
         saw one on this observation (then the step costs crash_cost)."""
-        features = self.policy.encode(frame)
-        first, self._first = self._first, False
+        first = self.stack.empty
+        self.stack.push(self.policy.encode(frame))
         reward, lap_time = 0.0, None
-        if first:  # an episode's first observation ends no step: no reward, no progress (as the env's reset)
-            self.stack.reset(features)
-        else:
-            self.stack.push(features)
+        if not first:  # an episode's first observation ends no step: no reward, no progress (as the env's reset)
             yaw = float(sensors["yaw"])
             c, s = np.cos(yaw), np.sin(yaw)
             body = np.asarray(sensors["velocity"], float)

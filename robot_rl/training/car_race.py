@@ -125,11 +125,9 @@ class CarTrainer:
 
     def observe(self, obs: dict[str, np.ndarray], first: bool) -> np.ndarray:
         """The stored observation: the newest frame encoded once, stacked with the last K-1."""
-        features = self.policy.encode(obs["frames"][-1])
         if first:
-            self.stack.reset(features)
-        else:
-            self.stack.push(features)
+            self.stack.reset()
+        self.stack.push(self.policy.encode(obs["frames"][-1]))
         return self.policy.observation(self.stack.flat(), obs["state"])
 
     @torch.inference_mode()
@@ -150,6 +148,7 @@ class CarTrainer:
         obs, _ = self.env.reset(seed=cfg.seed)
         stored = self.observe(obs, first=True)
         history: list[dict[str, Any]] = []
+        best: float | None = None  # the fastest clean lap so far
         returns, episode_return = [], 0.0
         while self.steps < cfg.total_steps:
             obs, reward, terminated, truncated, info = self.env.step(self.act(stored))
@@ -162,7 +161,9 @@ class CarTrainer:
             stored, episode_return = next_stored, episode_return + reward
             self.steps += 1
             if info["lap_time"] is not None:
-                self.laps.append((self.steps, float(info["lap_time"])))
+                lap = float(info["lap_time"])
+                self.laps.append((self.steps, lap))
+                best = lap if best is None else min(best, lap)
             if len(self.replay) >= cfg.warmup_steps:
                 target = int((self.steps - cfg.warmup_steps + 1) * cfg.updates_per_step)
                 while self.agent.num_updates < target:
@@ -173,7 +174,6 @@ class CarTrainer:
                 episode_return = 0.0
                 obs, _ = self.env.reset()
                 stored = self.observe(obs, first=True)
-            best = min((t for _, t in self.laps), default=None)
             done = cfg.stop_lap_time is not None and best is not None and best <= cfg.stop_lap_time
             if self.steps % cfg.log_every == 0 or done or self.steps == cfg.total_steps:
                 row = {"steps": self.steps, "updates": self.agent.num_updates,
