@@ -32,7 +32,7 @@ from nav_msgs.msg import Odometry
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, Imu
-from std_msgs.msg import Bool, String
+from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from robot_rl.envs.car_race import CarSim
@@ -46,7 +46,7 @@ from robot_rl.resources import package_path
 from robot_rl.ros import qos
 from robot_rl.ros.car_io import CarCommand, CarPractice, PracticeEvent, imu_msg, odometry_msg, parse_cmd_vel, \
     practice_msg
-from robot_rl.ros.hardware_node import ESTOP_QOS
+from robot_rl.ros.hardware_node import SimEstop
 from robot_rl.ros.messages import image_to_msg, ns_to_stamp
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
 
@@ -99,7 +99,6 @@ class CarSimNode(Node):
         self.latency: deque[tuple[float, float]] = deque()  # the drawn action latency, as in CarRaceEnv
         self.steer = 0.0  # held while the car may not move
         self.last_publish_wall = 0.0
-        self.estopped = False
         self.counters = {"steps": 0, "resets": 0, "commands_received": 0, "rejected_commands": 0,
                          "clamped_commands": 0, "commands_with_ignored_fields": 0, "stale_commands": 0,
                          "estopped_steps": 0, "recovery_steps": 0, "republished": 0, "estops": 0}
@@ -114,9 +113,8 @@ class CarSimNode(Node):
         self.clock_pub = self.create_publisher(Clock, "/clock", 10) if self.lockstep else None
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(Twist, "car/cmd_vel", self._on_cmd, qos.COMMAND_INPUT)
-        self.create_subscription(Bool, "/estop", self._on_estop, ESTOP_QOS)
+        self.estop = SimEstop(self, self.counters, "speed 0")
         self.create_service(Trigger, "~/reset", self._on_reset)
-        self.create_service(Trigger, "~/reset_estop", self._on_reset_estop)
         if self.lockstep:
             self.create_timer(p["republish_period_s"], self._republish_if_idle)
         else:
@@ -157,9 +155,9 @@ class CarSimNode(Node):
 
     def _step(self, cmd: CarCommand | None) -> None:
         """One control period; `cmd` None: no live command (the car stops, steering held)."""
-        commanded = cmd is not None and not self.estopped
+        commanded = cmd is not None and not self.estop.active
         if not commanded:
-            self.counters["estopped_steps"] += int(self.estopped)
+            self.counters["estopped_steps"] += int(self.estop.active)
             speed, steer = 0.0, self.steer
         elif self.practice.state == "recovering":
             speed, steer = self.practice.recovery_command()  # the actor's command is ignored
@@ -174,17 +172,6 @@ class CarSimNode(Node):
         if commanded:
             self._publish_practice(self.practice.after_step(self.sim.position, self.sim.peak_accel, self.clock_ns))
         self._publish_observation()
-
-    def _on_estop(self, msg: Bool) -> None:
-        if msg.data and not self.estopped:
-            self.estopped = True
-            self.counters["estops"] += 1
-            self.get_logger().error("E-STOP: speed 0 until ~/reset_estop")
-
-    def _on_reset_estop(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
-        self.estopped = False
-        response.success, response.message = True, "e-stop cleared"
-        return response
 
     # ---- observations -------------------------------------------------------------------------
 
@@ -218,7 +205,7 @@ class CarSimNode(Node):
 
     def _publish_diagnostics(self) -> None:
         values = dict(self.counters)
-        values.update(self.practice.counts, estopped=self.estopped, practice_state=self.practice.state,
+        values.update(self.practice.counts, estopped=self.estop.active, practice_state=self.practice.state,
                       rejected_by_reason=json.dumps(self.rejected), ignored_fields=json.dumps(self.ignored),
                       max_speed=self.limits.max_speed, max_steer=self.limits.max_steer,
                       track_length_m=round(self.track.length, 2), friction=round(float(self.sim.params["friction"]), 3))

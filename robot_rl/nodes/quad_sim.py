@@ -25,7 +25,6 @@ from geometry_msgs.msg import PoseStamped, TwistStamped
 from nav_msgs.msg import Odometry
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
-from std_msgs.msg import Bool
 from std_srvs.srv import Trigger
 
 from robot_rl.control.quad_rate import GRAVITY
@@ -35,7 +34,7 @@ from robot_rl.hardware.safety import Rejected
 from robot_rl.nodes.quadrotor import parse_ctbr
 from robot_rl.resources import package_path
 from robot_rl.ros import qos
-from robot_rl.ros.hardware_node import ESTOP_QOS
+from robot_rl.ros.hardware_node import SimEstop
 from robot_rl.ros.messages import ns_to_stamp, stamp_to_ns
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
 from robot_rl.ros.quad_io import state_to_msgs
@@ -75,7 +74,6 @@ class QuadSimNode(Node):
         self.clock_ns = self.period_ns  # simulated time never goes back, across resets too
         self.last_cmd: tuple[int, np.ndarray, float] | None = None  # answered stamp, ctbr, wall time
         self.last_publish_wall = 0.0
-        self.estopped = False
         self.counters = {"steps": 0, "resets": 0, "commands_received": 0, "rejected_commands": 0,
                          "clamped_commands": 0, "stale_commands": 0, "republished": 0, "hits": 0, "episode_hits": 0,
                          "episode_ended": 0, "estops": 0}
@@ -85,9 +83,8 @@ class QuadSimNode(Node):
         self.clock_pub = self.create_publisher(Clock, "/clock", 10) if self.lockstep else None
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(TwistStamped, "quad/cmd_ctbr", self._on_cmd, qos.COMMAND_INPUT)
-        self.create_subscription(Bool, "/estop", self._on_estop, ESTOP_QOS)
+        self.estop = SimEstop(self, self.counters, "motors off")
         self.create_service(Trigger, "~/reset", self._on_reset)
-        self.create_service(Trigger, "~/reset_estop", self._on_reset_estop)
         if self.lockstep:
             self.create_timer(p["republish_period_s"], self._republish_if_idle)
         else:
@@ -122,7 +119,7 @@ class QuadSimNode(Node):
             self._step(cmd[1])
 
     def _step(self, ctbr: np.ndarray) -> None:
-        command = MOTORS_OFF if self.estopped else ctbr
+        command = MOTORS_OFF if self.estop.active else ctbr
         self.core.physics.step(command[None])
         state = self.core.physics.state()
         _, terminated, events = self.core.task.step(state, np.zeros((1, 4)))
@@ -132,17 +129,6 @@ class QuadSimNode(Node):
         self.clock_ns += self.period_ns
         self.counters["steps"] += 1
         self._publish_observation()
-
-    def _on_estop(self, msg: Bool) -> None:
-        if msg.data and not self.estopped:
-            self.estopped = True
-            self.counters["estops"] += 1
-            self.get_logger().error("E-STOP: motors off until ~/reset_estop")
-
-    def _on_reset_estop(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
-        self.estopped = False
-        response.success, response.message = True, "e-stop cleared"
-        return response
 
     # ---- observations -------------------------------------------------------------------------
 
@@ -162,7 +148,7 @@ class QuadSimNode(Node):
 
     def _publish_diagnostics(self) -> None:
         values = dict(self.counters)
-        values.update(estopped=self.estopped, rejected_by_reason=json.dumps(self.rejected),
+        values.update(estopped=self.estop.active, rejected_by_reason=json.dumps(self.rejected),
                       restitution=round(float(self.core.plant["restitution"][0]), 3),
                       ball_mass=round(float(self.core.plant["ball_mass"][0]), 4))
         self.diag_pub.publish(diagnostics(self, values))

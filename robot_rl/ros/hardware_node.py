@@ -70,6 +70,30 @@ SAFETY_PARAMS = [
 ESTOP_QOS = copy.copy(qos.LATCHED)
 ESTOP_QOS.depth = 10
 
+
+class SimEstop:
+    """A simulator node's latched `/estop`, as the hardware nodes obey it: a true `/estop` holds
+    the simulated robot (`active`; the node decides what holding means) until `~/reset_estop`.
+    Each new e-stop counts in `counters["estops"]`."""
+
+    def __init__(self, node, counters: dict[str, int], effect: str):
+        self.node, self.counters, self.effect = node, counters, effect
+        self.active = False
+        counters.setdefault("estops", 0)
+        node.create_subscription(Bool, "/estop", self._on_estop, ESTOP_QOS)
+        node.create_service(Trigger, "~/reset_estop", self._on_reset)
+
+    def _on_estop(self, msg: Bool) -> None:
+        if msg.data and not self.active:
+            self.active = True
+            self.counters["estops"] += 1
+            self.node.get_logger().error(f"E-STOP: {self.effect} until ~/reset_estop")
+
+    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        self.active = False
+        response.success, response.message = True, "e-stop cleared"
+        return response
+
 _OK, _WARN, _ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 
 
