@@ -172,6 +172,21 @@ def test_randomization_draws_the_yaml_ranges_per_pair():
     assert set(Randomization.load(core.randomization).parameters("eval")) <= set(NOMINAL_PLANT)
 
 
+@pytest.mark.parametrize("ball_mass", [0.005, 0.047])
+def test_a_drawn_ball_mass_is_its_inertia_not_just_its_weight(ball_mass):
+    """Free fall at g whatever the mass (a mass written into a compiled MuJoCo model changes
+    only the weight unless the model's constants are rebuilt: a 5 g ball fell at 1 m/s^2)."""
+    core = JuggleCore(RolloutPhysics(2, nthread=1, model_variants=2), randomization=None,
+                      overrides={"ball_mass": ball_mass}, auto_reset=False)
+    core.reset()
+    for _ in range(5):  # 0.1 s: the ball is still above the racket
+        core.step(np.tile(HOVER, (2, 1)))
+    vz = core.physics.state().ball_vel[:, 2]
+    # air drag at 1 m/s takes ~2.5 % of g off the 5 g ball, ~0.3 % off the 47 g one
+    np.testing.assert_allclose(vz, -9.81 * 0.1, rtol=0.04)
+    core.physics.close()
+
+
 def test_latency_delays_the_executed_action():
     core = JuggleCore(RolloutPhysics(3, nthread=1), randomization=None, auto_reset=False)
     core.reset()

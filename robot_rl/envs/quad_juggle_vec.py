@@ -97,6 +97,9 @@ def _apply_model_params(model: mujoco.MjModel, nominal: mujoco.MjModel, ids: dic
     model.body_inertia[ball] = 0.4 * values["ball_mass"] * radius ** 2
     model.pair_solref[pair] = solref_for_restitution_fast(values["restitution"], dt,
                                                           natural_frequency=contact_frequency)
+    # the free ball is a "simple" body whose mass matrix MuJoCo takes from constants derived at compile
+    # time: without rebuilding them a new ball mass changes only its weight (a 5 g ball fell at 1 m/s^2)
+    mujoco.mj_setConst(model, mujoco.MjData(model))
 
 
 MODEL_PARAMS = ("restitution", "ball_mass", "mass_scale", "inertia_scale")
