@@ -45,11 +45,14 @@ setup(
                      "pyserial"],
         # teleop input devices: SpaceMouse (HID) and Linux gamepads (evdev; prebuilt wheel)
         "teleop": ["hidapi", "evdev-binary"],
+        # the juggling vector env on a GPU (MuJoCo Warp; its CPU mode runs in the tests)
+        "gpu": ["mujoco-warp>=4.0"],
         # the large VLAC-style reward backend (InternVL checkpoints from a local path, GPU)
         "vlac": ["transformers>=4.51", "einops", "sentencepiece", "timm"],
         # the tests drive the hardware adapters through their real libraries
         "test": ["pytest", "pytest-timeout", "matplotlib", "hypothesis", "pyrealsense2", "opencv-python-headless",
-                 "mcap", "mcap-ros2-support", "pymavlink", "cflib", "hidapi", "evdev-binary", "pyserial"],
+                 "mcap", "mcap-ros2-support", "pymavlink", "cflib", "hidapi", "evdev-binary", "pyserial",
+                 "mujoco-warp>=4.0"],
     },
     entry_points={
         "console_scripts": [

@@ -3,10 +3,12 @@ inference included, against a plain ``gymnasium.vector.SyncVectorEnv`` of the si
 (``robot_rl/QuadJuggle-v0``) with the same policy, measured in the same run.
 
     python benchmarks/juggle_throughput.py [--num-envs 4096] [--steps 40] [--reference-envs 16]
+    python benchmarks/juggle_throughput.py --device cuda --num-envs 16384   # MuJoCo Warp on the GPU
 
 The policy is the shipped one (``policies/quad_juggle``) when present, else an untrained network
 of the same architecture (the cost is the same). Targets (issue 5): steps_per_s >= 20,000 and
-ratio >= 5 on this 2-core machine. Last line: JSON.
+ratio >= 5 on this 2-core machine. ``--physics`` picks the vector env's back end (auto: MuJoCo Warp on
+a CUDA ``--device``, else mujoco.rollout on CPU threads). Last line: JSON.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ def load_policy(device: str):
         return (lambda obs: net.act_inference(obs).clamp(-1, 1)), "untrained PPOConfig() network"
 
 
-def measure_vector_env(policy, num_envs: int, steps: int, device: str) -> float:
-    env = QuadJuggleVecEnv(num_envs, device=device, seed=0)
+def measure_vector_env(policy, num_envs: int, steps: int, device: str, physics: str) -> tuple[float, str]:
+    env = QuadJuggleVecEnv(num_envs, device=device, seed=0, physics=physics)
+    backend = type(env.core.physics).__name__
     obs, _ = env.reset()
     with torch.inference_mode():
         for _ in range(3):  # warm-up
@@ -48,7 +51,7 @@ def measure_vector_env(policy, num_envs: int, steps: int, device: str) -> float:
             obs = env.step(policy(obs["policy"]))[0]
         elapsed = time.perf_counter() - started
     env.close()
-    return num_envs * steps / elapsed
+    return num_envs * steps / elapsed, backend
 
 
 def measure_sync_vector_env(policy, num_envs: int, steps: int, device: str) -> float:
@@ -74,16 +77,17 @@ def main() -> None:
     parser.add_argument("--reference-envs", type=int, default=16)
     parser.add_argument("--reference-steps", type=int, default=100)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--physics", default="auto", choices=["auto", "rollout", "warp"])
     args = parser.parse_args()
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
     policy, description = load_policy(args.device)
-    ours = measure_vector_env(policy, args.num_envs, args.steps, args.device)
-    print(f"vectorized env ({args.num_envs} quadrotors, mujoco.rollout): {ours:,.0f} policy steps/s")
+    ours, backend = measure_vector_env(policy, args.num_envs, args.steps, args.device, args.physics)
+    print(f"vectorized env ({args.num_envs} quadrotors, {backend}): {ours:,.0f} policy steps/s")
     reference = measure_sync_vector_env(policy, args.reference_envs, args.reference_steps, args.device)
     print(f"gymnasium SyncVectorEnv ({args.reference_envs} x robot_rl/QuadJuggle-v0): {reference:,.0f} policy steps/s")
     result = {"steps_per_s": round(ours, 1), "reference_steps_per_s": round(reference, 1),
               "ratio": round(ours / reference, 2), "num_envs": args.num_envs, "policy": description,
-              "device": args.device, "cpus": len(os.sched_getaffinity(0)),
+              "device": args.device, "physics": backend, "cpus": len(os.sched_getaffinity(0)),
               "meets_targets": bool(ours >= 20_000 and ours / reference >= 5)}
     print(json.dumps(result))
 

@@ -482,7 +482,7 @@ def cmd_juggle(args: argparse.Namespace) -> int:
         return 0
     try:
         config = replace(JuggleTrainConfig(), num_envs=args.num_envs, iterations=args.iterations, seed=args.seed,
-                         device=args.device, time_budget_s=args.time_budget_min * 60.0)
+                         device=args.device, physics=args.physics, time_budget_s=args.time_budget_min * 60.0)
         card = train_juggling(config, args.out, args.run_dir)
     except ValueError as exc:
         print(f"robot-rl juggle train: {exc}", file=sys.stderr)
@@ -616,6 +616,8 @@ def build_parser() -> argparse.ArgumentParser:
     jtrain.add_argument("--time-budget-min", type=float, default=0.0, help="stop after this many minutes (0: none)")
     jtrain.add_argument("--seed", type=int, default=0)
     jtrain.add_argument("--device", default="auto")
+    jtrain.add_argument("--physics", default="auto", choices=["auto", "rollout", "warp"],
+                        help="simulation back end (auto: MuJoCo Warp on a GPU, else mujoco.rollout on CPU threads)")
     jeval = juggle_sub.add_parser("eval", help="juggling trials in randomized sim; prints hits per trial (JSON)")
     jeval.add_argument("--policy", required=True)
     jeval.add_argument("--trials", type=int, default=10)

@@ -172,12 +172,21 @@ def test_randomization_draws_the_yaml_ranges_per_pair():
     assert set(Randomization.load(core.randomization).parameters("eval")) <= set(NOMINAL_PLANT)
 
 
+def _physics(backend: str, n: int):
+    if backend == "warp":
+        pytest.importorskip("mujoco_warp", reason="MuJoCo Warp is not installed (pip install mujoco-warp)")
+        from robot_rl.envs.quad_juggle_warp import WarpPhysics
+
+        return WarpPhysics(n, device="cpu")  # Warp's CPU backend: the GPU kernels, compiled for the CPU
+    return RolloutPhysics(n, nthread=1, model_variants=n)
+
+
+@pytest.mark.parametrize("backend", ["rollout", "warp"])
 @pytest.mark.parametrize("ball_mass", [0.005, 0.047])
-def test_a_drawn_ball_mass_is_its_inertia_not_just_its_weight(ball_mass):
+def test_a_drawn_ball_mass_is_its_inertia_not_just_its_weight(ball_mass, backend):
     """Free fall at g whatever the mass (a mass written into a compiled MuJoCo model changes
     only the weight unless the model's constants are rebuilt: a 5 g ball fell at 1 m/s^2)."""
-    core = JuggleCore(RolloutPhysics(2, nthread=1, model_variants=2), randomization=None,
-                      overrides={"ball_mass": ball_mass}, auto_reset=False)
+    core = JuggleCore(_physics(backend, 2), randomization=None, overrides={"ball_mass": ball_mass}, auto_reset=False)
     core.reset()
     for _ in range(5):  # 0.1 s: the ball is still above the racket
         core.step(np.tile(HOVER, (2, 1)))
@@ -185,6 +194,28 @@ def test_a_drawn_ball_mass_is_its_inertia_not_just_its_weight(ball_mass):
     # air drag at 1 m/s takes ~2.5 % of g off the 5 g ball, ~0.3 % off the 47 g one
     np.testing.assert_allclose(vz, -9.81 * 0.1, rtol=0.04)
     core.physics.close()
+
+
+def test_warp_physics_matches_the_rollout_physics_step_for_step():
+    """Same seed, same randomized plants (masses, inertia, restitution, rotors, latency), same
+    noisy actions: MuJoCo Warp (float32) tracks mujoco.rollout through a bounce and its hit."""
+    n = 4
+    cores = [JuggleCore(_physics(backend, n), seed=5, auto_reset=False) for backend in ("rollout", "warp")]
+    for core in cores:
+        core.reset()
+    np.testing.assert_array_equal(cores[0].plant["ball_mass"], cores[1].plant["ball_mass"])
+    rng = np.random.default_rng(0)
+    for _ in range(40):  # 0.8 s: the ball falls 0.5-1 m onto the racket and flies back up
+        actions = np.clip(np.tile(HOVER, (n, 1)) + 0.1 * rng.normal(size=(n, 4)), -1.0, 1.0)
+        rewards = [core.step(actions)[0] for core in cores]
+        np.testing.assert_allclose(rewards[0], rewards[1], atol=1e-3)
+    cpu, gpu = cores[0].physics.state(), cores[1].physics.state()
+    assert cores[0].task.hits.sum() >= n and np.array_equal(cores[0].task.hits, cores[1].task.hits)
+    np.testing.assert_allclose(gpu.quad_pos, cpu.quad_pos, atol=1e-4)
+    np.testing.assert_allclose(gpu.ball_pos, cpu.ball_pos, atol=1e-4)
+    np.testing.assert_allclose(gpu.ball_vel, cpu.ball_vel, atol=1e-3)
+    for core in cores:
+        core.physics.close()
 
 
 def test_latency_delays_the_executed_action():

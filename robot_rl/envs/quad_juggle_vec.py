@@ -15,7 +15,8 @@ stepped by ``mujoco.rollout`` on a thread pool one 2 ms physics step at a time, 
 batched rate controller + mixer + motor model (:class:`~robot_rl.control.quad_rate.QuadController`)
 closes the loop at 500 Hz on the measured body rates between physics steps.  The 50 Hz policy
 step is 10 of those.  All the task logic (hits, rewards, terminations, observations) is
-:mod:`robot_rl.envs.juggle_task`, batched; both physics back ends feed it the same state.
+:mod:`robot_rl.envs.juggle_task`, batched; every physics back end feeds it the same state (on a
+GPU: MuJoCo Warp, :mod:`robot_rl.envs.quad_juggle_warp`, with the same controller).
 
 Randomization (``sim/quad/randomization.yaml``, the format of
 :mod:`robot_rl.envs.randomization`): drawn per pair at every reset; parameters a split omits stay
@@ -41,14 +42,17 @@ from robot_rl.envs.randomization import Randomization
 from robot_rl.resources import package_path
 
 __all__ = [
+    "BatchedPhysics",
     "DEFAULT_RANDOMIZATION",
     "NOMINAL_PLANT",
+    "PHYSICS_BACKENDS",
     "JuggleCore",
     "QuadJuggleEnv",
     "QuadJuggleGymVectorEnv",
     "QuadJuggleVecEnv",
     "RolloutPhysics",
     "SimPhysics",
+    "plant_model_fields",
 ]
 
 DEFAULT_RANDOMIZATION: Path = package_path(Path("sim") / "quad" / "randomization.yaml")
@@ -86,27 +90,92 @@ def _check_plant_names(names) -> None:
 # --------------------------------------------------------------------------- physics back ends
 
 
+MODEL_PARAMS = ("restitution", "ball_mass", "mass_scale", "inertia_scale")
+"""Plant parameters that live in the MuJoCo model (the rest are per pair in the controller / env)."""
+
+
+def plant_model_fields(nominal: mujoco.MjModel, ids: Mapping[str, int], values: Mapping[str, np.ndarray], dt: float,
+                       contact_frequency: float) -> dict[str, np.ndarray]:
+    """MuJoCo model fields of ``k`` plant draws (``values``: :data:`MODEL_PARAMS` arrays of ``k``):
+    ``body_mass`` (k, nbody), ``body_inertia`` (k, nbody, 3), ``pair_solref`` (k, npair, 2); every
+    field not drawn is the nominal model's."""
+    quad, ball, pair = ids["quad"], ids["ball"], ids["pair"]
+    ball_mass = np.asarray(values["ball_mass"], dtype=np.float64)
+    k = ball_mass.size
+    mass = np.tile(nominal.body_mass, (k, 1))
+    inertia = np.tile(nominal.body_inertia, (k, 1, 1))
+    solref = np.tile(nominal.pair_solref, (k, 1, 1))
+    mass_scale = np.asarray(values["mass_scale"], dtype=np.float64)
+    mass[:, quad] *= mass_scale
+    inertia[:, quad] *= (mass_scale * np.asarray(values["inertia_scale"], dtype=np.float64))[:, None]
+    radius = float(nominal.geom_size[ids["ball_geom"]][0])
+    mass[:, ball] = ball_mass
+    inertia[:, ball] = (0.4 * ball_mass * radius ** 2)[:, None]
+    solref[:, pair] = solref_for_restitution_fast(values["restitution"], dt, natural_frequency=contact_frequency)
+    return {"body_mass": mass, "body_inertia": inertia, "pair_solref": solref}
+
+
 def _apply_model_params(model: mujoco.MjModel, nominal: mujoco.MjModel, ids: dict[str, int],
                         values: Mapping[str, float], dt: float, contact_frequency: float) -> None:
-    """Mass / inertia / ball mass / restitution of one pair written into its own model."""
-    quad, ball, pair = ids["quad"], ids["ball"], ids["pair"]
-    model.body_mass[quad] = nominal.body_mass[quad] * values["mass_scale"]
-    model.body_inertia[quad] = nominal.body_inertia[quad] * values["mass_scale"] * values["inertia_scale"]
-    radius = float(nominal.geom_size[ids["ball_geom"]][0])
-    model.body_mass[ball] = values["ball_mass"]
-    model.body_inertia[ball] = 0.4 * values["ball_mass"] * radius ** 2
-    model.pair_solref[pair] = solref_for_restitution_fast(values["restitution"], dt,
-                                                          natural_frequency=contact_frequency)
+    """One plant draw (scalars) written into one pair's own model."""
+    fields = plant_model_fields(nominal, ids, {name: np.atleast_1d(values[name]) for name in MODEL_PARAMS}, dt,
+                                contact_frequency)
+    for name, value in fields.items():
+        getattr(model, name)[:] = value[0]
     # the free ball is a "simple" body whose mass matrix MuJoCo takes from constants derived at compile
     # time: without rebuilding them a new ball mass changes only its weight (a 5 g ball fell at 1 m/s^2)
     mujoco.mj_setConst(model, mujoco.MjData(model))
 
 
-MODEL_PARAMS = ("restitution", "ball_mass", "mass_scale", "inertia_scale")
-"""Plant parameters that live in the MuJoCo model (the rest are per pair in the controller / env)."""
+class BatchedPhysics:
+    """What every batched back end shares: the scene (floor collisions off: terminations end an
+    episode long before anything reaches it), one batched rate controller + mixer + motor model
+    closing the loop at 500 Hz on the measured body rates, per-pair rotor strength and motor lag.
+    A back end provides :meth:`state`, :meth:`set_state`, :meth:`set_plant` (model parameters,
+    then :meth:`_set_actuation`), :meth:`_body_rates` and :meth:`_substep`."""
+
+    def __init__(self, n: int, sim_config: QuadJuggleConfig | None, xml_path: str | os.PathLike | None) -> None:
+        if n < 1:
+            raise ValueError(f"need at least one pair, got {n}")
+        self.n = int(n)
+        self.base = base = QuadJuggleSim(sim_config, xml_path)
+        self.n_substeps, self.dt = base.n_substeps, base.model.opt.timestep
+        self.contact_frequency = base.config.contact_frequency
+        m = base.model
+        floor = m.geom("floor").id
+        m.geom_contype[floor] = m.geom_conaffinity[floor] = 0
+        self.nominal = copy.deepcopy(m)
+        self.ids = {"quad": base._quad, "ball": base._ball, "pair": base._pair, "ball_geom": base._ball_geom}
+        params = replace(base.params, motor_tau=np.full(self.n, float(base.params.motor_tau)))
+        self.controller = QuadController(params, base.config.gains, n=self.n)
+        self.thrust_scale = np.ones(self.n)
+
+    def _set_actuation(self, ids: np.ndarray, values: dict[str, np.ndarray]) -> None:
+        self.thrust_scale[ids] = values["thrust_scale"]
+        self.controller.motors.tau[ids, 0] = values["motor_tau"]
+
+    def _reset_controller(self, ids: np.ndarray) -> None:
+        mask = np.zeros(self.n, dtype=bool)
+        mask[ids] = True
+        self.controller.reset(mask)
+
+    def step(self, ctbr: np.ndarray) -> None:
+        """One policy period of the clamped CTBR commands ``ctbr`` (N, 4)."""
+        for _ in range(self.n_substeps):
+            thrust = self.controller.step(ctbr, self._body_rates(), self.dt, validated=True)
+            self._substep(thrust * self.thrust_scale[:, None])
+
+    def _body_rates(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _substep(self, rotor_thrust: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
 
 
-class RolloutPhysics:
+class RolloutPhysics(BatchedPhysics):
     """N pairs stepped by ``mujoco.rollout`` with a batched controller.
 
     The pairs share ``model_variants`` MuJoCo models (each a draw of :data:`MODEL_PARAMS`; a pair
@@ -126,23 +195,15 @@ class RolloutPhysics:
                  model_variants: int = 64, xml_path: str | os.PathLike | None = None) -> None:
         from mujoco import rollout
 
-        if n < 1 or model_variants < 1:
-            raise ValueError(f"need at least one pair and one model variant, got {n} and {model_variants}")
-        self.n = int(n)
-        self.base = base = QuadJuggleSim(sim_config, xml_path)
-        self.n_substeps, self.dt = base.n_substeps, base.model.opt.timestep
-        self.contact_frequency = base.config.contact_frequency
-        m = base.model
-        # terminations end an episode long before anything reaches the floor: skip its collisions
-        floor = m.geom("floor").id
-        m.geom_contype[floor] = m.geom_conaffinity[floor] = 0
-        self.nominal = copy.deepcopy(m)
+        if model_variants < 1:
+            raise ValueError(f"need at least one model variant, got {model_variants}")
+        super().__init__(n, sim_config, xml_path)
+        base, m = self.base, self.base.model
         self.own_models = model_variants >= self.n
         self.variants = [copy.deepcopy(m) for _ in range(self.n if self.own_models else model_variants)]
         self.variant_values = {name: np.full(len(self.variants), float(NOMINAL_PLANT[name])) for name in MODEL_PARAMS}
         self.variant_of = np.arange(self.n) % len(self.variants)
         self.models = [self.variants[v] for v in self.variant_of]
-        self.ids = {"quad": base._quad, "ball": base._ball, "pair": base._pair, "ball_geom": base._ball_geom}
         self.nthread = nthread if nthread is not None else max(1, min(8, len(os.sched_getaffinity(0))))
         self._rollout = rollout.Rollout(nthread=self.nthread)
         self._datas = [mujoco.MjData(m) for _ in range(self.nthread)]
@@ -156,11 +217,9 @@ class RolloutPhysics:
         self._control = np.zeros((self.n, 1, m.nu))
         q, v, bq, bv = 1 + base._qq, 1 + m.nq + base._qv, 1 + base._bq, 1 + m.nq + base._bv
         self._cols = {"quad_pos": slice(q, q + 3), "quad_quat": slice(q + 3, q + 7), "quad_vel": slice(v, v + 3),
-                      "quad_rates": slice(v + 3, v + 6), "ball_pos": slice(bq, bq + 3), "ball_quat": slice(bq + 3, bq + 7),
-                      "ball_vel": slice(bv, bv + 3), "ball_spin": slice(bv + 3, bv + 6)}
-        params = replace(base.params, motor_tau=np.full(self.n, float(base.params.motor_tau)))
-        self.controller = QuadController(params, base.config.gains, n=self.n)
-        self.thrust_scale = np.ones(self.n)
+                      "quad_rates": slice(v + 3, v + 6), "ball_pos": slice(bq, bq + 3),
+                      "ball_quat": slice(bq + 3, bq + 7), "ball_vel": slice(bv, bv + 3),
+                      "ball_spin": slice(bv + 3, bv + 6)}
 
     def set_variant(self, variant: int, values: Mapping[str, float]) -> None:
         """Write one draw of :data:`MODEL_PARAMS` into shared model ``variant``."""
@@ -180,8 +239,7 @@ class RolloutPhysics:
                 self.models[i] = self.variants[self.variant_of[i]]
             for name in MODEL_PARAMS:
                 values[name] = self.variant_values[name][self.variant_of[ids]]
-        self.thrust_scale[ids] = values["thrust_scale"]
-        self.controller.motors.tau[ids, 0] = values["motor_tau"]
+        self._set_actuation(ids, values)
 
     def state(self) -> JuggleState:
         st, c = self.state_vec, self._cols
@@ -197,19 +255,16 @@ class RolloutPhysics:
         st[ids, c["quad_quat"]] = (1.0, 0.0, 0.0, 0.0)
         st[ids, c["ball_pos"]] = ball_pos
         st[ids, c["ball_quat"]] = (1.0, 0.0, 0.0, 0.0)
-        mask = np.zeros(self.n, dtype=bool)
-        mask[ids] = True
-        self.controller.reset(mask)
+        self._reset_controller(ids)
 
-    def step(self, ctbr: np.ndarray) -> None:
-        """One policy period of the clamped CTBR commands ``ctbr`` (N, 4)."""
-        rates = self._cols["quad_rates"]
-        for _ in range(self.n_substeps):
-            thrust = self.controller.step(ctbr, self.state_vec[:, rates], self.dt, validated=True)
-            self._control[:, 0, :] = thrust * self.thrust_scale[:, None]
-            self._rollout.rollout(self.models, self._datas, self.state_vec, self._control,
-                                  control_spec=self._ctrl_spec, skip_checks=True, nstep=1, state=self._out)
-            self.state_vec[:] = self._out[:, 0]
+    def _body_rates(self) -> np.ndarray:
+        return self.state_vec[:, self._cols["quad_rates"]]
+
+    def _substep(self, rotor_thrust: np.ndarray) -> None:
+        self._control[:, 0, :] = rotor_thrust
+        self._rollout.rollout(self.models, self._datas, self.state_vec, self._control,
+                              control_spec=self._ctrl_spec, skip_checks=True, nstep=1, state=self._out)
+        self.state_vec[:] = self._out[:, 0]
 
     def close(self) -> None:
         self._rollout.close()
@@ -256,7 +311,8 @@ class JuggleCore:
     (numpy in, numpy out; the env classes convert).
 
     Args:
-        physics: :class:`RolloutPhysics` or :class:`SimPhysics`.
+        physics: :class:`RolloutPhysics`, :class:`~robot_rl.envs.quad_juggle_warp.WarpPhysics` or
+            :class:`SimPhysics`.
         config: the task.
         randomization: YAML path, mapping or :class:`Randomization`; None: nominal plant, fixed start.
         split: randomization split to draw from ("train" or "eval").
@@ -420,13 +476,39 @@ class JuggleCore:
 # --------------------------------------------------------------------------- the API wrappers
 
 
+PHYSICS_BACKENDS = ("auto", "rollout", "warp")
+"""``rollout``: :class:`RolloutPhysics` (CPU threads); ``warp``: MuJoCo Warp
+(:class:`~robot_rl.envs.quad_juggle_warp.WarpPhysics`, GPU); ``auto``: Warp when the env's torch
+device is a GPU and MuJoCo Warp is installed, else rollout."""
+
+
 def _make_core(num_envs: int, config: JuggleConfig | None, sim_config: QuadJuggleConfig | None,
-               randomization, split: str, overrides, seed: int, nthread: int | None, auto_reset: bool) -> JuggleCore:
+               randomization, split: str, overrides, seed: int, nthread: int | None, auto_reset: bool,
+               physics: str = "rollout", device: str = "cpu") -> JuggleCore:
     sim_config = sim_config if sim_config is not None else QuadJuggleConfig()
     if config is not None and abs(config.policy_hz - sim_config.policy_hz) > 1e-9:
         raise ValueError(f"task policy_hz {config.policy_hz} != simulator policy_hz {sim_config.policy_hz}")
-    physics = RolloutPhysics(num_envs, sim_config, nthread)
-    return JuggleCore(physics, config, randomization, split, overrides, seed, auto_reset)
+    if physics not in PHYSICS_BACKENDS:
+        raise ValueError(f"physics must be one of {PHYSICS_BACKENDS}, got {physics!r}")
+    if physics == "auto":
+        from robot_rl.envs.quad_juggle_warp import warp_available
+
+        physics = "warp" if str(device).startswith("cuda") and warp_available() else "rollout"
+    if physics == "warp":
+        from robot_rl.envs.quad_juggle_warp import WarpPhysics
+
+        backend: BatchedPhysics = WarpPhysics(num_envs, sim_config, _warp_device(device))
+    else:
+        backend = RolloutPhysics(num_envs, sim_config, nthread)
+    return JuggleCore(backend, config, randomization, split, overrides, seed, auto_reset)
+
+
+def _warp_device(device: str) -> str | None:
+    """The Warp device of a torch device string (``cuda`` -> ``cuda:0``; ``cpu`` -> Warp's default)."""
+    device = str(device)
+    if device == "cuda":
+        return "cuda:0"
+    return device if device.startswith("cuda:") else None
 
 
 class QuadJuggleVecEnv:
@@ -435,7 +517,8 @@ class QuadJuggleVecEnv:
     ``obs = {"policy": (N, OBS_DIM), "critic": (N, OBS_DIM + PRIVILEGED_DIM)}`` float32; reward
     float32 (N,); terminated / truncated bool (N,); ``extras["log"]`` episode statistics and
     ``extras["time_outs"]`` (= truncated, rsl_rl's name). Keyword arguments as
-    :class:`JuggleCore`, plus ``sim_config`` and ``nthread`` of :class:`RolloutPhysics`.
+    :class:`JuggleCore`, plus ``sim_config`` and ``nthread`` of :class:`RolloutPhysics` and
+    ``physics`` (:data:`PHYSICS_BACKENDS`; ``auto``: MuJoCo Warp on a GPU ``device``).
     """
 
     num_actions = 4
@@ -446,11 +529,12 @@ class QuadJuggleVecEnv:
                  sim_config: QuadJuggleConfig | None = None,
                  randomization: str | os.PathLike | Mapping | Randomization | None = DEFAULT_RANDOMIZATION,
                  split: str = "train", overrides: Mapping[str, Any] | None = None, seed: int = 0,
-                 nthread: int | None = None) -> None:
+                 nthread: int | None = None, physics: str = "auto") -> None:
         import torch
 
         self._torch = torch
-        self.core = _make_core(num_envs, config, sim_config, randomization, split, overrides, seed, nthread, True)
+        self.core = _make_core(num_envs, config, sim_config, randomization, split, overrides, seed, nthread, True,
+                               physics, device)
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.max_episode_length = self.core.config.max_episode_steps

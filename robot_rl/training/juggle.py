@@ -48,6 +48,9 @@ class JuggleTrainConfig:
     seed: int = 0
     device: str = "auto"
     """Torch device of the learner (auto: CUDA when present)."""
+    physics: str = "auto"
+    """Simulation back end (robot_rl.envs.quad_juggle_vec.PHYSICS_BACKENDS; auto: MuJoCo Warp on the
+    learner's GPU when there is one and MuJoCo Warp is installed, else mujoco.rollout on CPU threads)."""
     eval_every: int = 50
     """Evaluate (and export if best) every this many iterations."""
     eval_trials: int = 10
@@ -129,7 +132,7 @@ def train_juggling(cfg: JuggleTrainConfig, out_dir: str | Path, run_dir: str | P
     run_dir = Path(run_dir) if run_dir is not None else out_dir.parent / f"{out_dir.name}-run"
     run_dir.mkdir(parents=True, exist_ok=True)
     env = QuadJuggleVecEnv(cfg.num_envs, device=device, config=cfg.task, randomization=cfg.randomization,
-                           seed=cfg.seed)
+                           seed=cfg.seed, physics=cfg.physics)
     def progress(stats: dict[str, float]) -> None:
         if stats["iteration"] % 10 == 0:
             log(f"[juggle] iteration {stats['iteration']}  {json.dumps(_short(stats))}")
