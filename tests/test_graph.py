@@ -22,7 +22,7 @@ from robot_rl.ros import codec, qos  # noqa: E402
 from robot_rl.ros.graph import loopback_environment  # noqa: E402
 from robot_rl.ros.messages import bytes_to_uint8_multiarray  # noqa: E402
 from robot_rl.ros.supervisor import Supervisor  # noqa: E402
-from robot_rl.ros.probe import RosProbe, fresh_domain_id, start_graph  # noqa: E402
+from robot_rl.ros.probe import RosProbe, fastdds_leftovers, fresh_domain_id, start_graph  # noqa: E402
 
 SMALL = {
     "robot_rl.demos": {"episodes": 0},
@@ -79,6 +79,16 @@ def _malformed_payloads() -> list[bytes]:
         good,  # missing fields
         nan_batch,  # NaN observations
     ] * 3
+
+
+def test_fresh_domains_skip_fastdds_leftovers(tmp_path):
+    """Domain 5's RTPS ports are 8650-8899: its shared-memory port files count, others do not."""
+    for name in ("fastdds_port8661", "fastdds_port8661_el", "sem.fastdds_port8661_mutex", "fastdds_port8899",
+                 "fastdds_port8900", "fastdds_port8649", "fastdds_0aebb41166210bdc"):
+        (tmp_path / name).touch()
+    assert fastdds_leftovers(5, tmp_path) == 4
+    assert fastdds_leftovers(4, tmp_path) == 1 and fastdds_leftovers(6, tmp_path) == 1
+    assert fastdds_leftovers(7, tmp_path) == 0
 
 
 def test_three_process_graph_delivers_everything_and_survives_garbage(tmp_path):

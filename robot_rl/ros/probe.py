@@ -76,14 +76,33 @@ class RosProbe:
 
 
 _UNUSED_DOMAINS: list[int] = []
+_SHM_DIR = Path("/dev/shm")
+
+
+def fastdds_leftovers(domain_id: int, shm_dir: Path = _SHM_DIR) -> int:
+    """Fast DDS shared-memory port files of ``domain_id`` in ``shm_dir`` (segments and their named
+    mutexes, named by RTPS port: 7400 + 250 * domain + offset, offset < 250). On a machine where no
+    process of the domain runs, they are what killed nodes of earlier runs left behind (a mutex a
+    killed process held stays locked)."""
+    base = 7400 + 250 * domain_id
+    count = 0
+    for path in shm_dir.iterdir() if shm_dir.is_dir() else ():
+        name = path.name.removeprefix("sem.")
+        if name.startswith("fastdds_port"):
+            digits = name[len("fastdds_port"):].split("_")[0]
+            count += digits.isdigit() and base <= int(digits) < base + 250
+    return count
 
 
 def fresh_domain_id() -> int:
     """A loopback ROS domain id no earlier call in this process returned (120-230, shuffled), so a
-    test's nodes never meet an earlier test's leftovers, such as the shared-memory segments of a
-    node that was killed."""
+    test's nodes never meet an earlier test's leftovers; domains holding Fast DDS shared-memory
+    port files (earlier runs' killed nodes) come last. A node that joined a domain with such
+    leftovers lost one direction of its traffic in a few CI runs on a reused machine."""
     if not _UNUSED_DOMAINS:
-        _UNUSED_DOMAINS.extend(random.sample(range(120, 231), 111))
+        shuffled = random.sample(range(120, 231), 111)
+        # popped from the end: clean domains last in the list
+        _UNUSED_DOMAINS.extend(sorted(shuffled, key=lambda d: fastdds_leftovers(d) == 0))
     return _UNUSED_DOMAINS.pop()
 
 
