@@ -1,6 +1,8 @@
 """Human in the loop end to end: the scripted human drives a gamepad (`joy`), the teleop node
 arbitrates, the actor executes the person's commands and flags them, the learner stores them as
-demonstrations too. Five processes over loopback DDS, arm lift in lockstep simulation."""
+demonstrations too. Five processes over loopback DDS, arm lift simulated in real time (as a
+person's session runs it: in lockstep an idle machine got through the 400 training steps in under
+two seconds, before the scripted human's gamepad could take over)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from robot_rl.ros.probe import RosProbe, fresh_domain_id, start_graph  # noqa: E
 HIL = {
     "robot_rl.nodes": ["sim", "actor", "learner", "teleop", "scripted_human"],
     "robot_rl.demos": {"episodes": 0},
+    "sim.clock_mode": "realtime",  # at the task's 10 Hz, as robot-rl record runs it
     "actor.total_steps": 400,
     "actor.eval_episodes": 1,
     "actor.batch_transitions": 25,
