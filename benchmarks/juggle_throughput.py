@@ -23,7 +23,7 @@ import torch
 
 import robot_rl.envs  # noqa: F401 - registers robot_rl/QuadJuggle-v0
 from robot_rl.envs.juggle_task import OBS_DIM, PRIVILEGED_DIM
-from robot_rl.envs.quad_juggle_vec import QuadJuggleVecEnv
+from robot_rl.envs.quad_juggle_vec import PHYSICS_BACKENDS, QuadJuggleVecEnv
 from robot_rl.resources import package_path
 
 
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--reference-envs", type=int, default=16)
     parser.add_argument("--reference-steps", type=int, default=100)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--physics", default="auto", choices=["auto", "rollout", "warp"])
+    parser.add_argument("--physics", default="auto", choices=PHYSICS_BACKENDS)
     args = parser.parse_args()
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
     policy, description = load_policy(args.device)

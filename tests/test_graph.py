@@ -86,9 +86,10 @@ def test_fresh_domains_skip_fastdds_leftovers(tmp_path):
     for name in ("fastdds_port8661", "fastdds_port8661_el", "sem.fastdds_port8661_mutex", "fastdds_port8899",
                  "fastdds_port8900", "fastdds_port8649", "fastdds_0aebb41166210bdc"):
         (tmp_path / name).touch()
-    assert fastdds_leftovers(5, tmp_path) == 4
-    assert fastdds_leftovers(4, tmp_path) == 1 and fastdds_leftovers(6, tmp_path) == 1
-    assert fastdds_leftovers(7, tmp_path) == 0
+    leftovers = fastdds_leftovers(tmp_path)
+    assert leftovers[5] == 4
+    assert leftovers[4] == 1 and leftovers[6] == 1
+    assert leftovers[7] == 0
 
 
 def test_three_process_graph_delivers_everything_and_survives_garbage(tmp_path):

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 
@@ -79,30 +80,30 @@ _UNUSED_DOMAINS: list[int] = []
 _SHM_DIR = Path("/dev/shm")
 
 
-def fastdds_leftovers(domain_id: int, shm_dir: Path = _SHM_DIR) -> int:
-    """Fast DDS shared-memory port files of ``domain_id`` in ``shm_dir`` (segments and their named
-    mutexes, named by RTPS port: 7400 + 250 * domain + offset, offset < 250). On a machine where no
-    process of the domain runs, they are what killed nodes of earlier runs left behind (a mutex a
-    killed process held stays locked)."""
-    base = 7400 + 250 * domain_id
-    count = 0
+def fastdds_leftovers(shm_dir: Path = _SHM_DIR) -> Counter[int]:
+    """Fast DDS shared-memory port files in ``shm_dir`` per ROS domain (segments and their named
+    mutexes, named by RTPS port: 7400 + 250 * domain + offset, offset < 250). For a domain where no
+    process runs, they are what killed nodes of earlier runs left behind (a mutex a killed process
+    held stays locked)."""
+    counts: Counter[int] = Counter()
     for path in shm_dir.iterdir() if shm_dir.is_dir() else ():
         name = path.name.removeprefix("sem.")
-        if name.startswith("fastdds_port"):
-            digits = name[len("fastdds_port"):].split("_")[0]
-            count += digits.isdigit() and base <= int(digits) < base + 250
-    return count
+        digits = name.removeprefix("fastdds_port").split("_")[0]
+        if name.startswith("fastdds_port") and digits.isdigit() and int(digits) >= 7400:
+            counts[(int(digits) - 7400) // 250] += 1
+    return counts
 
 
 def fresh_domain_id() -> int:
     """A loopback ROS domain id no earlier call in this process returned (120-230, shuffled), so a
     test's nodes never meet an earlier test's leftovers; domains holding Fast DDS shared-memory
-    port files (earlier runs' killed nodes) come last. A node that joined a domain with such
-    leftovers lost one direction of its traffic in a few CI runs on a reused machine."""
+    port files (earlier runs' killed nodes) come last, as insurance against Fast DDS ports a
+    crashed process left inoperative (not shown to have caused a failure here)."""
     if not _UNUSED_DOMAINS:
+        leftovers = fastdds_leftovers()
         shuffled = random.sample(range(120, 231), 111)
         # popped from the end: clean domains last in the list
-        _UNUSED_DOMAINS.extend(sorted(shuffled, key=lambda d: fastdds_leftovers(d) == 0))
+        _UNUSED_DOMAINS.extend(sorted(shuffled, key=lambda d: leftovers[d] == 0))
     return _UNUSED_DOMAINS.pop()
 
 
