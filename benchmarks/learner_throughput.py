@@ -11,7 +11,8 @@ encoder call per camera. Ours is `robot_rl.agents.sac.SAC` as the learner runs i
 ensemble, only the subsampled target members, critics frozen for the actor step, a
 vectorised tanh, fused Adam, one grouped conv for all cameras; plus the learner's
 `precision: auto` (bfloat16 matmuls where the CPU has AVX512-BF16/AMX, or on a GPU) and
-`compile: true`. Eager float32 figures are printed as well, so each part's share shows.
+`compile: true`. Eager float32 figures are printed as well, so each part's share shows. Both
+run with glibc's malloc keeping freed memory (`reuse_freed_cpu_memory`, which our SAC sets).
 One update = utd_ratio (1 here) critic steps + one actor and temperature step.
 
     python benchmarks/learner_throughput.py [--quick] [--device cuda]
@@ -33,6 +34,7 @@ from torch import nn
 
 from robot_rl.agents.encoders import EncoderConfig
 from robot_rl.agents.sac import SAC, SACConfig, native_bf16
+from robot_rl.device import reuse_freed_cpu_memory
 
 OBS_DIM, ACTION_DIM, BATCH, CRITICS, SUBSAMPLE = 33, 4, 256, 10, 2
 IMAGE, PROPRIO = 64, 12
@@ -175,6 +177,8 @@ def main() -> None:
     device = torch.device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(max(1, torch.get_num_threads()))
+        # Our SAC sets this when it is built; set here first so the reference runs under the same allocator.
+        reuse_freed_cpu_memory()
     seconds = 4.0 if args.quick else 15.0
     precision = "bfloat16" if native_bf16(device) else "float32"  # what precision: auto picks
     torch.manual_seed(0)

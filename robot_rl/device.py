@@ -36,3 +36,29 @@ def resolve_device(device: str) -> str:
     elif device == "mps" and not torch.backends.mps.is_available():
         raise ValueError("device 'mps' is not available")
     return device
+
+
+_GLIBC_M_TRIM_THRESHOLD, _GLIBC_M_MMAP_THRESHOLD = -1, -3
+
+
+def reuse_freed_cpu_memory() -> bool:
+    """Makes glibc's malloc keep freed blocks for reuse instead of handing them back to the OS.
+
+    Torch's CPU allocator does not cache: every activation of a few MB is a fresh mmap (or heap
+    growth) whose pages fault in, zeroed, on first touch, and is unmapped again when freed. A
+    learner allocates the same sizes every update, so it pays ~1,800 page faults per SAC update
+    (10 critics, batch 256; 30 % of the update on a 2-core CPU). Blocks up to 32 MiB now come from
+    the heap and freed memory is kept (resident memory stays at its peak instead of shrinking).
+    A process-wide setting, so call it in learner processes; it changes no result. Returns False
+    where the C library is not glibc (nothing changed there).
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    # Setting the mmap threshold also stops glibc from adjusting it dynamically.
+    return bool(mallopt(_GLIBC_M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(_GLIBC_M_TRIM_THRESHOLD, 1 << 30))

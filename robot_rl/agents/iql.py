@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from robot_rl.agents.encoders import EncoderConfig, ImageEncoder, random_shift
 from robot_rl.agents.frame_stack_policy import save_frame_stack_policy
 from robot_rl.agents.networks import CriticEnsemble, TanhGaussianActor, mlp, squashed_gaussian_log_prob
+from robot_rl.device import reuse_freed_cpu_memory
 
 ACTION_EPS = 1e-5
 """Dataset actions are clipped to [-1 + eps, 1 - eps] before atanh (atanh(+-1) is infinite)."""
@@ -139,6 +140,8 @@ class IQL:
                  device: str | torch.device | None = None):
         self.config = cfg = config or IQLConfig()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if self.device.type == "cpu":
+            reuse_freed_cpu_memory()
         self.state_dim, self.action_dim = state_dim, action_dim
         self.encoder = ImageEncoder(cfg.encoder).to(self.device)
         self.feature_dim = cfg.frame_stack * self.encoder.output_dim + state_dim

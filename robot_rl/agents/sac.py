@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from robot_rl.agents.encoders import EncoderConfig, ImageEncoder
 from robot_rl.agents.networks import CriticEnsemble, mlp
 from robot_rl.agents.policy import GRIPPER_COMMANDS, Policy, PolicySpec, gripper_index
+from robot_rl.device import reuse_freed_cpu_memory
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,8 @@ class SAC:
                  policy_encoder: EncoderConfig | None = None):
         self.config = cfg = config or SACConfig()
         self.device = torch.device(device)
+        if self.device.type == "cpu":
+            reuse_freed_cpu_memory()  # the update's activations would otherwise page-fault in afresh each time
         if encoder is not None and policy_encoder is not None:
             raise ValueError("give either a trained encoder or a frozen policy encoder, not both")
         shipped = encoder or policy_encoder
