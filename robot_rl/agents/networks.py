@@ -149,7 +149,8 @@ class TanhGaussianActor(nn.Module):
         self.log_std_max = log_std_max
 
     def distribution_params(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, raw_log_std = self.net(obs).chunk(2, dim=-1)
+        # float32 even when the trunk runs in bfloat16 (autocast): log-probabilities need the precision.
+        mean, raw_log_std = self.net(obs).float().chunk(2, dim=-1)
         log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(raw_log_std) + 1)
         return mean, log_std
 

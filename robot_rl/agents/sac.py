@@ -71,8 +71,9 @@ class SACConfig:
     gripper_state_index: int = -1
     """Index, from the end of the state vector, of the current gripper command (> 0 closed)."""
     precision: str = "float32"
-    """Critic matmul precision: "float32", "bfloat16" (autocast; LayerNorm, heads and losses stay
-    float32) or "auto" (bfloat16 where the hardware has native bf16 matmul, else float32)."""
+    """Matmul precision of critics and actor in training: "float32", "bfloat16" (autocast;
+    LayerNorm, heads, log-probabilities and losses stay float32) or "auto" (bfloat16 where the
+    hardware has native bf16 matmul, else float32). The deployed policy acts in float32."""
     compile: bool = False
     """torch.compile the loss functions (CUDA graphs on GPU); falls back to eager if compiling fails."""
 
@@ -185,7 +186,7 @@ class SAC:
         if cfg.compile:
             mode = "reduce-overhead" if self.device.type == "cuda" else None  # CUDA graphs on GPU
             self._compiled = {name: torch.compile(getattr(self, name), mode=mode)
-                              for name in ("critic_loss", "actor_loss")}
+                              for name in ("next_actions", "critic_loss", "actor_loss")}
 
     def _critic_parameters(self) -> list[torch.nn.Parameter]:
         params = list(self.critic.parameters())
@@ -274,9 +275,17 @@ class SAC:
         previous = features[:, -self.continuous_dim:]
         return torch.clamp(action, previous - limit, previous + limit)
 
+    @torch.no_grad()
+    def next_actions(self, next_features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """a' ~ pi(.|s') (rate-limited) and log pi(a'|s') for the critic target."""
+        with self._autocast():
+            next_action, next_log_prob = self.actor(next_features)
+        return self.rate_limited(next_action, next_features), next_log_prob
+
     def actor_loss(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """alpha * log pi(a|s) - mean_E Q(s, a); returns (loss, log_prob for the temperature)."""
-        action, log_prob = self.actor(features)
+        with self._autocast():
+            action, log_prob = self.actor(features)
         action = self.rate_limited(action, features)
         # The critics are constants here: detached weights skip their gradients in the backward pass.
         constants = {name: p.detach() for name, p in self.critic.named_parameters()}
@@ -302,9 +311,8 @@ class SAC:
         features = self.encode(minibatch["obs"], train=True)
         with torch.no_grad():
             next_features = self.encode(minibatch["next_obs"], train=True)
-            if next_action is None:
-                next_action, next_log_prob = self.actor(next_features)
-                next_action = self.rate_limited(next_action, next_features)
+        if next_action is None:
+            next_action, next_log_prob = self._run_compiled("next_actions", next_features)
         action = minibatch["action"]
         continuous = action[:, :self.continuous_dim]
         loss, q = self._run_compiled("critic_loss", features, continuous, minibatch["reward"], minibatch["terminated"],
@@ -345,25 +353,23 @@ class SAC:
                              f"{cfg.utd_ratio * cfg.batch_size}")
         next_action = next_log_prob = None
         if self.encoder is None:
-            with torch.no_grad():
-                # The actor does not change during the critic updates: one pass gives every next action.
-                next_action, next_log_prob = self.actor(batch["next_obs"])
-                next_action = self.rate_limited(next_action, batch["next_obs"])
+            # The actor does not change during the critic updates: one pass gives every next action.
+            next_action, next_log_prob = self._run_compiled("next_actions", batch["next_obs"])
         for i in range(cfg.utd_ratio):
             part = slice(i * cfg.batch_size, (i + 1) * cfg.batch_size)
             minibatch = {k: _take(v, part) for k, v in batch.items()}
             loss, features, critic_loss, grasp_loss, q_mean = self._critic_step(
                 minibatch, None if next_action is None else next_action[part],
                 None if next_log_prob is None else next_log_prob[part], self.target_members())
-            self._step(self.critic_optimizer, loss, self._critic_parameters())
+            self._step(loss, (self.critic_optimizer, self._critic_parameters()))
             self.soft_update_targets()
         if features is None:
             features = minibatch["obs"]
 
         actor_loss, log_prob = self._run_compiled("actor_loss", features)
-        self._step(self.actor_optimizer, actor_loss, self.actor.parameters())
-        temperature_loss = self.temperature_loss(log_prob)
-        self._step(self.temperature_optimizer, temperature_loss, [self.log_alpha])
+        # One backward for both: the actor loss holds alpha constant, the temperature loss log pi.
+        self._step(actor_loss + self.temperature_loss(log_prob), (self.actor_optimizer, list(self.actor.parameters())),
+                   (self.temperature_optimizer, [self.log_alpha]))
         self.num_updates += 1
         metrics = {"critic_loss": critic_loss, "q_mean": q_mean, "actor_loss": actor_loss.detach(),
                    "temperature": self.alpha.detach(), "entropy": -log_prob.mean()}
@@ -372,12 +378,15 @@ class SAC:
         # One host sync for all metrics instead of one per .item().
         return dict(zip(metrics, torch.stack(list(metrics.values())).tolist()))
 
-    def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params) -> None:
-        optimizer.zero_grad(set_to_none=True)
+    def _step(self, loss: torch.Tensor, *groups: tuple[torch.optim.Optimizer, list[torch.nn.Parameter]]) -> None:
+        """Backpropagates `loss` once, then clips (per network) and steps each (optimizer, parameters)."""
+        for optimizer, _ in groups:
+            optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if self.config.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(list(params), self.config.max_grad_norm)
-        optimizer.step()
+        for optimizer, params in groups:
+            if self.config.max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
+            optimizer.step()
 
     @torch.no_grad()
     def soft_update_targets(self) -> None:
