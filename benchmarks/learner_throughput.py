@@ -9,11 +9,12 @@ a Python loop over nn.Sequential critics, every target critic evaluated then sub
 the actor's Q through critics that still collect weight gradients, nn.Tanh, eager, one conv
 encoder call per camera. Ours is `robot_rl.agents.sac.SAC` as the learner runs it: the stacked
 ensemble, only the subsampled target members, critics frozen for the actor step, a
-vectorised tanh, fused Adam, one grouped conv for all cameras; plus the learner's
-`precision: auto` (bfloat16 matmuls where the CPU has AVX512-BF16/AMX, or on a GPU) and
-`compile: true`. Eager float32 figures are printed as well, so each part's share shows. Both
-run with glibc's malloc keeping freed memory (`reuse_freed_cpu_memory`, which our SAC sets).
-One update = utd_ratio (1 here) critic steps + one actor and temperature step.
+sigmoid-form tanh, fused Adam, channels-last convolutions; plus the learner's
+`precision: auto` (bfloat16 matmuls and convolutions where the CPU has AVX512-BF16/AMX, or on
+a GPU) and `compile: true`. Eager float32 figures are printed as well, so each part's share
+shows. Both run with glibc's malloc keeping freed memory (`reuse_freed_cpu_memory`, which our
+SAC sets), and the contenders take turns in short windows (`rates`), so each sees the same
+machine. One update = utd_ratio (1 here) critic steps + one actor and temperature step.
 
     python benchmarks/learner_throughput.py [--quick] [--device cuda]
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import time
 
 import torch
@@ -147,18 +149,35 @@ def make_batch(pixels: bool, device: torch.device, seed: int = 0) -> dict:
             "reward": torch.randn(BATCH, generator=g).to(device), "terminated": torch.zeros(BATCH, device=device)}
 
 
-def rate(update, batch, seconds: float, device: torch.device) -> float:
-    """Updates per second after warm-up (compilation included in the warm-up, not in the rate)."""
-    for _ in range(3):
-        update(batch)
+def rates(updates: dict, batch, seconds: float, device: torch.device) -> dict[str, float]:
+    """Median updates per second of each contender over `seconds` each, in interleaved windows.
+
+    Taking turns window by window (about 0.5 s each) exposes every contender to the same machine:
+    back-to-back 15 s runs on this shared 2-core VM drifted 20 % between runs, which moved the
+    ratio by as much. Compilation happens in the warm-up, not in a window.
+    """
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    sync()
-    start, n = time.perf_counter(), 0
-    while time.perf_counter() - start < seconds:
+    per_window = {}
+    for name, update in updates.items():
+        for _ in range(3):
+            update(batch)
+        sync()
+        start = time.perf_counter()
         update(batch)
-        n += 1
-    sync()
-    return n / (time.perf_counter() - start)
+        sync()
+        per_window[name] = max(1, round(0.5 / (time.perf_counter() - start)))
+    measured: dict[str, list[float]] = {name: [] for name in updates}
+    spent = 0.0
+    while spent < seconds:
+        for name, update in updates.items():
+            start = time.perf_counter()
+            for _ in range(per_window[name]):
+                update(batch)
+            sync()
+            elapsed = time.perf_counter() - start
+            measured[name].append(per_window[name] / elapsed)
+            spent += elapsed / len(updates)
+    return {name: statistics.median(values) for name, values in measured.items()}
 
 
 def ours(pixels: bool, device: torch.device, precision: str, compile: bool):
@@ -194,9 +213,9 @@ def main() -> None:
                 module.to(device)
         reference.log_alpha = reference.log_alpha.detach().to(device).requires_grad_(True)
         reference.t_opt = torch.optim.Adam([reference.log_alpha], 3e-4)
-        ref_rate = rate(reference.update, batch, window, device)
-        eager_rate = rate(ours(pixels, device, "float32", False), batch, window, device)
-        best_rate = rate(ours(pixels, device, precision, True), batch, window, device)
+        measured = rates({"reference": reference.update, "eager": ours(pixels, device, "float32", False),
+                          "best": ours(pixels, device, precision, True)}, batch, window, device)
+        ref_rate, eager_rate, best_rate = measured["reference"], measured["eager"], measured["best"]
         result.update({f"{prefix}updates_per_s": round(best_rate, 2),
                        f"{prefix}reference_updates_per_s": round(ref_rate, 2),
                        f"{prefix}ratio": round(best_rate / ref_rate, 3),

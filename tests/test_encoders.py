@@ -31,18 +31,21 @@ def test_random_shift_is_an_exact_crop_of_the_padded_image():
     assert torch.equal(random_shift(images, pad=0), images)
 
 
-def test_grouped_trunk_equals_separate_convs_per_camera():
+def test_trunk_per_camera_equals_its_grouped_convolutions():
     torch.manual_seed(0)
     trunk = GroupedConvTrunk(2, channels=4, num_layers=2)
-    x = torch.randn(5, 6, 16, 16)
+    x = torch.randn(5, 6, 16, 16, requires_grad=True)
     out = trunk(x)
     assert out.shape == (5, 2, 4, 4, 4)
-    conv = trunk.net[0]
-    for cam in range(2):
-        w = conv.weight[cam * 4:(cam + 1) * 4]
-        b = conv.bias[cam * 4:(cam + 1) * 4]
-        first = F.relu(F.conv2d(x[:, cam * 3:(cam + 1) * 3], w, b, stride=2, padding=1))
-        torch.testing.assert_close(first, F.relu(conv(x))[:, cam * 4:(cam + 1) * 4])
+    grouped = trunk.net(x)  # the grouped layers as one call: camera k's channels are group k's
+    torch.testing.assert_close(out, grouped.view(5, 2, 4, 4, 4))
+    out.square().sum().backward()
+    trunk_grad, x_grad = trunk.net[0].weight.grad.clone(), x.grad.clone()
+    trunk.zero_grad()
+    x.grad = None
+    grouped.square().sum().backward()
+    torch.testing.assert_close(trunk_grad, trunk.net[0].weight.grad)
+    torch.testing.assert_close(x_grad, x.grad)
 
 
 def test_encoder_shapes_state_and_bad_frames():

@@ -185,6 +185,8 @@ class SAC:
         self._compiled: dict[str, object] = {}
         if cfg.compile:
             mode = "reduce-overhead" if self.device.type == "cuda" else None  # CUDA graphs on GPU
+            # Compiled code draws its random numbers as eager code does: same seed, same run.
+            torch._inductor.config.fallback_random = True
             self._compiled = {name: torch.compile(getattr(self, name), mode=mode)
                               for name in ("next_actions", "critic_loss", "actor_loss")}
 
