@@ -118,10 +118,9 @@ def encode_stack(encoder: ImageEncoder, frames: torch.Tensor, augment: bool = Fa
     b, k, h, w, _ = frames.shape
     pad = encoder.config.augment_pad
     if augment and pad > 0:
-        # Shift the K frames as one (B, K*3, H, W) image; the shift is an exact gather, so the
-        # values stay whole numbers and go back to uint8 losslessly.
-        stacked = frames.permute(0, 1, 4, 2, 3).reshape(b, k * 3, h, w).float()
-        frames = random_shift(stacked, pad).to(torch.uint8).view(b, k, 3, h, w).permute(0, 1, 3, 4, 2)
+        # Shift the K frames as one (B, K*3, H, W) uint8 image (the shift is an exact crop).
+        stacked = frames.permute(0, 1, 4, 2, 3).reshape(b, k * 3, h, w)
+        frames = random_shift(stacked, pad).reshape(b, k, 3, h, w).permute(0, 1, 3, 4, 2)
     embedding = encoder({encoder.config.cameras[0]: frames.reshape(b * k, h, w, 3)})
     return embedding.reshape(b, k * embedding.shape[-1])
 
