@@ -1,8 +1,10 @@
 """Torch device names: one check for every place a user names a device (learner, training loops,
-reward node). Torch is imported only when a name needs it, so light modules can use this."""
+reward node), and the learners' process-level CPU memory setting. Torch is imported only when a
+name needs it, so light modules can use this."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?|mps)$")
@@ -41,6 +43,7 @@ def resolve_device(device: str) -> str:
 _GLIBC_M_TRIM_THRESHOLD, _GLIBC_M_MMAP_THRESHOLD = -1, -3
 
 
+@functools.cache  # once per process: finding libc runs ldconfig (~4 ms) and the setting stays
 def reuse_freed_cpu_memory() -> bool:
     """Makes glibc's malloc keep freed blocks for reuse instead of handing them back to the OS.
 
