@@ -26,7 +26,10 @@ import json
 import statistics
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
+from functools import partial
+from multiprocessing import get_context
 from pathlib import Path
 
 import torch
@@ -38,6 +41,7 @@ from robot_rl.tasks import expert_for_env  # noqa: E402
 from robot_rl.training.gym_loop import Trainer  # noqa: E402
 
 TARGET = 0.9
+BC_WEIGHT = 1.0
 
 
 def steps_to_target(rows: list[dict], cap: int) -> int:
@@ -64,31 +68,46 @@ def plot(curves: dict[str, dict[int, list[dict]]], path: Path) -> None:
     plt.close(fig)
 
 
+def train_arm(run: tuple[str, int], steps: int, eval_every: int, eval_episodes: int, demos: int,
+              bc_weight: float) -> list[dict]:
+    """One training run of one arm ("with" or "without" the scripted human); its learning curve."""
+    arm, seed = run
+    torch.set_num_threads(1)
+    base = config_for(seed, steps, False, eval_every, eval_episodes)
+    config = replace(base, interventions=arm == "with", stop_success_rate=TARGET, demo_episodes=demos,
+                     sac=replace(base.sac, bc_weight=bc_weight))
+    trainer = Trainer(config, expert=expert_for_env(ENV_ID),
+                      log=lambda row: print(json.dumps({"arm": arm, "seed": seed, **row}), flush=True))
+    return trainer.run()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=20_000, help="step budget of each run")
     parser.add_argument("--eval-every", type=int, default=1_000)
     parser.add_argument("--demos", type=int, default=3, help="scripted demonstrations in both arms")
+    parser.add_argument("--bc-weight", type=float, default=BC_WEIGHT,
+                        help="behaviour cloning on demonstration-buffer rows, both arms (SACConfig.bc_weight)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs trained at once, one process and thread each")
     parser.add_argument("--quick", action="store_true", help="one seed, 2k steps, 10 evaluation episodes")
     parser.add_argument("--out", default=".", help="directory for the PNG")
     args = parser.parse_args()
     seeds = args.seeds[:1] if args.quick else args.seeds
     steps, eval_every = (2_000, 1_000) if args.quick else (args.steps, args.eval_every)
     eval_episodes = 10 if args.quick else 50
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    expert = expert_for_env(ENV_ID)
     start = time.perf_counter()
+    runs = [(arm, seed) for seed in seeds for arm in ("with", "without")]
+    settings = dict(steps=steps, eval_every=eval_every, eval_episodes=eval_episodes, demos=args.demos,
+                    bc_weight=args.bc_weight)
     curves: dict[str, dict[int, list[dict]]] = {"without": {}, "with": {}}
-    for seed in seeds:
-        for arm in ("with", "without"):
-            config = replace(config_for(seed, steps, False, eval_every, eval_episodes), interventions=arm == "with",
-                             stop_success_rate=TARGET, demo_episodes=args.demos)
-            trainer = Trainer(config, expert=expert,
-                              log=lambda row, s=seed, a=arm: print(json.dumps({"arm": a, "seed": s, **row}), flush=True))
-            curves[arm][seed] = trainer.run()
+    # One run per worker process, one torch thread each: the runs are independent and a
+    # single small-batch update does not keep two cores busy.
+    with ProcessPoolExecutor(max_workers=min(args.jobs, len(runs)), mp_context=get_context("spawn")) as pool:
+        for (arm, seed), rows in zip(runs, pool.map(partial(train_arm, **settings), runs)):
+            curves[arm][seed] = rows
     cap = steps + eval_every
-    reached = {arm: [steps_to_target(rows, cap) for rows in runs.values()] for arm, runs in curves.items()}
+    reached = {arm: [steps_to_target(rows, cap) for rows in by_seed.values()] for arm, by_seed in curves.items()}
     medians = {arm: statistics.median(values) for arm, values in reached.items()}
     png = Path(args.out) / "hil_pick_cube.png"
     plot(curves, png)
@@ -96,7 +115,7 @@ def main() -> None:
                       "steps_to_90_with": reached["with"], "steps_to_90_without": reached["without"],
                       "median_with": medians["with"], "median_without": medians["without"],
                       "never_reached_counts_as": cap, "seeds": seeds, "wall_s": round(time.perf_counter() - start, 1),
-                      "demos": args.demos, "png": str(png),
+                      "demos": args.demos, "bc_weight": args.bc_weight, "png": str(png),
                       "meets_target": medians["with"] <= 0.6 * medians["without"]}))
 
 

@@ -156,7 +156,11 @@ class TanhGaussianActor(nn.Module):
 
     def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (action in [-1, 1], log-probability of that action)."""
-        mean, log_std = self.distribution_params(obs)
+        return self.sample(*self.distribution_params(obs), deterministic)
+
+    @staticmethod
+    def sample(mean: torch.Tensor, log_std: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(action, log-probability) from given distribution parameters: the mode or a draw."""
         if deterministic:
             pre_tanh = mean
         else:

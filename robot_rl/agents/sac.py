@@ -60,6 +60,12 @@ class SACConfig:
     (the observation's, or the state's after the camera features) hold. The robot clamps what it
     executes; the critic target and the actor loss clamp the actor's actions the same way, so
     the critic is never asked about actions the robot cannot take (None: off)."""
+    bc_weight: float = 0.0
+    """Behaviour cloning on the rows drawn from the demonstration buffer (demonstrations and a
+    person's interventions): the actor loss adds bc_weight x the mean squared distance between
+    the policy's deterministic continuous action and the demonstrated one. Corrections made at
+    the states the policy itself reaches then teach the actor directly (HG-DAgger), not only
+    through the critic. 0: off (SERL/HIL-SERL)."""
     max_grad_norm: float | None = None
     """Clip gradient norms of each network (None: no clipping)."""
     grasp_critic: bool = False
@@ -96,6 +102,8 @@ class SACConfig:
             raise ValueError(f"action_rate_limit must be in (0, 2] or None, got {self.action_rate_limit}")
         if self.action_rate_limit is not None and self.grasp_critic:
             raise ValueError("action_rate_limit applies to continuous actions only; not with a grasp critic")
+        if not 0.0 <= self.bc_weight < float("inf"):
+            raise ValueError(f"bc_weight must be finite and >= 0, got {self.bc_weight}")
         if self.gripper_state_index >= 0:
             raise ValueError("gripper_state_index counts from the end of the state vector: use -1, -2, ...")
 
@@ -284,16 +292,24 @@ class SAC:
             next_action, next_log_prob = self.actor(next_features)
         return self.rate_limited(next_action, next_features), next_log_prob
 
-    def actor_loss(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """alpha * log pi(a|s) - mean_E Q(s, a); returns (loss, log_prob for the temperature)."""
+    def actor_loss(self, features: torch.Tensor, demo_action: torch.Tensor | None = None,
+                   from_demos: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """alpha * log pi(a|s) - mean_E Q(s, a), plus bc_weight x the squared error of the mode
+        against `demo_action` on the `from_demos` rows; returns (loss, log_prob for the temperature)."""
         with self._autocast():
-            action, log_prob = self.actor(features)
+            mean, log_std = self.actor.distribution_params(features)
+        action, log_prob = self.actor.sample(mean, log_std)
         action = self.rate_limited(action, features)
         # The critics are constants here: detached weights skip their gradients in the backward pass.
         constants = {name: p.detach() for name, p in self.critic.named_parameters()}
         with self._autocast():
             q = torch.func.functional_call(self.critic, constants, (features, action)).float().mean(dim=0)
-        return (self.alpha.detach() * log_prob - q).mean(), log_prob.detach()
+        loss = (self.alpha.detach() * log_prob - q).mean()
+        if demo_action is not None and from_demos is not None:
+            squared_error = (torch.tanh(mean) - demo_action).pow(2).sum(-1)
+            weight = from_demos.float()
+            loss = loss + self.config.bc_weight * (squared_error * weight).sum() / weight.sum().clamp(min=1.0)
+        return loss, log_prob.detach()
 
     def temperature_loss(self, log_prob: torch.Tensor) -> torch.Tensor:
         """Drives the policy entropy (-log pi) toward target_entropy."""
@@ -368,7 +384,10 @@ class SAC:
         if features is None:
             features = minibatch["obs"]
 
-        actor_loss, log_prob = self._run_compiled("actor_loss", features)
+        imitation = ()
+        if cfg.bc_weight > 0 and "from_demos" in minibatch:
+            imitation = (minibatch["action"][:, :self.continuous_dim], minibatch["from_demos"])
+        actor_loss, log_prob = self._run_compiled("actor_loss", features, *imitation)
         # One backward for both: the actor loss holds alpha constant, the temperature loss log pi.
         self._step(actor_loss + self.temperature_loss(log_prob), (self.actor_optimizer, list(self.actor.parameters())),
                    (self.temperature_optimizer, [self.log_alpha]))

@@ -48,6 +48,8 @@ PARAMS = [
     Param("action_rate_limit", 0.0, "FastRLAP: the actor's actions within this of the previous action (the last "
           "entries of the observation) in the critic target and actor loss, as the robot executes them (0: off).",
           0.0, 2.0),
+    Param("bc_weight", 0.0, "Behaviour cloning weight on demonstration and intervention rows of each batch "
+          "(the actor imitates a person's corrections directly; 0: off, as in HIL-SERL).", 0.0, 100.0),
     Param("initial_actor", "", "Frame-stack policy directory (an IQL export) whose actor starts the actor; the "
           "critics start fresh (FastRLAP). '' for a fresh actor."),
     Param("buffer_capacity", 200_000, "Online replay capacity (transitions).", 1, 50_000_000),
@@ -116,7 +118,8 @@ class LearnerNode(Node):
                             critic_lr=p["lr"], temperature_lr=p["lr"], init_temperature=p["init_temperature"],
                             backup_entropy=p["backup_entropy"], grasp_critic=p["grasp_critic"],
                             grasp_penalty=p["grasp_penalty"], precision=p["precision"], compile=p["compile"],
-                            target_entropy=p["target_entropy"] or None, action_rate_limit=p["action_rate_limit"] or None)
+                            target_entropy=p["target_entropy"] or None, action_rate_limit=p["action_rate_limit"] or None,
+                            bc_weight=p["bc_weight"])
             config = LearnerConfig(task.obs_dim, task.action_dim, sac, task.cameras, task.image_size or 64,
                                    p["encoder"] or None, p["buffer_capacity"], p["demo_fraction"],
                                    p["warmup_transitions"], p["max_update_ratio"], p["seed"], p["device"],
