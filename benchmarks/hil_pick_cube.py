@@ -4,13 +4,18 @@ Both arms are `benchmarks/pick_cube.py`'s setup (64x64 front + wrist cameras + p
 sparse reward, frozen pretrained encoder, evaluation on the eval ranges every `--eval-every` steps,
 50 episodes) with `--demos` scripted demonstrations (default 3: HIL-SERL's premise is a few
 demonstrations plus corrections; with pick_cube.py's 20 the task is learned without help in
-5-9k steps), run in this same process with the same seeds. In the HIL arm a scripted human
-(`ScriptedIntervener` with its defaults: the decision logic the scripted human node drives a
-gamepad with, see tests/test_hil_graph.py) takes over when the policy has been off track for a
-while, with a takeover probability decaying over training; the transitions it drove go to the
-online and demonstration buffers (HIL-SERL). Each run stops at its first evaluation at >= 90 %.
+5-9k steps) and the same seeds, and the same learner: SAC + RLPD with behaviour cloning of the
+policy's mode on the demonstration buffer's rows (`--bc-weight`, SACConfig.bc_weight). In the HIL
+arm a scripted human (`ScriptedIntervener` with its defaults: the decision logic the scripted
+human node drives a gamepad with, see tests/test_hil_graph.py) takes over when the policy has
+been off track for a while, with a takeover probability decaying over training; the transitions
+it drove go to the online and demonstration buffers (HIL-SERL), so the cloning term learns the
+corrections made at the policy's own states (HG-DAgger) while the without arm can only clone its
+few demonstrations. Each run stops at its first evaluation at >= 90 %. Runs train in `--jobs`
+worker processes with one torch thread each.
 
-    python benchmarks/hil_pick_cube.py [--seeds 0 1 2] [--steps 20000] [--demos 3] [--quick]
+    python benchmarks/hil_pick_cube.py [--seeds 0 1 2] [--steps 20000] [--demos 3] [--bc-weight 1]
+                                       [--jobs 2] [--quick]
 
 Target (issue 4): `step_ratio` = median steps to 90 % with interventions / without <= 0.6.
 A seed that never reaches 90 % counts as `--steps` + one evaluation period (a lower bound on its
