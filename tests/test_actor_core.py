@@ -285,3 +285,26 @@ def test_failure_terminates_and_actions_are_rate_limited(tmp_path):
     batch = codec.decode(core.outbox.due(now=0.0)[0][1]).arrays
     np.testing.assert_allclose(batch["action"][:, 0], [0.2, 0.4, 0.6], atol=1e-6)
     assert batch["terminated"].tolist() == [False, False, True] and not batch["truncated"].any()
+
+
+def test_learner_clones_interventions_when_bc_weight_is_set(tmp_path):
+    """Corrections sent by the actor reach the demonstration buffer and the BC term: with a flat
+    reward the actor's deterministic action moves to what the person commanded."""
+    import torch
+
+    from robot_rl.agents.sac import SACConfig
+
+    actor = ActorCore(_task(horizon=200), ActorConfig(total_steps=0, batch_transitions=200), Outbox(tmp_path / "actor"))
+    actor.start_episode()
+    for _ in range(201):  # a transition is recorded when the next observation arrives
+        actor.step({"x": 0}, human_action=np.array([-0.6], np.float32))
+    torch.manual_seed(0)
+    sac = SACConfig(batch_size=32, hidden_dims=(16,), bc_weight=1.0, actor_lr=3e-3, init_temperature=1e-4)
+    learner = LearnerCore(LearnerConfig(obs_dim=2, action_dim=1, sac=sac, warmup_transitions=1), tmp_path / "learner")
+    for _, data in actor.outbox.due(now=0.0):
+        learner.ingest(data)
+    assert len(learner.demos) == len(learner.online) == 200
+    for _ in range(300):
+        learner.train_step()
+    action = learner.agent.policy.act(np.array([0.0, 1.0], np.float32), deterministic=True)
+    assert abs(float(action[0]) + 0.6) < 0.1
