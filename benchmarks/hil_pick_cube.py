@@ -5,14 +5,14 @@ sparse reward, frozen pretrained encoder, evaluation on the eval ranges every `-
 50 episodes) with `--demos` scripted demonstrations (default 3: HIL-SERL's premise is a few
 demonstrations plus corrections; with pick_cube.py's 20 the task is learned without help in
 5-9k steps) and the same seeds, and the same learner: SAC + RLPD with behaviour cloning of the
-policy's mode on the demonstration buffer's rows (`--bc-weight`, SACConfig.bc_weight). In the HIL
-arm a scripted human (`ScriptedIntervener` with its defaults: the decision logic the scripted
-human node drives a gamepad with, see tests/test_hil_graph.py) takes over when the policy has
-been off track for a while, with a takeover probability decaying over training; the transitions
-it drove go to the online and demonstration buffers (HIL-SERL), so the cloning term learns the
-corrections made at the policy's own states (HG-DAgger) while the without arm can only clone its
-few demonstrations. Each run stops at its first evaluation at >= 90 %. Runs train in `--jobs`
-worker processes with one torch thread each.
+policy's mode on intervention rows (`--bc-weight`, SACConfig.bc_weight; with no interventions
+the without arm is plain SAC + RLPD, HIL-SERL's learner). In the HIL arm a scripted human
+(`ScriptedIntervener` with its defaults: the decision logic the scripted human node drives a
+gamepad with, see tests/test_hil_graph.py) takes over when the policy has been off track for a
+while, with a takeover probability decaying over training; the transitions it drove go to the
+online and demonstration buffers (HIL-SERL), and the cloning term learns the corrections made at
+the policy's own states (HG-DAgger). Each run stops at its first evaluation at >= 90 %. Runs
+train in `--jobs` worker processes with one torch thread each.
 
     python benchmarks/hil_pick_cube.py [--seeds 0 1 2] [--steps 20000] [--demos 3] [--bc-weight 1]
                                        [--jobs 2] [--quick]
@@ -93,7 +93,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=1_000)
     parser.add_argument("--demos", type=int, default=3, help="scripted demonstrations in both arms")
     parser.add_argument("--bc-weight", type=float, default=BC_WEIGHT,
-                        help="behaviour cloning on demonstration-buffer rows, both arms (SACConfig.bc_weight)")
+                        help="behaviour cloning of intervention rows (SACConfig.bc_weight)")
     parser.add_argument("--jobs", type=int, default=2, help="runs trained at once, one process and thread each")
     parser.add_argument("--quick", action="store_true", help="one seed, 2k steps, 10 evaluation episodes")
     parser.add_argument("--out", default=".", help="directory for the PNG")

@@ -184,22 +184,22 @@ def test_action_rate_limit_clamps_around_the_previous_action_in_the_features():
         SAC(0, 2, SACConfig(action_rate_limit=0.2), encoder=EncoderConfig(cameras=("front",), state_dim=0))
 
 
-def test_bc_term_is_the_weighted_squared_error_of_the_mode_on_demo_rows():
+def test_bc_term_is_the_weighted_squared_error_of_the_mode_on_intervention_rows():
     torch.manual_seed(0)
     sac = SAC(3, 2, SACConfig(bc_weight=2.5, hidden_dims=(8,)))
     features = torch.randn(3, 3)
-    demo_action = torch.tensor([[0.5, -0.5], [0.1, 0.2], [-0.3, 0.9]])
-    from_demos = torch.tensor([True, False, True])
+    executed = torch.tensor([[0.5, -0.5], [0.1, 0.2], [-0.3, 0.9]])
+    intervention = torch.tensor([True, False, True])
     state = torch.get_rng_state()
     plain, _ = sac.actor_loss(features)
     torch.set_rng_state(state)  # same policy draw: the difference is the BC term alone
-    with_bc, _ = sac.actor_loss(features, demo_action, from_demos)
+    with_bc, _ = sac.actor_loss(features, executed, intervention)
     mode, _ = sac.actor(features, deterministic=True)
-    by_hand = ((mode[0] - demo_action[0]).pow(2).sum() + (mode[2] - demo_action[2]).pow(2).sum()) / 2
+    by_hand = ((mode[0] - executed[0]).pow(2).sum() + (mode[2] - executed[2]).pow(2).sum()) / 2
     torch.testing.assert_close(with_bc - plain, 2.5 * by_hand)
     torch.set_rng_state(state)
-    no_demo_rows, _ = sac.actor_loss(features, demo_action, torch.zeros(3, dtype=torch.bool))
-    torch.testing.assert_close(no_demo_rows, plain)
+    no_interventions, _ = sac.actor_loss(features, executed, torch.zeros(3, dtype=torch.bool))
+    torch.testing.assert_close(no_interventions, plain)
     with pytest.raises(ValueError, match="bc_weight"):
         SACConfig(bc_weight=-1.0)
 
@@ -213,7 +213,7 @@ def test_bc_pulls_the_policy_to_the_demonstrated_action():
     for _ in range(300):
         batch = {"obs": torch.zeros(32, 1), "action": torch.full((32, 1), -0.6), "reward": torch.zeros(32),
                  "next_obs": torch.zeros(32, 1), "terminated": torch.ones(32),
-                 "from_demos": torch.arange(32) < 16}
+                 "intervention": torch.arange(32) < 16}
         sac.update(batch)
     action = float(sac.policy.act(np.zeros(1, np.float32), deterministic=True)[0])
     assert abs(start + 0.6) > 0.4 and abs(action + 0.6) < 0.1, (start, action)

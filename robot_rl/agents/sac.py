@@ -61,11 +61,11 @@ class SACConfig:
     executes; the critic target and the actor loss clamp the actor's actions the same way, so
     the critic is never asked about actions the robot cannot take (None: off)."""
     bc_weight: float = 0.0
-    """Behaviour cloning on the rows drawn from the demonstration buffer (demonstrations and a
-    person's interventions): the actor loss adds bc_weight x the mean squared distance between
-    the policy's deterministic continuous action and the demonstrated one. Corrections made at
-    the states the policy itself reaches then teach the actor directly (HG-DAgger), not only
-    through the critic. 0: off (SERL/HIL-SERL)."""
+    """Behaviour cloning of a person's corrections: on the batch's rows flagged `intervention`
+    the actor loss adds bc_weight x the mean squared distance between the policy's deterministic
+    continuous action and the one the person executed. Corrections made at the states the policy
+    itself reaches then teach the actor directly (HG-DAgger), not only through the critic; without
+    interventions the update is plain SAC + RLPD. 0: off (SERL/HIL-SERL)."""
     max_grad_norm: float | None = None
     """Clip gradient norms of each network (None: no clipping)."""
     grasp_critic: bool = False
@@ -292,10 +292,11 @@ class SAC:
             next_action, next_log_prob = self.actor(next_features)
         return self.rate_limited(next_action, next_features), next_log_prob
 
-    def actor_loss(self, features: torch.Tensor, demo_action: torch.Tensor | None = None,
-                   from_demos: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def actor_loss(self, features: torch.Tensor, executed: torch.Tensor | None = None,
+                   intervention: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """alpha * log pi(a|s) - mean_E Q(s, a), plus bc_weight x the squared error of the mode
-        against `demo_action` on the `from_demos` rows; returns (loss, log_prob for the temperature)."""
+        against the `executed` action on the `intervention` rows; returns (loss, log_prob for the
+        temperature)."""
         with self._autocast():
             mean, log_std = self.actor.distribution_params(features)
         action, log_prob = self.actor.sample(mean, log_std)
@@ -305,9 +306,9 @@ class SAC:
         with self._autocast():
             q = torch.func.functional_call(self.critic, constants, (features, action)).float().mean(dim=0)
         loss = (self.alpha.detach() * log_prob - q).mean()
-        if demo_action is not None and from_demos is not None:
-            squared_error = (torch.tanh(mean) - demo_action).pow(2).sum(-1)
-            weight = from_demos.float()
+        if executed is not None and intervention is not None:
+            squared_error = (torch.tanh(mean) - executed).pow(2).sum(-1)
+            weight = intervention.float()
             loss = loss + self.config.bc_weight * (squared_error * weight).sum() / weight.sum().clamp(min=1.0)
         return loss, log_prob.detach()
 
@@ -385,8 +386,8 @@ class SAC:
             features = minibatch["obs"]
 
         imitation = ()
-        if cfg.bc_weight > 0 and "from_demos" in minibatch:
-            imitation = (minibatch["action"][:, :self.continuous_dim], minibatch["from_demos"])
+        if cfg.bc_weight > 0 and "intervention" in minibatch:
+            imitation = (minibatch["action"][:, :self.continuous_dim], minibatch["intervention"])
         actor_loss, log_prob = self._run_compiled("actor_loss", features, *imitation)
         # One backward for both: the actor loss holds alpha constant, the temperature loss log pi.
         self._step(actor_loss + self.temperature_loss(log_prob), (self.actor_optimizer, list(self.actor.parameters())),

@@ -116,8 +116,7 @@ class MixedSampler:
     """RLPD sampling: a fixed fraction of every batch from the demonstration buffer.
 
     Falls back to the online buffer alone while there are no demonstrations, and to the
-    demonstrations alone before the first online transition arrives. Every batch carries
-    `from_demos`, true for the rows drawn from the demonstration buffer (behaviour cloning).
+    demonstrations alone before the first online transition arrives.
     """
 
     def __init__(self, online: ReplayBuffer, demos: ReplayBuffer, demo_fraction: float = 0.5):
@@ -135,7 +134,6 @@ class MixedSampler:
         if count - n_demo:
             parts.append(self.online.sample(count - n_demo, rng))
         batch = parts[0] if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-        batch["from_demos"] = np.arange(count) < n_demo
         # Shuffle so the utd minibatch split sees the same mix in every minibatch.
         perm = rng.permutation(count)
         return {k: v[perm] for k, v in batch.items()}

@@ -48,8 +48,8 @@ PARAMS = [
     Param("action_rate_limit", 0.0, "FastRLAP: the actor's actions within this of the previous action (the last "
           "entries of the observation) in the critic target and actor loss, as the robot executes them (0: off).",
           0.0, 2.0),
-    Param("bc_weight", 0.0, "Behaviour cloning weight on demonstration and intervention rows of each batch "
-          "(the actor imitates a person's corrections directly; 0: off, as in HIL-SERL).", 0.0, 100.0),
+    Param("bc_weight", 0.0, "Behaviour cloning weight on the intervention rows of each batch (the actor "
+          "imitates a person's corrections directly; 0: off, as in HIL-SERL).", 0.0, 100.0),
     Param("initial_actor", "", "Frame-stack policy directory (an IQL export) whose actor starts the actor; the "
           "critics start fresh (FastRLAP). '' for a fresh actor."),
     Param("buffer_capacity", 200_000, "Online replay capacity (transitions).", 1, 50_000_000),

@@ -267,7 +267,7 @@ class Trainer:
         else:
             obs, next_obs = to(raw["obs"]), to(raw["next_obs"])
         return {"obs": obs, "next_obs": next_obs, "action": to(raw["action"]), "reward": to(raw["reward"]),
-                "terminated": to(raw["terminated"].astype(np.float32)), "from_demos": to(raw["from_demos"])}
+                "terminated": to(raw["terminated"].astype(np.float32)), "intervention": to(raw["intervention"])}
 
     # ---- loops -------------------------------------------------------------------------------
 

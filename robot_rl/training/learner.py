@@ -269,7 +269,7 @@ class LearnerCore:
         tensors = {
             "obs": batch["obs"], "action": batch["action"], "reward": batch["reward"],
             "next_obs": batch["next_obs"], "terminated": batch["terminated"].astype(np.float32),
-            "from_demos": batch["from_demos"],
+            "intervention": batch["intervention"],
         }
         tensors = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device, non_blocking=True)
                    for k, v in tensors.items()}
