@@ -133,7 +133,10 @@ class MixedSampler:
             parts.append(self.demos.sample(n_demo, rng))
         if count - n_demo:
             parts.append(self.online.sample(count - n_demo, rng))
-        batch = parts[0] if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        if len(parts) == 1:
+            batch = parts[0]
+        else:
+            batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
         # Shuffle so the utd minibatch split sees the same mix in every minibatch.
         perm = rng.permutation(count)
         return {k: v[perm] for k, v in batch.items()}
