@@ -2,8 +2,10 @@
 
 import numpy as np
 import pytest
+import torch
 
 from robot_rl.agents.policy import Policy, PolicySpec
+from robot_rl.agents.sac import SACConfig
 from robot_rl.data.delivery import Outbox
 from robot_rl.ros import codec
 from robot_rl.ros.sync import StampSynchronizer
@@ -290,10 +292,6 @@ def test_failure_terminates_and_actions_are_rate_limited(tmp_path):
 def test_learner_clones_interventions_when_bc_weight_is_set(tmp_path):
     """Corrections sent by the actor reach the demonstration buffer and the BC term: with a flat
     reward the actor's deterministic action moves to what the person commanded."""
-    import torch
-
-    from robot_rl.agents.sac import SACConfig
-
     actor = ActorCore(_task(horizon=200), ActorConfig(total_steps=0, batch_transitions=200), Outbox(tmp_path / "actor"))
     actor.start_episode()
     for _ in range(201):  # a transition is recorded when the next observation arrives
