@@ -1,0 +1,129 @@
+"""One rule for everything a command writes (datasets, models, policies, run directories):
+
+- an existing output is refused unless the user says what to do with it: `--append` (datasets,
+  schema-checked), `--resume` (run directories) or `--overwrite`;
+- files and directories appear whole or not at all: they are built under a temporary name beside
+  the target and renamed into place, so a crash, Ctrl-C or a full disk leaves the previous version
+  intact and no partial output behind;
+- a full disk names the path that could not be written.
+
+`UserError` is the one exception type a command turns into a single line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+TEMP_PREFIX = ".robot_rl-tmp-"
+"""Name prefix of outputs still being written (removed on failure; never read as data)."""
+
+
+class UserError(Exception):
+    """An expected failure caused by the user's input: the CLI prints its message as one line on
+    stderr and exits with code 2 (the traceback only with --debug)."""
+
+
+class OutputExistsError(UserError, FileExistsError):
+    """The output already exists and the user did not say to append, resume or overwrite."""
+
+
+class OutputWriteError(UserError, OSError):
+    """Writing an output failed (disk full, no permission); the previous version is intact."""
+
+
+def _what_exists(path: Path, what: str, allowed: tuple[str, ...]) -> str:
+    options = " or ".join(f"--{flag}" for flag in allowed)
+    return f"{what} {path} already exists; pass {options} (or choose another path)"
+
+
+def check_output(path: str | os.PathLike, what: str, *, overwrite: bool = False, append: bool = False,
+                 resume: bool = False, appendable: bool = False, resumable: bool = False) -> Path:
+    """Refuses an existing `path` unless one of the user's flags allows it; returns the path.
+
+    `appendable`/`resumable` say which of --append/--resume this command offers (they go into the
+    message). Exactly one of the flags may be set."""
+    path = Path(path)
+    if sum((overwrite, append, resume)) > 1:
+        raise UserError("choose one of --overwrite, --append and --resume")
+    if append and not appendable:
+        raise UserError(f"{what} cannot be appended to; use --overwrite or another path")
+    if resume and not resumable:
+        raise UserError(f"{what} cannot be resumed; use --overwrite or another path")
+    if path.exists() or path.is_symlink():
+        if not (overwrite or append or resume):
+            allowed = (*(("append",) if appendable else ()), *(("resume",) if resumable else ()), "overwrite")
+            raise OutputExistsError(_what_exists(path, what, allowed))
+    elif resume:
+        raise UserError(f"--resume: {what} {path} does not exist")
+    return path
+
+
+def _write_error(path: Path, exc: OSError) -> OutputWriteError:
+    reason = "no space left on the device" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+    return OutputWriteError(f"could not write {path}: {reason}; the previous version (if any) is unchanged")
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, directory: bool = False) -> Iterator[Path]:
+    """Yields a temporary sibling of `path` to write (a file, or with `directory` an empty
+    directory to fill); on success it replaces `path` in one rename, on any error it is removed and
+    `path` is left as it was. A directory that replaces an existing one is swapped in by renaming
+    the old one aside first (two renames: a crash between them leaves the old one under a
+    `.robot_rl-tmp-` name, never a mixture)."""
+    path = Path(path)
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        if directory:
+            tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{path.name}-", dir=parent))
+        else:
+            fd, name = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{path.name}-", dir=parent)
+            os.close(fd)
+            tmp = Path(name)
+    except OSError as exc:
+        raise _write_error(path, exc) from exc
+    try:
+        yield tmp
+        if directory:
+            if path.exists():
+                old = parent / f"{TEMP_PREFIX}{path.name}-old-{os.getpid()}"
+                os.replace(path, old)
+                os.replace(tmp, path)
+                _remove(old)
+            else:
+                os.replace(tmp, path)
+        else:
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+    except OSError as exc:
+        _remove(tmp)
+        raise _write_error(path, exc) from exc
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Writes `data` to `path` atomically (temporary file + fsync + rename)."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
