@@ -27,6 +27,8 @@ from pathlib import Path
 
 import yaml
 
+from robot_rl.outputs import UserError
+
 
 def _parse_overrides(items: list[str]) -> dict:
     out = {}
@@ -531,6 +533,7 @@ def cmd_car(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="robot-rl", description="Reinforcement learning on robots over ROS 2.")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="start the task's node graph (sim, actor, learner) and train")
     train.add_argument("--task", default="arm_lift")
@@ -656,19 +659,50 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Failures a user can cause and fix (a bad path, value, file or setting): one line, exit code 2.
+# Anything else is a bug and keeps its traceback.
+EXPECTED_ERRORS = (UserError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, ValueError,
+                   yaml.YAMLError)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)) and exc.filename \
+            and str(exc.filename) not in text:
+        text = f"{exc.filename}: {text}"
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # --debug anywhere before --ros-args (users put it after the subcommand too).
+    end = argv.index("--ros-args") if "--ros-args" in argv else len(argv)
+    debug = "--debug" in argv[:end]
+    argv = [a for a in argv[:end] if a != "--debug"] + argv[end:]
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
+    args.debug = debug
     if args.command == "node":
         return cmd_node(args, rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    if args.command == "train" and args.env:
-        return cmd_train_env(args)
-    return {"train": cmd_train, "demos": cmd_demos, "record-bag": cmd_record_bag, "record": cmd_record,
-            "report": cmd_report, "pretrain-encoder": cmd_pretrain_encoder, "reward": cmd_reward,
-            "juggle": cmd_juggle, "car": cmd_car}[args.command](args)
+    command = cmd_train_env if args.command == "train" and args.env else {
+        "train": cmd_train, "demos": cmd_demos, "record-bag": cmd_record_bag, "record": cmd_record,
+        "report": cmd_report, "pretrain-encoder": cmd_pretrain_encoder, "reward": cmd_reward,
+        "juggle": cmd_juggle, "car": cmd_car}[args.command]
+    name = " ".join(argv[:2]) if args.command in ("reward", "juggle", "car") else args.command
+    try:
+        return command(args)
+    except EXPECTED_ERRORS as exc:
+        if args.debug:
+            raise
+        print(f"robot-rl {name}: {_one_line(exc)}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print(f"robot-rl {name}: interrupted; outputs being written were not kept", file=sys.stderr, flush=True)
+        return 130
 
 
 if __name__ == "__main__":
