@@ -65,3 +65,44 @@ def reuse_freed_cpu_memory() -> bool:
         return False
     # Setting the mmap threshold also stops glibc from adjusting it dynamically.
     return bool(mallopt(_GLIBC_M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(_GLIBC_M_TRIM_THRESHOLD, 1 << 30))
+
+
+_ELF_MAGIC = b"\x7fELF"
+
+
+def inductor_cache_dir():
+    """Where torch.compile (inductor) keeps its compiled kernels: shared by every process of the user."""
+    from pathlib import Path
+
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return Path(cache_dir())
+
+
+@functools.cache  # once per process: the scan is cheap, but a second one finds nothing new
+def remove_broken_compiled_kernels() -> list:
+    """Deletes kernel libraries in the inductor cache that are not ELF files, so inductor rebuilds them.
+
+    A process killed while inductor links a kernel (Ctrl-C or a timeout in a run's first minute)
+    leaves an empty `.so` under its final name. Inductor trusts that name, so every later compile
+    that needs the kernel fails ('invalid ELF header') in every run and benchmark of the user.
+    Returns the deleted paths.
+    """
+    import logging
+
+    root = inductor_cache_dir()
+    removed = []
+    for path in root.rglob("*.so") if root.is_dir() else ():
+        try:
+            with open(path, "rb") as f:
+                intact = f.read(4) == _ELF_MAGIC
+            if not intact:
+                path.unlink()
+                removed.append(path)
+        except OSError:  # another process is replacing it, or it is not ours to delete
+            continue
+    if removed:
+        logging.getLogger(__name__).warning(
+            "removed %d broken compiled kernel(s) from the torch.compile cache %s (left by a process killed "
+            "mid-compile); they are rebuilt", len(removed), root)
+    return removed

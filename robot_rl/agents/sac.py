@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from robot_rl.agents.encoders import EncoderConfig, ImageEncoder
 from robot_rl.agents.networks import CriticEnsemble, mlp
 from robot_rl.agents.policy import GRIPPER_COMMANDS, Policy, PolicySpec, gripper_index
-from robot_rl.device import reuse_freed_cpu_memory
+from robot_rl.device import inductor_cache_dir, remove_broken_compiled_kernels, reuse_freed_cpu_memory
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +192,7 @@ class SAC:
             self.precision = "bfloat16" if native_bf16(self.device) else "float32"
         self._compiled: dict[str, object] = {}
         if cfg.compile:
+            remove_broken_compiled_kernels()
             mode = "reduce-overhead" if self.device.type == "cuda" else None  # CUDA graphs on GPU
             # Compiled code draws its random numbers as eager code does: same seed, same run.
             torch._inductor.config.fallback_random = True
@@ -355,7 +356,10 @@ class SAC:
             try:
                 return compiled(*args)
             except Exception as exc:  # noqa: BLE001 - any backend failure -> eager, same math
-                log.warning("torch.compile of %s failed (%s); continuing eagerly", name, exc)
+                cause = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+                log.warning("torch.compile of %s failed (%s: %s); running eagerly (same math, slower). If every run "
+                            "says this, delete the torch.compile cache %s", name, type(exc).__name__, cause[:300],
+                            inductor_cache_dir())
                 self._compiled.clear()
         return getattr(self, name)(*args)
 
