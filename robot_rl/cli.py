@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import random
-import signal
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from robot_rl.outputs import UserError
+from robot_rl.ros.session import Monitor, run_graph
 
 
 def _parse_overrides(items: list[str]) -> dict:
@@ -43,110 +43,6 @@ def _parse_overrides(items: list[str]) -> dict:
 def _default_domain_id() -> int:
     # A fresh id per run keeps concurrent runs (and CI) from seeing each other's topics.
     return random.SystemRandom().randint(1, 101)
-
-
-class Monitor:
-    """Reads /diagnostics from the graph and renders live progress (rich on a terminal,
-    periodic plain lines otherwise, e.g. in CI logs)."""
-
-    def __init__(self, total_steps: int, eval_episodes: int, record_episodes: int | None = None,
-                 actor: str = "actor"):
-        import rclpy
-        from diagnostic_msgs.msg import DiagnosticArray
-
-        self.total_steps, self.eval_episodes, self.record_episodes = total_steps, eval_episodes, record_episodes
-        self.actor = actor
-        """The node whose diagnostics give the progress (actor, car_actor)."""
-        self.values: dict[str, dict[str, str]] = {}
-        rclpy.init(args=[])
-        self.rclpy = rclpy
-        self.node = rclpy.create_node("robot_rl_monitor")
-        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
-        self.started = time.monotonic()
-        self.last_plain = 0.0
-
-    def _on_diagnostics(self, msg) -> None:
-        for status in msg.status:
-            name = status.name.rsplit("/", 1)[-1]
-            self.values[name] = {kv.key: kv.value for kv in status.values}
-
-    def spin_once(self) -> None:
-        self.rclpy.spin_once(self.node, timeout_sec=0.1)
-
-    def line(self) -> str:
-        a, l = self.values.get(self.actor, {}), self.values.get("learner", {})
-        elapsed = time.monotonic() - self.started
-        person = "PERSON DRIVING" if a.get("teleop_engaged") == "True" else "policy driving"
-        if self.record_episodes is not None:
-            target = f"/{self.record_episodes}" if self.record_episodes else ""
-            person = "PERSON DRIVING" if a.get("teleop_engaged") == "True" else "robot holding"
-            return (f"[{elapsed:6.0f}s] recording  kept {a.get('episodes_recorded', 0)}{target}  discarded "
-                    f"{a.get('episodes_discarded', 0)}  episode {a.get('episodes', 0)} step {a.get('episode_steps', 0)}"
-                    f"  {person}  (labels: success / failure / rerecord / reset on the device)")
-        if a.get("evaluating") == "True":
-            phase = f"evaluating {a.get('eval_done', 0)}/{self.eval_episodes}  success {a.get('eval_success_rate', '-')}"
-        else:
-            phase = (f"step {a.get('train_steps', 0)}/{self.total_steps}  episode {a.get('episodes', 0)} "
-                     f"(step {a.get('episode_steps', 0)}, last return {a.get('last_return', '-')})  "
-                     f"success(last20) {a.get('success_rate_last20', '-')}  "
-                     f"interventions(last20) {a.get('intervention_rate_last20', '-')}  {person}")
-            if "laps" in a:  # the car: practice instead of interventions
-                phase = (f"step {a.get('train_steps', 0)}/{self.total_steps}  episode {a.get('episodes', 0)}  "
-                         f"laps {a['laps']} (best {a.get('best_lap_s', '-')} s)  crashes {a.get('crashes', 0)}  "
-                         f"stuck {a.get('stuck', 0)}{'  recovering' if a.get('recovering') == 'True' else ''}")
-        return (f"[{elapsed:6.0f}s] {phase}  policy v{a.get('policy_version', 0)}  "
-                f"updates {l.get('updates', 0)} ({l.get('updates_per_s', '-')}/s)  "
-                f"buffer {l.get('online_size', 0)}+{l.get('demo_size', 0)} demo  "
-                f"unacked {a.get('outbox_pending', 0)}")
-
-    def close(self) -> None:
-        self.node.destroy_node()
-        self.rclpy.shutdown()
-
-
-def run_graph(specs, params_path: Path, run_dir: Path, env: dict, monitor: "Monitor", plain: bool,
-              status_period: float, line_end: str = "") -> tuple[dict[str, int], int]:
-    """Starts the nodes as separate processes and shows live status until the node that finishes
-    the run exits, a critical node fails, or Ctrl-C. Returns (exit codes, the command's code)."""
-    from robot_rl.ros.supervisor import Supervisor
-
-    supervisor = Supervisor(specs, params_path, run_dir / "logs", env)
-    interrupted = {"flag": False}
-    signal.signal(signal.SIGINT, lambda *_: interrupted.update(flag=True))
-    signal.signal(signal.SIGTERM, lambda *_: interrupted.update(flag=True))
-    supervisor.start()
-    print(f"robot_rl: started {', '.join(s.name for s in specs)} as separate processes; logs in {run_dir / 'logs'}",
-          flush=True)
-    reason, code = "", 0
-    live = None
-    try:
-        if sys.stdout.isatty() and not plain:
-            from rich.live import Live
-
-            live = Live(monitor.line(), refresh_per_second=4, transient=False)
-            live.start()
-        while not reason:
-            monitor.spin_once()
-            if live is not None:
-                live.update(monitor.line())
-            elif time.monotonic() - monitor.last_plain >= status_period:
-                monitor.last_plain = time.monotonic()
-                print(monitor.line(), end=line_end + "\n", flush=True)
-            if interrupted["flag"]:
-                reason, code = "interrupted by the user (Ctrl-C)", 130
-            for node, exit_code in supervisor.exited():
-                if node.spec.kind.finishes_run and exit_code == 0:
-                    reason = f"{node.spec.name} finished"
-                elif node.spec.kind.critical or exit_code != 0:
-                    reason, code = f"critical node {node.spec.name!r} exited with code {exit_code}", 1
-                    print(f"--- last lines of {node.log_path} ---\n{supervisor.log_tail(node)}", file=sys.stderr)
-    finally:
-        if live is not None:
-            live.stop()
-        print(f"robot_rl: shutting down the graph: {reason or 'error'}", flush=True)
-        codes = supervisor.stop()
-        monitor.close()
-    return codes, code
 
 
 def cmd_train(args: argparse.Namespace) -> int:

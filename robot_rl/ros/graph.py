@@ -30,12 +30,28 @@ class NodeKind:
     """The graph shuts down when this node dies unexpectedly."""
     finishes_run: bool = False
     """A clean exit of this node means the run is complete (the actor after evaluation)."""
+    max_restarts: int = 0
+    """Times the node is respawned after a crash before its death ends the run (see `crashed`);
+    a config's `robot_rl: {restarts: {learner: 5}}` overrides it per node. Only nodes that resume
+    where they stopped (the learner from checkpoint + journal, actors from their outbox and
+    counters, the stateless reward node) restart by default."""
+
+
+DEFAULT_RESTARTS = 3
+
+
+def crashed(returncode: int) -> bool:
+    """A crash worth a restart: killed by a signal (negative code) or an uncaught exception (1).
+    Other codes are the node's own decision (0 done, 2 refused parameters, 3 data not delivered)
+    and would only repeat."""
+    return returncode < 0 or returncode == 1
 
 
 NODE_KINDS: dict[str, NodeKind] = {
     "sim": NodeKind("sim", "robot_rl.nodes.sim", critical=True),
-    "actor": NodeKind("actor", "robot_rl.nodes.actor", critical=True, finishes_run=True),
-    "learner": NodeKind("learner", "robot_rl.nodes.learner", critical=True),
+    "actor": NodeKind("actor", "robot_rl.nodes.actor", critical=True, finishes_run=True,
+                      max_restarts=DEFAULT_RESTARTS),
+    "learner": NodeKind("learner", "robot_rl.nodes.learner", critical=True, max_restarts=DEFAULT_RESTARTS),
     "camera": NodeKind("camera", "robot_rl.nodes.camera", critical=False),
     "arm": NodeKind("arm", "robot_rl.nodes.arm", critical=True),
     "quadrotor": NodeKind("quadrotor", "robot_rl.nodes.quadrotor", critical=True),
@@ -43,7 +59,7 @@ NODE_KINDS: dict[str, NodeKind] = {
     "scripted_human": NodeKind("scripted_human", "robot_rl.nodes.scripted_human", critical=False),
     # Critical: a graph that learns from its rewards must not go on without them (a model that
     # fails to load ends the node, and so the run, with the reason).
-    "reward": NodeKind("reward", "robot_rl.nodes.reward", critical=True),
+    "reward": NodeKind("reward", "robot_rl.nodes.reward", critical=True, max_restarts=DEFAULT_RESTARTS),
     "quad_sim": NodeKind("quad_sim", "robot_rl.nodes.quad_sim", critical=True),
     "juggle_actor": NodeKind("juggle_actor", "robot_rl.nodes.juggle_actor", critical=True, finishes_run=True),
     "ppo_learner": NodeKind("ppo_learner", "robot_rl.nodes.ppo_learner", critical=True),
@@ -62,6 +78,7 @@ class NodeSpec:
     kind: NodeKind
     parameters: dict[str, Any] = field(default_factory=dict)
     namespace: str = ""
+    max_restarts: int = 0
 
 
 def config_path(task: str) -> Path:
@@ -109,6 +126,7 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
     # The node that owns ~/reset: the simulator, or the robot node that replaces it.
     robot = next((n for n in names if n in ("sim", "arm", "quad_sim", "car_sim")), None)
     prefix = f"/{namespace.strip('/')}" if namespace else ""
+    restarts = _restart_budgets(config["robot_rl"].get("restarts") or {})
     specs = []
     for name in names:
         params = dict(config.get(name, {}).get("ros__parameters", {}))
@@ -118,9 +136,22 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
             params["reset_service"] = f"{prefix}/{robot}/reset"
         elif name in ("juggle_actor", "car_actor"):
             params["reset_service"] = ""  # no reset on a real quadrotor or car: they start where they are
-        specs.append(NodeSpec(name, NODE_KINDS[name], params, namespace))
+        specs.append(NodeSpec(name, NODE_KINDS[name], params, namespace,
+                              restarts.get(name, NODE_KINDS[name].max_restarts)))
     _check_lockstep_sync(config)
     return specs
+
+
+def _restart_budgets(restarts: Mapping[str, Any]) -> dict[str, int]:
+    """The `robot_rl.restarts` section: node name -> restarts allowed (an int >= 0)."""
+    if not isinstance(restarts, Mapping):
+        raise ValueError(f"robot_rl.restarts must map node names to counts, e.g. {{learner: 5}}, not {restarts!r}")
+    for name, count in restarts.items():
+        if name not in NODE_KINDS:
+            raise ValueError(f"robot_rl.restarts: unknown node {name!r}; known: {sorted(NODE_KINDS)}")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"robot_rl.restarts.{name} must be a whole number >= 0, not {count!r}")
+    return dict(restarts)
 
 
 def _check_lockstep_sync(config: Mapping[str, Any]) -> None:

@@ -1,21 +1,82 @@
-"""Starts a graph's nodes as separate OS processes and stops them in order (what `ros2 launch`
-does on a full ROS install; here it is what `robot-rl` uses where the ROS CLI is missing)."""
+"""Starts a graph's nodes as separate OS processes, respawns the ones that crash (within their
+restart budget, see `NodeSpec.max_restarts`) and stops them in order (what `ros2 launch` does on a
+full ROS install; here it is what `robot-rl` uses where the ROS CLI is missing).
+
+It also reads each node's log as it grows and reports every distinct warning and error line
+once (`notices`), so a node's trouble shows on the console and not only in `logs/<node>.log`.
+"""
 
 from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from robot_rl.ros.graph import NodeSpec
+from robot_rl.ros.graph import NodeSpec, crashed
 
 # Stop order: the actor first (it stops commanding the robot), the learner next (it writes
 # its final checkpoint), the robot side last.
 STOP_ORDER = ("actor", "learner")
+
+RESTART_DELAY_S = 1.0
+"""Pause before respawning a crashed node (a node that crashes at once does not spin)."""
+
+# rclpy's default console format: "[WARN] [1732530000.123456789] [actor]: message".
+_ROS_PROBLEM = re.compile(r"^\[(WARN|ERROR|FATAL)\] \[[0-9.]+\] \[([^\]]*)\]: (.*)$")
+_NODE_ERROR_PREFIX = "[robot_rl] "  # what run_node prints for refused parameters
+
+
+class LogWatcher:
+    """New warning and error lines of one node's log, each distinct one reported once: rclpy
+    WARN/ERROR/FATAL lines (without their time stamp), refused parameters, and the exception line
+    that ends a Python traceback."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        # Only what this run writes: a resumed run appends to the log of the earlier one.
+        self.offset = path.stat().st_size if path.exists() else 0
+        self.partial = b""
+        self.in_traceback = False
+        self.seen: set[str] = set()
+
+    def new_problems(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        problems = []
+        for raw in lines:
+            problem = self._problem(raw.decode(errors="replace").rstrip())
+            if problem is not None and problem not in self.seen:
+                self.seen.add(problem)
+                problems.append(problem)
+        return problems
+
+    def _problem(self, line: str) -> str | None:
+        if line.startswith("Traceback (most recent call last)"):
+            self.in_traceback = True
+            return None
+        if self.in_traceback:
+            if not line or line[0].isspace():
+                return None
+            self.in_traceback = False
+            return f"ERROR {line}"
+        match = _ROS_PROBLEM.match(line)
+        if match:
+            return f"{match[1]} {match[3]}"
+        if line.startswith(_NODE_ERROR_PREFIX):
+            return f"ERROR {line.removeprefix(_NODE_ERROR_PREFIX)}"
+        return None
 
 
 @dataclass
@@ -23,6 +84,10 @@ class NodeProcess:
     spec: NodeSpec
     process: subprocess.Popen
     log_path: Path
+    log: LogWatcher
+    restarts: int = 0
+    restart_at: float | None = None
+    """Monotonic time of a pending respawn (the process has crashed)."""
 
 
 def _terminate_with_parent() -> None:
@@ -44,30 +109,67 @@ def node_command(spec: NodeSpec, params_path: Path) -> list[str]:
 
 
 class Supervisor:
-    def __init__(self, specs: list[NodeSpec], params_path: Path, log_dir: Path, env: dict[str, str]):
+    def __init__(self, specs: list[NodeSpec], params_path: Path, log_dir: Path, env: dict[str, str],
+                 restart_delay_s: float = RESTART_DELAY_S):
         self.specs, self.params_path, self.log_dir, self.env = specs, params_path, log_dir, env
+        self.restart_delay_s = restart_delay_s
         self.nodes: dict[str, NodeProcess] = {}
+        self.restarts: dict[str, int] = {}
+        """Respawns so far, by node (also of nodes that have since exited for good)."""
+        self.stopping = False
+        self._notices: list[str] = []
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         for spec in self.specs:
             log_path = self.log_dir / f"{spec.name}.log"
-            log = open(log_path, "ab")
+            watcher = LogWatcher(log_path)
+            self.nodes[spec.name] = NodeProcess(spec, self._spawn(spec, log_path), log_path, watcher)
+
+    def _spawn(self, spec: NodeSpec, log_path: Path, marker: str = "") -> subprocess.Popen:
+        with open(log_path, "ab") as log:
+            log.write(marker.encode())
+            log.flush()
             # Own session: a Ctrl-C reaches only the supervisor, which then stops nodes in order.
-            process = subprocess.Popen(node_command(spec, self.params_path), env=self.env, stdout=log,
-                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                       preexec_fn=_terminate_with_parent)
-            log.close()
-            self.nodes[spec.name] = NodeProcess(spec, process, log_path)
+            return subprocess.Popen(node_command(spec, self.params_path), env=self.env, stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                    preexec_fn=_terminate_with_parent)
 
     def exited(self) -> list[tuple[NodeProcess, int]]:
-        """Nodes that have exited (each reported once)."""
+        """Nodes that have exited for good (each reported once). A node that crashed with restarts
+        left is respawned instead, `restart_delay_s` later, with the same command and log."""
         out = []
+        now = time.monotonic()
         for name, node in list(self.nodes.items()):
+            if node.restart_at is not None:
+                if now >= node.restart_at and not self.stopping:
+                    self._respawn(node)
+                continue
             code = node.process.poll()
-            if code is not None:
+            if code is None:
+                continue
+            if crashed(code) and node.restarts < node.spec.max_restarts and not self.stopping:
+                node.restart_at = now + self.restart_delay_s
+                self._notices.append(f"[{name}] exited with code {code}; restarting "
+                                     f"({node.restarts + 1}/{node.spec.max_restarts})")
+            else:
                 out.append((node, code))
                 del self.nodes[name]
+        return out
+
+    def _respawn(self, node: NodeProcess) -> None:
+        node.restarts += 1
+        node.restart_at = None
+        self.restarts[node.spec.name] = node.restarts
+        marker = f"\n--- restart {node.restarts} (previous exit code {node.process.returncode}) ---\n"
+        node.process = self._spawn(node.spec, node.log_path, marker)
+
+    def notices(self) -> list[str]:
+        """What happened since the last call: respawns, and new warning and error lines of every
+        node's log ("[node] WARN ...")."""
+        out, self._notices = self._notices, []
+        for node in self.nodes.values():
+            out += [f"[{node.spec.name}] {problem}" for problem in node.log.new_problems()]
         return out
 
     def log_tail(self, node: NodeProcess, lines: int = 15) -> str:
@@ -78,6 +180,7 @@ class Supervisor:
 
     def stop(self, timeout_s: float = 20.0) -> dict[str, int]:
         """SIGINT in stop order, waiting for each; SIGKILL whatever outlives the timeout."""
+        self.stopping = True
         codes = {}
         order = [n for n in STOP_ORDER if n in self.nodes] + [n for n in self.nodes if n not in STOP_ORDER]
         for name in order:
@@ -91,4 +194,3 @@ class Supervisor:
                 codes[name] = node.process.wait()
         self.nodes.clear()
         return codes
-

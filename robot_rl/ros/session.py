@@ -1,0 +1,152 @@
+"""A training or recording session on the console: the graph's nodes run under a `Supervisor`
+(crashed nodes respawn within their restart budget) while a `Monitor` renders live progress from
+/diagnostics, with each node's restarts, its new warnings and errors, and a robot gone silent."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Mapping
+
+from robot_rl.ros.supervisor import Supervisor
+
+SILENT_AFTER_S = 5.0
+"""An actor without a new observation for this long says the robot (or simulator) is silent."""
+
+
+class Monitor:
+    """Reads /diagnostics from the graph and renders live progress (rich on a terminal,
+    periodic plain lines otherwise, e.g. in CI logs)."""
+
+    def __init__(self, total_steps: int, eval_episodes: int, record_episodes: int | None = None,
+                 actor: str = "actor"):
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+
+        self.total_steps, self.eval_episodes, self.record_episodes = total_steps, eval_episodes, record_episodes
+        self.actor = actor
+        """The node whose diagnostics give the progress (actor, car_actor)."""
+        self.values: dict[str, dict[str, str]] = {}
+        rclpy.init(args=[])
+        self.rclpy = rclpy
+        self.node = rclpy.create_node("robot_rl_monitor")
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
+        self.started = time.monotonic()
+        self.last_plain = 0.0
+        self._reported_silence = False
+
+    def _on_diagnostics(self, msg) -> None:
+        for status in msg.status:
+            name = status.name.rsplit("/", 1)[-1]
+            self.values[name] = {kv.key: kv.value for kv in status.values}
+
+    def spin_once(self) -> None:
+        self.rclpy.spin_once(self.node, timeout_sec=0.1)
+
+    def silent_for(self) -> float:
+        """Seconds the actor has gone without an observation, when that exceeds SILENT_AFTER_S (else 0)."""
+        age = float(self.values.get(self.actor, {}).get("observation_age_s", 0.0))
+        return age if age > SILENT_AFTER_S else 0.0
+
+    def silence_notice(self) -> str | None:
+        """A one-time message when the robot falls silent (again after it spoke in between)."""
+        silent = self.silent_for()
+        if not silent:
+            self._reported_silence = False
+            return None
+        if self._reported_silence:
+            return None
+        self._reported_silence = True
+        return (f"[{self.actor}] WARN no observation from the robot for {silent:.0f} s: the robot or simulator "
+                "publishes nothing (its warnings and errors show here; its log is in the run's logs/)")
+
+    def line(self, restarts: Mapping[str, int] | None = None) -> str:
+        a, l = self.values.get(self.actor, {}), self.values.get("learner", {})
+        elapsed = time.monotonic() - self.started
+        person = "PERSON DRIVING" if a.get("teleop_engaged") == "True" else "policy driving"
+        if self.record_episodes is not None:
+            target = f"/{self.record_episodes}" if self.record_episodes else ""
+            person = "PERSON DRIVING" if a.get("teleop_engaged") == "True" else "robot holding"
+            return (f"[{elapsed:6.0f}s] recording  kept {a.get('episodes_recorded', 0)}{target}  discarded "
+                    f"{a.get('episodes_discarded', 0)}  episode {a.get('episodes', 0)} step {a.get('episode_steps', 0)}"
+                    f"  {person}  (labels: success / failure / rerecord / reset on the device)"
+                    f"{self._health(restarts)}")
+        if a.get("evaluating") == "True":
+            phase = f"evaluating {a.get('eval_done', 0)}/{self.eval_episodes}  success {a.get('eval_success_rate', '-')}"
+        else:
+            phase = (f"step {a.get('train_steps', 0)}/{self.total_steps}  episode {a.get('episodes', 0)} "
+                     f"(step {a.get('episode_steps', 0)}, last return {a.get('last_return', '-')})  "
+                     f"success(last20) {a.get('success_rate_last20', '-')}  "
+                     f"interventions(last20) {a.get('intervention_rate_last20', '-')}  {person}")
+            if "laps" in a:  # the car: practice instead of interventions
+                phase = (f"step {a.get('train_steps', 0)}/{self.total_steps}  episode {a.get('episodes', 0)}  "
+                         f"laps {a['laps']} (best {a.get('best_lap_s', '-')} s)  crashes {a.get('crashes', 0)}  "
+                         f"stuck {a.get('stuck', 0)}{'  recovering' if a.get('recovering') == 'True' else ''}")
+        return (f"[{elapsed:6.0f}s] {phase}  policy v{a.get('policy_version', 0)}  "
+                f"updates {l.get('updates', 0)} ({l.get('updates_per_s', '-')}/s)  "
+                f"buffer {l.get('online_size', 0)}+{l.get('demo_size', 0)} demo  "
+                f"unacked {a.get('outbox_pending', 0)}{self._health(restarts)}")
+
+    def _health(self, restarts: Mapping[str, int] | None) -> str:
+        """The status line's tail: node restarts so far and a silent robot."""
+        out = ""
+        if restarts:
+            out += "  restarts " + ", ".join(f"{name} {count}" for name, count in restarts.items())
+        if self.silent_for():
+            out += f"  NO OBSERVATION for {self.silent_for():.0f} s"
+        return out
+
+    def close(self) -> None:
+        self.node.destroy_node()
+        self.rclpy.shutdown()
+
+
+def run_graph(specs, params_path: Path, run_dir: Path, env: dict, monitor: Monitor, plain: bool,
+              status_period: float, line_end: str = "") -> tuple[dict[str, int], int]:
+    """Starts the nodes as separate processes and shows live status until the node that finishes
+    the run exits, a critical node fails for good (crashed past its restarts, or exited on its own),
+    or Ctrl-C. Returns (exit codes, the command's code)."""
+    supervisor = Supervisor(specs, params_path, run_dir / "logs", env)
+    interrupted = {"flag": False}
+    signal.signal(signal.SIGINT, lambda *_: interrupted.update(flag=True))
+    signal.signal(signal.SIGTERM, lambda *_: interrupted.update(flag=True))
+    supervisor.start()
+    print(f"robot_rl: started {', '.join(s.name for s in specs)} as separate processes; logs in {run_dir / 'logs'}",
+          flush=True)
+    reason, code = "", 0
+    live = None
+    try:
+        if sys.stdout.isatty() and not plain:
+            from rich.live import Live
+
+            live = Live(monitor.line(), refresh_per_second=4, transient=False)
+            live.start()
+        while not reason:
+            monitor.spin_once()
+            if interrupted["flag"]:
+                reason, code = "interrupted by the user (Ctrl-C)", 130
+            for node, exit_code in supervisor.exited():
+                if node.spec.kind.finishes_run and exit_code == 0:
+                    reason = f"{node.spec.name} finished"
+                elif node.spec.kind.critical or exit_code != 0:
+                    after = f" after {node.restarts} restart(s)" if node.restarts else ""
+                    reason, code = f"critical node {node.spec.name!r} exited with code {exit_code}{after}", 1
+                    print(f"--- last lines of {node.log_path} ---\n{supervisor.log_tail(node)}", file=sys.stderr)
+            silence = monitor.silence_notice()
+            for notice in supervisor.notices() + ([silence] if silence else []):
+                # Under a rich Live display, print() goes above the live line.
+                print(f"robot_rl: {notice}", end=line_end + "\n", flush=True)
+            if live is not None:
+                live.update(monitor.line(supervisor.restarts))
+            elif time.monotonic() - monitor.last_plain >= status_period:
+                monitor.last_plain = time.monotonic()
+                print(monitor.line(supervisor.restarts), end=line_end + "\n", flush=True)
+    finally:
+        if live is not None:
+            live.stop()
+        print(f"robot_rl: shutting down the graph: {reason or 'error'}", flush=True)
+        codes = supervisor.stop()
+        monitor.close()
+    return codes, code
