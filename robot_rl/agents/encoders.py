@@ -18,17 +18,16 @@ Three trunks:
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from robot_rl.agents.networks import EnsembleLinear, fast_tanh
+from robot_rl.artifacts import load_card, load_weights, model_directory, save_card, save_weights
 from robot_rl.resources import package_path
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -176,7 +175,7 @@ class ResNet18Trunk(nn.Module):
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"ResNet-18 weights not found at {path} (no downloads: give a local file)")
-        state = load_file(str(path)) if path.suffix == ".safetensors" else torch.load(path, map_location="cpu",
+        state = load_weights(path) if path.suffix == ".safetensors" else torch.load(path, map_location="cpu",
                                                                                        weights_only=True)
         state = {k: v for k, v in state.items() if not k.startswith("fc.")}
         try:
@@ -275,11 +274,10 @@ CARD_FILE = "card.json"
 
 def save_pretrained(encoder: ImageEncoder, directory: str | Path, card: Mapping) -> None:
     """Writes the trunk + pooling weights and a card (architecture, training data, metrics)."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     arch = {k: v for k, v in asdict(encoder.config).items() if k not in ("kind", "weights", "freeze", "state_dim")}
-    save_file({k: v.contiguous() for k, v in encoder.state_dict().items()}, str(directory / WEIGHTS_FILE))
-    (directory / CARD_FILE).write_text(json.dumps({"architecture": arch, **card}, indent=2) + "\n")
+    with model_directory(directory) as tmp:
+        save_weights(encoder.state_dict(), tmp / WEIGHTS_FILE)
+        save_card({"architecture": arch, **card}, tmp / CARD_FILE)
 
 
 def load_pretrained(encoder: ImageEncoder, path: str | Path) -> None:
@@ -289,14 +287,14 @@ def load_pretrained(encoder: ImageEncoder, path: str | Path) -> None:
         raise FileNotFoundError(f"pretrained encoder weights not found at {weights}")
     card_path = weights.parent / CARD_FILE
     if card_path.is_file():
-        arch = json.loads(card_path.read_text()).get("architecture", {})
+        arch = load_card(card_path).get("architecture", {})
         mine = asdict(encoder.config)
         clash = {k: (v, mine[k]) for k, v in arch.items() if k in mine and k != "augment_pad"
                  and (tuple(v) if isinstance(v, list) else v) != mine[k]}
         if clash:
             raise ValueError(f"pretrained encoder {path} was trained for {clash} (card value, requested)")
     try:
-        encoder.load_state_dict(load_file(str(weights)), strict=True)
+        encoder.load_state_dict(load_weights(weights), strict=True)
     except RuntimeError as exc:
         raise ValueError(f"pretrained encoder {weights} does not fit this architecture: {exc}") from None
 
@@ -304,7 +302,9 @@ def load_pretrained(encoder: ImageEncoder, path: str | Path) -> None:
 def pretrained_config(path: str | Path, state_dim: int = 0, **overrides) -> EncoderConfig:
     """EncoderConfig that matches a shipped encoder's card (a path, or one relative to the package)."""
     path = package_path(path)
-    card = json.loads(((path if path.is_dir() else path.parent) / CARD_FILE).read_text())
+    card = load_card((path if path.is_dir() else path.parent) / CARD_FILE)
+    if not isinstance(card.get("architecture"), dict):
+        raise ValueError(f"{path}: its card has no 'architecture' section (not an encoder directory?)")
     arch = dict(card["architecture"])
     arch.update(overrides)
     return EncoderConfig(kind="pretrained", weights=str(path), state_dim=state_dim, **arch)

@@ -14,17 +14,16 @@ entry: obs_dim, action_dim, state_dim, frame_stack, hidden_dims, layer_norm.
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from pathlib import Path
 from typing import Mapping
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 
 from robot_rl.agents.encoders import CARD_FILE, ImageEncoder, pretrained_config, save_pretrained
 from robot_rl.agents.networks import TanhGaussianActor
+from robot_rl.artifacts import load_card, load_weights, model_directory, save_weights
 from robot_rl.resources import package_path
 
 __all__ = ["ACTOR_FILE", "FeatureStack", "FrameStackPolicy", "load_frame_stack_policy", "save_frame_stack_policy"]
@@ -114,9 +113,9 @@ def save_frame_stack_policy(directory: str | Path, encoder: ImageEncoder, actor:
     if spec["obs_dim"] != frame_stack * encoder.output_dim + state_dim:
         raise ValueError(f"the actor sees {spec['obs_dim']} values, not {frame_stack} x {encoder.output_dim} "
                          f"+ {state_dim}")
-    save_pretrained(encoder, directory, {**card, "actor": spec})
-    save_file({k: v.detach().cpu().contiguous() for k, v in actor.state_dict().items()},
-              str(Path(directory) / ACTOR_FILE))
+    with model_directory(directory) as tmp:
+        save_pretrained(encoder, tmp, {**card, "actor": spec})
+        save_weights(actor.state_dict(), tmp / ACTOR_FILE)
 
 
 def load_frame_stack_policy(directory: str | Path, device: str | torch.device = "cpu") -> FrameStackPolicy:
@@ -125,12 +124,14 @@ def load_frame_stack_policy(directory: str | Path, device: str | torch.device = 
     weights = directory / ACTOR_FILE
     if not weights.is_file():
         raise FileNotFoundError(f"no actor at {weights}")
-    spec = json.loads((directory / CARD_FILE).read_text())["actor"]
+    spec = load_card(directory / CARD_FILE).get("actor")
+    if not isinstance(spec, dict):
+        raise ValueError(f"{directory / CARD_FILE} has no 'actor' section (not a frame-stack policy directory?)")
     encoder = ImageEncoder(pretrained_config(directory))
     actor = TanhGaussianActor(spec["obs_dim"], spec["action_dim"], tuple(spec["hidden_dims"]),
                               layer_norm=spec["layer_norm"])
     try:
-        actor.load_state_dict(load_file(str(weights)), strict=True)
+        actor.load_state_dict(load_weights(weights), strict=True)
     except RuntimeError as exc:
         raise ValueError(f"actor weights {weights} do not match the card's spec {spec}: {exc}") from None
     return FrameStackPolicy(encoder, actor, spec["frame_stack"], spec["state_dim"], device)

@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from robot_rl.artifacts import load_card, load_weights, model_directory, save_card, save_weights
+
 __all__ = ["ActorCritic", "DeployedPolicy", "EmpiricalNormalization", "PPO", "PPOConfig", "RolloutStorage",
            "ValueNormalizer", "compute_gae", "export_policy", "policy_to_bytes", "surrogate_loss", "value_loss"]
 
@@ -433,14 +435,11 @@ def export_policy(actor_critic: ActorCritic, directory: str | Path, card: dict[s
                   config: PPOConfig | None = None) -> Path:
     """Writes the deployable policy: ``policy.safetensors`` (actor + observation normalizer) and
     ``card.json`` (``card`` plus what is needed to rebuild the network)."""
-    from safetensors.torch import save_file
-
     tensors, full_card = _deployable(actor_critic, card, config)
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(directory / POLICY_FILE))
-    (directory / CARD_FILE).write_text(json.dumps(full_card, indent=1, default=str))
-    return directory
+    with model_directory(directory) as tmp:
+        save_weights(tensors, tmp / POLICY_FILE)
+        save_card(full_card, tmp / CARD_FILE, indent=1)
+    return Path(directory)
 
 
 def policy_to_bytes(actor_critic: ActorCritic, card: dict[str, Any]) -> bytes:
@@ -465,15 +464,13 @@ class DeployedPolicy:
 
     @classmethod
     def load(cls, directory: str | Path, device: str = "cpu") -> DeployedPolicy:
-        from safetensors.torch import load_file
-
         directory = Path(directory)
         card_path, weights_path = directory / CARD_FILE, directory / POLICY_FILE
         for path in (card_path, weights_path):
             if not path.is_file():
                 raise FileNotFoundError(f"policy directory {directory}: missing {path.name} "
                                         f"(export one with robot-rl juggle train --out DIR)")
-        return cls._build(load_file(str(weights_path)), json.loads(card_path.read_text()), device, str(directory))
+        return cls._build(load_weights(weights_path), load_card(card_path), device, str(directory))
 
     @classmethod
     def from_bytes(cls, data: bytes, device: str = "cpu") -> DeployedPolicy:

@@ -31,7 +31,6 @@ from its own shipped directory named in the card) and ``card.json``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import zlib
@@ -42,10 +41,10 @@ from typing import Any, Mapping, Protocol, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from robot_rl.agents.encoders import ImageEncoder, pretrained_config, random_shift
+from robot_rl.artifacts import load_card, load_weights, model_directory, save_card, save_weights
 
 __all__ = ["GOAL_FEATURE_DIM", "DEFAULT_ENCODER", "ProgressScorer", "ProgressModelConfig", "ProgressModel",
            "ProgressEpisode", "progress_episodes", "goal_features", "share_of_remaining", "accumulate_value", "train_progress_model"]
@@ -313,17 +312,15 @@ class ProgressModel(nn.Module):
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes `path/progress.safetensors` (goal projection and head) and `path/card.json`."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        weights = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()
-                   if not k.startswith("encoder.")}
-        save_file(weights, str(path / WEIGHTS_FILE))
+        weights = {k: v for k, v in self.state_dict().items() if not k.startswith("encoder.")}
         config = dataclasses.asdict(dataclasses.replace(self.config, done_threshold=self.done_threshold))
         config["encoder_weights"] = str(self.config.encoder_weights)
         card = {"format": CARD_FORMAT, "cameras": list(self.cameras), "image_size": self.encoder.config.image_size,
                 "done_threshold": self.done_threshold, "metrics": self.metrics, "training_data": self.training_data,
                 "config": config}
-        (path / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n")
+        with model_directory(path) as tmp:
+            save_weights(weights, tmp / WEIGHTS_FILE)
+            save_card(card, tmp / CARD_FILE)
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: str | torch.device = "cpu") -> ProgressModel:
@@ -338,13 +335,13 @@ class ProgressModel(nn.Module):
         if not (path / CARD_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
             raise FileNotFoundError(f"{path} must hold {CARD_FILE} and {WEIGHTS_FILE} (train one with "
                                     "`robot-rl reward train --demos <dataset> --out <dir>`)")
-        card = json.loads((path / CARD_FILE).read_text())
-        if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
+        card = load_card(path / CARD_FILE)
+        if card.get("format") != CARD_FORMAT:
             raise ValueError(f"{path / CARD_FILE} is not a progress model card")
         config = ProgressModelConfig(**{**card["config"], "device": str(device)})
         model = cls(config)
         try:
-            missing, unexpected = model.load_state_dict(load_file(str(path / WEIGHTS_FILE)), strict=False)
+            missing, unexpected = model.load_state_dict(load_weights(path / WEIGHTS_FILE), strict=False)
         except RuntimeError as exc:
             raise ValueError(f"{path / WEIGHTS_FILE} does not fit the architecture of its card: {exc}") from None
         if unexpected or any(not k.startswith("encoder.") for k in missing):

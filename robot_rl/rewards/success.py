@@ -19,7 +19,6 @@ train on, and a predicted success ends the episode (HIL-SERL).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,10 +28,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from robot_rl.agents.encoders import EncoderConfig, ImageEncoder, pretrained_config
+from robot_rl.artifacts import load_card, load_weights, model_directory, save_card, save_weights
 from robot_rl.data.episodes import EpisodeDataset
 
 WEIGHTS_FILE = "classifier.safetensors"
@@ -183,14 +182,13 @@ class SuccessClassifier(nn.Module):
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes `path/classifier.safetensors` (all weights) and `path/card.json`."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, str(path / WEIGHTS_FILE))
         config = dataclasses.asdict(dataclasses.replace(self.config, threshold=self.threshold))
         card = {"format": CARD_FORMAT, "cameras": list(self.cameras), "image_size": self.image_size,
                 "threshold": self.threshold, "metrics": self.metrics, "training_data": self.training_data,
                 "config": config}
-        (path / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n")
+        with model_directory(path) as tmp:
+            save_weights(self.state_dict(), tmp / WEIGHTS_FILE)
+            save_card(card, tmp / CARD_FILE)
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: str | torch.device = "cpu") -> SuccessClassifier:
@@ -198,13 +196,13 @@ class SuccessClassifier(nn.Module):
         path = Path(path)
         if not (path / CARD_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
             raise FileNotFoundError(f"{path} must hold {CARD_FILE} and {WEIGHTS_FILE}")
-        card = json.loads((path / CARD_FILE).read_text())
-        if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
+        card = load_card(path / CARD_FILE)
+        if card.get("format") != CARD_FORMAT:
             raise ValueError(f"{path / CARD_FILE} is not a success classifier card")
         config = SuccessClassifierConfig(**{**card["config"], "threshold": card["threshold"], "device": str(device)})
         classifier = cls(config, load_encoder_weights=False)
         try:
-            classifier.load_state_dict(load_file(str(path / WEIGHTS_FILE)), strict=True)
+            classifier.load_state_dict(load_weights(path / WEIGHTS_FILE), strict=True)
         except RuntimeError as exc:
             raise ValueError(f"{path / WEIGHTS_FILE} does not fit the architecture of its card: {exc}") from None
         classifier.metrics = card.get("metrics", {})
