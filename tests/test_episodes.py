@@ -127,7 +127,8 @@ def _set_attr(path, **attrs):
     (lambda p: _set_attr(p, format="robot_rl.transitions"), "not 'robot_rl.episodes'"),
     (lambda p: shutil.rmtree(p / "step" / "reward"), "'step/reward' is missing"),
     (lambda p: zarr.open_group(str(p), mode="r+")["obs/state"].resize((6, 2)), "6 rows, but 7 observations"),
-    (lambda p: _set_attr(p, num_steps=4), "episode_ends must rise"),
+    (lambda p: zarr.open_group(str(p), mode="r+")["episode_ends"].set_basic_selection(1, 4), "episode_ends must rise"),
+    (lambda p: _set_attr(p, num_steps=4), "chunk manifest lists rows"),
     (lambda p: _set_attr(p, schema={"cameras": {}, "state_dim": 2}), "bad schema"),
 ])
 def test_damaged_or_foreign_datasets_are_refused_with_the_reason(tmp_path, damage, message):

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import Any, Collection, Iterable, Mapping
 
 import numpy as np
 import zarr
 from zarr.errors import GroupNotFoundError
+
+from robot_rl.data.integrity import MANIFEST_ATTR, ChunkGuard, DatasetCorruptError, array_options, manifest, writable
+from robot_rl.outputs import UserError, atomic_path, check_output
 
 TRANSITIONS_FORMAT = "robot_rl.transitions"
 SCHEMA_VERSION = 1
@@ -110,18 +114,95 @@ def checked_flags(value: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
     return arr
 
 
-def save_transitions(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> None:
+# Counts of the writer's statistics that add up when a dataset is appended to; other attributes
+# describe the latest write.
+SUMMED_ATTRS = ("episodes", "attempted")
+
+
+def _transition_episode_ends(arrays: Mapping[str, np.ndarray]) -> list[int] | None:
+    """Cumulative row count at the end of each episode, from the terminated/truncated flags (None
+    without them): how integrity errors name the episodes of a damaged chunk."""
+    if "terminated" not in arrays or "truncated" not in arrays:
+        return None
+    done = np.asarray(arrays["terminated"], bool).reshape(-1) | np.asarray(arrays["truncated"], bool).reshape(-1)
+    ends = (np.flatnonzero(done) + 1).tolist()
+    if len(done) and (not ends or ends[-1] != len(done)):
+        ends.append(len(done))  # an unfinished last episode
+    return ends
+
+
+def _write_transitions(path: Path, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> None:
+    group = zarr.open_group(str(path), mode="w")
+    for name, arr in arrays.items():
+        group.create_array(name, data=arr, chunks=(chunk_rows(arr.shape[1:], arr.dtype), *arr.shape[1:]),
+                           **array_options())
+    rows = {name: len(arr) for name, arr in arrays.items()}
+    group.attrs.update({**attrs, "format": TRANSITIONS_FORMAT, "schema_version": SCHEMA_VERSION,
+                        MANIFEST_ATTR: manifest(rows, _transition_episode_ends(arrays))})
+
+
+def _append_transitions(path: Path, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> None:
+    """Appends rows in place; like an episode commit, the manifest update that follows the writes makes
+    them part of the dataset (a crash before it leaves rows the readers ignore)."""
+    group, stored, guard = open_transitions(path, mode="r+")
+    if not guard.checksummed:
+        raise UserError(f"{path} was written before chunk checksums and cannot be appended to; "
+                        "use --overwrite or another path")
+    if stored.get("task") != attrs.get("task"):
+        raise UserError(f"{path} holds transitions of task {stored.get('task')!r}, not {attrs.get('task')!r}")
+    layout = {name: (group[name].shape[1:], group[name].dtype) for name in guard.rows}
+    new_layout = {name: (arr.shape[1:], arr.dtype) for name, arr in arrays.items()}
+    if layout != new_layout:
+        raise UserError(f"{path} holds fields {layout}, not {new_layout}: appending needs the same fields")
+    old_rows = next(iter(guard.rows.values()), 0)
+    for name, arr in arrays.items():
+        array = writable(group[name])
+        array.resize((old_rows + len(arr), *arr.shape[1:]))
+        array[old_rows:] = arr
+    ends = stored[MANIFEST_ATTR].get("episode_ends")
+    new_ends = _transition_episode_ends(arrays)
+    if ends is not None and new_ends is not None:
+        ends = ends + [old_rows + end for end in new_ends]
+    summed = {key: stored[key] + attrs[key] for key in SUMMED_ATTRS
+              if is_count(stored.get(key)) and is_count(attrs.get(key))}
+    group.attrs.update({**attrs, **summed, MANIFEST_ATTR: manifest(
+        {name: old_rows + len(arr) for name, arr in arrays.items()}, ends)})
+
+
+def save_transitions(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any], *,
+                     overwrite: bool = False, append: bool = False) -> None:
+    """Writes a transitions dataset at `path`; an existing one is refused (OutputExistsError) unless
+    `overwrite` (replaced in one directory swap: a failure leaves it as it was) or `append` (same
+    task and fields)."""
+    path = check_output(path, "dataset", overwrite=overwrite, append=append, appendable=True)
     lengths = {name: len(arr) for name, arr in arrays.items()}
     if len(set(lengths.values())) > 1:
         raise ValueError(f"fields have different lengths: {lengths}")
-    group = zarr.open_group(str(path), mode="w")
-    for name, arr in arrays.items():
-        arr = np.ascontiguousarray(arr)
-        group.create_array(name, data=arr, chunks=(chunk_rows(arr.shape[1:], arr.dtype), *arr.shape[1:]))
-    group.attrs.update({**attrs, "format": TRANSITIONS_FORMAT, "schema_version": SCHEMA_VERSION})
+    arrays = {name: np.ascontiguousarray(arr) for name, arr in arrays.items()}
+    if append and path.exists():
+        _append_transitions(path, arrays, attrs)
+        return
+    with atomic_path(path, directory=True) as tmp:
+        _write_transitions(tmp, arrays, attrs)
+
+
+def open_transitions(path: str | os.PathLike, mode: str = "r") -> tuple[zarr.Group, dict[str, Any], ChunkGuard]:
+    """The dataset's group, attributes and integrity guard, its chunks checked to be on disk."""
+    # Transition datasets written before the `format` attribute existed carry only schema_version 1.
+    group, attrs = read_header(path, TRANSITIONS_FORMAT, SCHEMA_VERSION, mode=mode, default_format=TRANSITIONS_FORMAT)
+    names = sorted(group.array_keys())
+    listed = attrs.get(MANIFEST_ATTR)
+    rows = listed["rows"] if listed else {name: group[name].shape[0] for name in names}
+    if sorted(rows) != names or any(group[name].shape[0] < n for name, n in rows.items()):
+        raise DatasetCorruptError(f"dataset {path} is damaged: it has arrays "
+                                  f"{ {name: group[name].shape[0] for name in names} }, its manifest lists {rows}")
+    episode_ends = listed.get("episode_ends") if listed else None
+    guard = ChunkGuard(path, group, rows, dict.fromkeys(rows, "steps"), listed,
+                       None if episode_ends is None else np.asarray(episode_ends, np.int64))
+    guard.require_present()
+    return group, attrs, guard
 
 
 def load_transitions(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    # Transition datasets written before the `format` attribute existed carry only schema_version 1.
-    group, attrs = read_header(path, TRANSITIONS_FORMAT, SCHEMA_VERSION, default_format=TRANSITIONS_FORMAT)
-    return {name: group[name][...] for name in group.array_keys()}, attrs
+    group, attrs, guard = open_transitions(path)
+    return {name: guard.read(name, slice(0, rows)) for name, rows in guard.rows.items()}, attrs

@@ -24,6 +24,11 @@ commits it by updating the root attributes (`num_episodes`, `num_steps`), one at
 Readers use only the committed counts and ignore anything beyond them; a writer reopening the
 dataset truncates such an uncommitted tail first. A crash therefore loses at most the episode in
 progress. One writer at a time.
+
+Integrity (`robot_rl.data.integrity`): chunks are checksummed and the commit also updates the chunk
+manifest, so a reader refuses a dataset whose committed chunks are missing or damaged, naming the
+array, chunk and episodes. An empty directory at the path counts as no dataset (the writer creates
+one there: that is how a replacement is built beside the dataset it replaces).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import zarr
 from robot_rl.data.dataset import (check_names, checked_flags, checked_frames, checked_real, chunk_rows, is_count,
                                    read_header)
 from robot_rl.data.frames import FrameReplayBuffer
+from robot_rl.data.integrity import MANIFEST_ATTR, ChunkGuard, array_options, manifest, writable
 from robot_rl.data.replay import ReplayBuffer
 
 FORMAT = "robot_rl.episodes"
@@ -114,8 +120,14 @@ def _json_config(task_config: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"task_config must be JSON data (dicts, lists, strings, finite numbers): {exc}") from None
 
 
+def _lengths(episodes: int, steps: int) -> dict[str, int]:
+    """Rows of each kind of array with `episodes` episodes of `steps` steps in all (T + 1 observations each)."""
+    return {"observations": steps + episodes, "steps": steps, "episodes": episodes}
+
+
 def _write_rows(array: zarr.Array, start: int, rows: np.ndarray) -> None:
     """Writes `rows` from row `start` on, dropping whatever lay beyond (an uncommitted tail)."""
+    array = writable(array)
     array.resize((start + len(rows), *array.shape[1:]))
     array[start:] = rows
 
@@ -135,7 +147,7 @@ class EpisodeDataset:
         if (not isinstance(self.task_config, dict) or not is_count(episodes) or not is_count(steps)
                 or min(episodes, steps) < 0):
             raise ValueError(f"{path}: task_config, num_episodes or num_steps attribute missing or malformed")
-        lengths = {"observations": steps + episodes, "steps": steps, "episodes": episodes}
+        lengths = _lengths(episodes, steps)
         for key, (counts, row_shape, dtype) in self.schema.arrays().items():
             if key not in self._group:
                 raise ValueError(f"{path}: array {key!r} is missing")
@@ -147,11 +159,18 @@ class EpisodeDataset:
             if array.shape[0] < lengths[counts]:
                 raise ValueError(f"{path}: array {key!r} has {array.shape[0]} rows, but {lengths[counts]} "
                                  f"{counts} are committed")
-        self.episode_ends = self._group["episode_ends"][:episodes]
+        self.guard = ChunkGuard(self.path, self._group,
+                                {key: lengths[counts] for key, (counts, _, _) in self.schema.arrays().items()},
+                                {key: counts for key, (counts, _, _) in self.schema.arrays().items()},
+                                self.attrs.get(MANIFEST_ATTR))
+        self.guard.require_present(["episode_ends"])
+        self.episode_ends = self.guard.read("episode_ends", slice(0, episodes))
         last_end = self.episode_ends[-1] if episodes else 0
         if last_end != steps or (np.diff(self.episode_ends, prepend=0) < 1).any():
             raise ValueError(f"{path}: episode_ends must rise by at least 1 per episode up to num_steps={steps}, "
                              f"got {self.episode_ends.tolist()}")
+        self.guard.episode_ends = self.episode_ends
+        self.guard.require_present()
 
     def __len__(self) -> int:
         return len(self.episode_ends)
@@ -170,7 +189,7 @@ class EpisodeDataset:
         rows per episode; `step_observations` maps steps to rows)."""
         if stream not in (*self.schema.cameras, "state"):
             raise ValueError(f"{self.path} has no observation stream {stream!r}")
-        return self._group[f"obs/{stream}"][:self.num_steps + len(self)]
+        return self.guard.read(f"obs/{stream}", slice(0, self.num_steps + len(self)))
 
     def episode(self, index: int) -> dict[str, np.ndarray]:
         """Episode `index` (negative counts from the end): each camera and `state` with T + 1 rows,
@@ -180,9 +199,9 @@ class EpisodeDataset:
         index %= len(self)
         start = int(self.episode_ends[index - 1]) if index else 0
         stop = int(self.episode_ends[index])
-        episode = {name: self._group[f"obs/{name}"][start + index:stop + index + 1]
+        episode = {name: self.guard.read(f"obs/{name}", slice(start + index, stop + index + 1))
                    for name in (*self.schema.cameras, "state")}
-        episode.update({name: self._group[f"step/{name}"][start:stop] for name in STEP_DTYPES})
+        episode.update({name: self.guard.read(f"step/{name}", slice(start, stop)) for name in STEP_DTYPES})
         return episode
 
     def transitions(self, cameras: Sequence[str] = ()) -> dict[str, np.ndarray]:
@@ -195,10 +214,10 @@ class EpisodeDataset:
             raise ValueError(f"{self.path} has no camera(s) {unknown}; it has {sorted(self.schema.cameras)}")
         steps = self.num_steps
         index = self.step_observations()
-        transitions = {name: self._group[f"step/{name}"][:steps]
+        transitions = {name: self.guard.read(f"step/{name}", slice(0, steps))
                        for name in ("action", "reward", "terminated", "truncated", "intervention")}
         for stream, key in (("state", ""), *((camera, f"_{camera}") for camera in cameras)):
-            observations = self._group[f"obs/{stream}"][:steps + len(self)]
+            observations = self.guard.read(f"obs/{stream}", slice(0, steps + len(self)))
             transitions[f"obs{key}"], transitions[f"next_obs{key}"] = observations[index], observations[index + 1]
         return transitions
 
@@ -207,11 +226,11 @@ class EpisodeDataset:
         reached, and whether it shows success. Training data for a success classifier."""
         if camera not in self.schema.cameras:
             raise ValueError(f"{self.path} has no camera {camera!r}; it has {sorted(self.schema.cameras)}")
-        labels = self._group["step/success_label"][:self.num_steps]
+        labels = self.guard.read("step/success_label", slice(0, self.num_steps))
         labelled = np.flatnonzero(labels != UNLABELLED)
         if labelled.size == 0:
             return np.zeros((0, *self.schema.cameras[camera]), np.uint8), np.zeros(0, bool)
-        frames = self._group[f"obs/{camera}"].oindex[self.step_observations()[labelled] + 1]
+        frames = self.guard.read(f"obs/{camera}", self.step_observations()[labelled] + 1)
         return frames, labels[labelled] == 1
 
     def load_into(self, buffer: FrameReplayBuffer | ReplayBuffer,
@@ -245,14 +264,19 @@ class EpisodeDataset:
         return self.num_steps
 
 
+def _holds_data(path: Path) -> bool:
+    return path.exists() and not (path.is_dir() and not any(path.iterdir()))
+
+
 class EpisodeWriter:
-    """Appends episodes to the dataset at `path`, creating it if it does not exist."""
+    """Appends episodes to the dataset at `path`, creating it if it does not exist (whether that may
+    be done is the caller's call: `robot_rl.outputs.check_output`)."""
 
     def __init__(self, path: str | os.PathLike, schema: EpisodeSchema, task_config: Mapping[str, Any]):
         self.path = Path(path)
         self.schema = schema
         self.task_config = _json_config(task_config)
-        if self.path.exists():
+        if _holds_data(self.path):
             existing = EpisodeDataset(self.path)
             if existing.schema != schema:
                 raise ValueError(f"{self.path} has schema {existing.schema.to_json()}, not {schema.to_json()}")
@@ -260,10 +284,13 @@ class EpisodeWriter:
                 raise ValueError(f"{self.path} was recorded with task_config {existing.task_config}, "
                                  f"not {self.task_config}")
             self.num_episodes, self.num_steps = len(existing), existing.num_steps
+            # Data written before checksums stay without a manifest: their chunks were not all written.
+            self._keeps_manifest = existing.guard.checksummed
             self._group = zarr.open_group(str(self.path), mode="r+")
             self._truncate_uncommitted()
         else:
             self.num_episodes = self.num_steps = 0
+            self._keeps_manifest = True
             self._group = self._create()
         self._pending: dict[str, list[np.ndarray]] = {key: [] for key in schema.arrays() if key != "episode_ends"}
 
@@ -274,17 +301,21 @@ class EpisodeWriter:
         group = zarr.open_group(str(tmp), mode="w-")
         for key, (_, row_shape, dtype) in self.schema.arrays().items():
             group.create_array(key, shape=(0, *row_shape), chunks=(chunk_rows(row_shape, dtype), *row_shape),
-                               dtype=dtype)
+                               dtype=dtype, **array_options())
         now = _now()
         group.attrs.update({"format": FORMAT, "schema_version": SCHEMA_VERSION, "schema": self.schema.to_json(),
                             "task_config": self.task_config, "created": now, "updated": now,
-                            "num_episodes": 0, "num_steps": 0})
+                            "num_episodes": 0, "num_steps": 0, MANIFEST_ATTR: manifest(self._rows(0, 0))})
         os.rename(tmp, self.path)
         return zarr.open_group(str(self.path), mode="r+")
 
     def _lengths(self) -> dict[str, int]:
-        return {"observations": self.num_steps + self.num_episodes, "steps": self.num_steps,
-                "episodes": self.num_episodes}
+        return _lengths(self.num_episodes, self.num_steps)
+
+    def _rows(self, episodes: int, steps: int) -> dict[str, int]:
+        """Rows of every array with `episodes` and `steps` committed (the chunk manifest)."""
+        lengths = _lengths(episodes, steps)
+        return {key: lengths[counts] for key, (counts, _, _) in self.schema.arrays().items()}
 
     def _truncate_uncommitted(self) -> None:
         lengths = self._lengths()
@@ -349,8 +380,10 @@ class EpisodeWriter:
                 _write_rows(self._group[key], lengths[counts], rows[key])
         _write_rows(self._group["episode_ends"], self.num_episodes, np.array([self.num_steps + steps], np.int64))
         # The commit: one atomic replace of the root attributes. Before it, readers see none of this episode.
-        self._group.attrs.update({"num_episodes": self.num_episodes + 1, "num_steps": self.num_steps + steps,
-                                  "updated": _now()})
+        commit = {"num_episodes": self.num_episodes + 1, "num_steps": self.num_steps + steps, "updated": _now()}
+        if self._keeps_manifest:
+            commit[MANIFEST_ATTR] = manifest(self._rows(self.num_episodes + 1, self.num_steps + steps))
+        self._group.attrs.update(commit)
         self.num_episodes += 1
         self.num_steps += steps
         self.discard_episode()
