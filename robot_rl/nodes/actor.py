@@ -3,8 +3,11 @@
 It acts once per new synchronized observation set (`control_mode: on_observation`, the
 lockstep simulator and any robot publishing at the control rate) or on a timer at the
 control rate with the freshest set (`control_mode: timer`, cameras faster than control).
-Weights are decoded on a worker thread and swapped in between steps. Unacknowledged
-transition batches are kept (spilling to disk) and resent until the learner has them.
+Weights are decoded on a worker thread and swapped in between steps. Each transition batch is
+written to the outbox directory (`<run_dir>/outbox-<actor_id>/`) before it is sent and resent
+until the learner acknowledges it; with the step counters stored beside it, an actor killed at any
+moment and started again loses no batch it made, reuses no sequence number or episode index, and
+continues its step count.
 
 A person at the teleop node takes over whenever `teleop/engaged` is true: their `teleop/cmd` and
 `teleop/gripper` are executed instead of the policy's action and the transitions are flagged as
@@ -70,7 +73,6 @@ PARAMS = [
     Param("reset_service", "/sim/reset", "std_srvs/Trigger service that resets the robot or simulator."),
     Param("send_period_s", 0.05, "Period of the outbox (re)send check.", 0.001, 10.0),
     Param("resend_after_s", 2.0, "Resend a batch not acknowledged within this time.", 0.05, 600.0),
-    Param("outbox_max_mb", 256, "Unacknowledged batches held in memory before spilling to disk.", 1, 65536),
     Param("drain_timeout_s", 60.0, "After evaluation, wait this long for the learner to acknowledge.", 0.0, 3600.0),
     Param("teleop_timeout_s", 0.3, "A teleop/cmd older than this is stale: the policy drives again.", 0.01, 10.0),
     Param("seed", 0, "Random seed.", 0, 2**31 - 1),
@@ -101,7 +103,9 @@ class ActorNode(Node):
         if self.task.actor_node != "actor":
             raise ParameterError(f"task {self.task.name} runs with the {self.task.actor_node} node, not actor")
         self.run_dir = Path(p["run_dir"])
-        outbox = Outbox(self.run_dir / f"outbox-{p['actor_id']}", p["outbox_max_mb"] << 20, p["resend_after_s"])
+        outbox_dir = self.run_dir / f"outbox-{p['actor_id']}"
+        # No memory budget: every batch goes to disk at once, so a killed actor loses none.
+        outbox = Outbox(outbox_dir, max_memory_bytes=0, resend_after_s=p["resend_after_s"])
         recording = p["mode"] == "record"
         recorder = None
         if recording:
@@ -116,7 +120,10 @@ class ActorNode(Node):
             p["actor_id"], p["batch_transitions"], p["total_steps"], p["random_steps"], p["eval_episodes"],
             p["sync_updates_per_step"], p["sync_slack_steps"], recording, p["record_episodes"], p["seed"],
             learned_reward=p["reward_source"] == "reward_node", sync_rewards=p["sync_rewards"],
-            reward_wait_s=p["reward_wait_s"]), outbox, recorder)
+            reward_wait_s=p["reward_wait_s"]), outbox, recorder, progress_path=outbox_dir / "progress.json")
+        if self.core.train_steps:
+            self.get_logger().info(f"continuing from {outbox_dir}: {self.core.train_steps} training steps, "
+                                   f"{len(outbox)} batches not yet acknowledged")
         self.core_lock = threading.Lock()
         # Pixel tasks add their cameras to the synchronized set (rgb8 at the task's image size).
         self.camera_topics = {f"{camera}/color/image_raw": camera for camera in self.task.cameras}
@@ -128,6 +135,8 @@ class ActorNode(Node):
         self.invalid_messages = 0
         self.learner_waits = 0
         self.draining_since: float | None = None
+        self.last_observation = time.monotonic()
+        """When any observation topic last delivered (since start before the first): a silent robot shows."""
 
         self.cmd_pub = self.create_publisher(TwistStamped, "arm/cmd", qos.COMMAND)
         self.gripper_pub = self.create_publisher(Float32, "arm/gripper", qos.COMMAND)
@@ -165,6 +174,7 @@ class ActorNode(Node):
     # ---- observations and acting --------------------------------------------------------------
 
     def _on_observation(self, topic: str, msg) -> None:
+        self.last_observation = time.monotonic()
         stamp = stamp_to_ns(msg.header.stamp)
         if topic == TOPICS[0] and stamp == self.acted_stamp and self.last_command is not None:
             # The lockstep simulator repeats an observation when our command went missing.
@@ -342,6 +352,7 @@ class ActorNode(Node):
             "episodes_recorded": c.episodes_recorded, "episodes_discarded": c.episodes_discarded,
             "learned_rewards_received": c.learned_rewards_received, "late_rewards_sent": c.late_rewards_sent,
             "invalid_rewards": self.invalid_rewards, "reward_waits": self.reward_waits,
+            "observation_age_s": round(time.monotonic() - self.last_observation, 1),
         }
         level = DiagnosticStatus.WARN if len(c.outbox) > 100 else DiagnosticStatus.OK
         self.diag_pub.publish(diagnostics(self, values, level, "learner not acknowledging" if level != DiagnosticStatus.OK

@@ -24,6 +24,7 @@ from robot_rl.data.dataset import load_transitions
 from robot_rl.ros import codec, qos
 from robot_rl.ros.messages import bytes_to_uint8_multiarray, stamp_to_ns, uint8_multiarray_view
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.ros.security import SECRET_FILE, ensure_run_secret
 from robot_rl.tasks import get_task, task_names
 from robot_rl.training.learner import LearnerConfig, LearnerCore
 
@@ -58,6 +59,8 @@ PARAMS = [
     Param("max_update_ratio", 0.0, "Max updates per received transition (0: unbounded).", 0.0, 1000.0),
     Param("publish_period_s", 1.0, "Seconds between policy publications.", 0.01, 3600.0),
     Param("checkpoint_period_s", 30.0, "Seconds between checkpoints.", 0.5, 86400.0),
+    Param("keep_checkpoints", 3, "Numbered checkpoints (checkpoints/<updates>.pt) kept besides checkpoint.pt.", 1,
+          100_000),
     Param("device", "auto", "Training device.", choices=["auto", "cpu", "cuda"]),
     Param("encoder", "", "Pixel tasks: pretrained encoder directory (used frozen; '' for state tasks)."),
     Param("grasp_critic", False, "HIL-SERL: learn the gripper command with a discrete double-DQN critic."),
@@ -123,12 +126,14 @@ class LearnerNode(Node):
             config = LearnerConfig(task.obs_dim, task.action_dim, sac, task.cameras, task.image_size or 64,
                                    p["encoder"] or None, p["buffer_capacity"], p["demo_fraction"],
                                    p["warmup_transitions"], p["max_update_ratio"], p["seed"], p["device"],
-                                   initial_actor=p["initial_actor"] or None)
-            self.core = LearnerCore(config, p["run_dir"])
+                                   initial_actor=p["initial_actor"] or None, keep_checkpoints=p["keep_checkpoints"])
+            # Only this run's actors hold the secret (created here when the run directory is new).
+            self.core = LearnerCore(config, p["run_dir"], key=ensure_run_secret(p["run_dir"]))
+            resumed = self.core.restore()
         except ValueError as exc:
             raise ParameterError(str(exc)) from None
         self.params = p
-        if self.core.restore():
+        if resumed:
             self.get_logger().info(f"resumed from {p['run_dir']}: {self.core.agent.num_updates} updates, "
                                    f"{len(self.core.online)} transitions in the buffer")
         if p["demos"]:
@@ -187,6 +192,8 @@ class LearnerNode(Node):
             try:
                 result = self.core.ingest(data)
             except (codec.PayloadError, ValueError) as exc:
+                if getattr(exc, "reason", None) in codec.FORGED_REASONS:
+                    exc = f"{exc} (an actor on another machine needs a copy of {SECRET_FILE}: its key_file parameter)"
                 self.get_logger().warning(f"rejected transition payload ({len(data)} bytes): {exc}",
                                           throttle_duration_sec=5.0)
                 continue
@@ -254,6 +261,7 @@ class LearnerNode(Node):
         s = self.core.summary()
         values = {k: s[k] for k in ("updates", "policy_version", "online_size", "demo_size",
                                     "transitions_received", "duplicates", "rejected", "resumed")}
+        values.update(payloads_forged=self.core.forged, payloads_replayed=self.core.duplicates)
         values["updates_per_s"] = round(self.stats["updates_per_s"], 2)
         values["inbox"] = self.inbox.qsize()
         values["rejected_by_reason"] = json.dumps(self.core.rejected)

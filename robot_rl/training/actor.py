@@ -12,8 +12,11 @@ ends), so a person can still throw it away with "rerecord" during the reset.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +25,7 @@ from robot_rl.agents.policy import Policy, PolicySpec
 from robot_rl.data.delivery import Outbox
 from robot_rl.data.episodes import EpisodeWriter
 from robot_rl.data.replay import TRANSITION_FIELDS, stack_transitions
+from robot_rl.outputs import atomic_write_text
 from robot_rl.ros import codec
 from robot_rl.tasks import State, TaskSpec
 from robot_rl.training.learner import ACK, POLICY, TRANSITIONS
@@ -29,6 +33,9 @@ from robot_rl.training.learner import ACK, POLICY, TRANSITIONS
 
 LABELS = ("success", "failure", "reset", "rerecord")
 """Episode labels a person can give through teleop/event (see ActorCore.label)."""
+
+PROGRESS_COUNTERS = ("train_steps", "episode_index", "transitions_sent", "payloads_sent")
+"""What a restarted actor continues from (see ActorCore's `progress_path`)."""
 
 
 @dataclass
@@ -107,7 +114,14 @@ class _Pending:
 
 
 class ActorCore:
-    def __init__(self, task: TaskSpec, config: ActorConfig, outbox: Outbox, recorder: EpisodeWriter | None = None):
+    """`progress_path`: a JSON file of the PROGRESS_COUNTERS, rewritten atomically each time a batch
+    goes into the outbox and read back at start, so a restarted actor (crash, SIGKILL, `--resume`)
+    continues its step and episode counters where its last batch left them: the steps of a batch
+    not yet made are taken again, and no episode index is used twice. Evaluation, when the steps
+    are done, starts again from its first episode."""
+
+    def __init__(self, task: TaskSpec, config: ActorConfig, outbox: Outbox, recorder: EpisodeWriter | None = None,
+                 progress_path: str | os.PathLike | None = None):
         if config.record_only and recorder is None:
             raise ValueError("record_only needs a recorder (an EpisodeWriter)")
         self.task, self.config, self.outbox, self.recorder = task, config, outbox, recorder
@@ -140,6 +154,19 @@ class ActorCore:
         self._flush_due = False
         self.learned_rewards_received = 0
         self.late_rewards_sent = 0
+        self.progress_path = Path(progress_path) if progress_path is not None else None
+        if self.progress_path is not None and self.progress_path.exists():
+            self._restore_progress()
+
+    def _restore_progress(self) -> None:
+        saved = json.loads(self.progress_path.read_text())
+        for name in PROGRESS_COUNTERS:
+            setattr(self, name, int(saved[name]))
+        self.evaluating = bool(self.config.total_steps) and self.train_steps >= self.config.total_steps
+
+    def _save_progress(self) -> None:
+        if self.progress_path is not None:
+            atomic_write_text(self.progress_path, json.dumps({name: getattr(self, name) for name in PROGRESS_COUNTERS}))
 
     # ---- policy -------------------------------------------------------------------------------
 
@@ -443,6 +470,7 @@ class ActorCore:
         self.transitions_sent += n
         self.payloads_sent += 1
         self._pending = _Pending()
+        self._save_progress()
 
     def handle_ack(self, payload: codec.Payload) -> int:
         """Drops acknowledged payloads from the outbox; returns how many were ours and new."""

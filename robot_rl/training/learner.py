@@ -32,6 +32,7 @@ from robot_rl.data.journal import PayloadJournal
 from robot_rl.agents.encoders import pretrained_config
 from robot_rl.device import resolve_device
 from robot_rl.data.replay import MixedSampler, ReplayBuffer, transition_layout, validate_transitions
+from robot_rl.outputs import TEMP_PREFIX, atomic_path
 from robot_rl.ros import codec
 
 TRANSITIONS = "transitions"
@@ -71,6 +72,8 @@ class LearnerConfig:
     late_reward_timeout_s: float = 30.0
     """Learned rewards: how long transitions sent with their reward flagged late wait for it on the
     reward topic before they are dropped (never trained on without their reward)."""
+    keep_checkpoints: int = 3
+    """Numbered checkpoints (checkpoints/<updates>.pt) kept besides checkpoint.pt, the last one."""
 
 
 @dataclass
@@ -293,22 +296,55 @@ class LearnerCore:
 
     @property
     def checkpoint_path(self) -> Path:
+        """The last checkpoint (a hard link to the newest numbered one)."""
         return self.run_dir / "checkpoint.pt"
 
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    def network_shape(self) -> dict[str, Any]:
+        """The settings that decide the networks' weight shapes (named as the learner node's
+        parameters, or the task's sizes): a checkpoint only loads into the same shape."""
+        c = self.config
+        return {"obs_dim": c.obs_dim, "action_dim": c.action_dim, "cameras": list(c.cameras),
+                "image_size": c.image_size if c.cameras else None, "encoder": c.encoder,
+                "hidden_dims": list(c.sac.hidden_dims), "num_critics": c.sac.num_critics,
+                "grasp_critic": c.sac.grasp_critic}
+
     def save_checkpoint(self) -> None:
-        """Atomic: a learner killed mid-save leaves the previous checkpoint intact."""
+        """Writes checkpoints/<updates>.pt, makes it checkpoint.pt and keeps the newest
+        `keep_checkpoints` numbered ones. Atomic: a learner killed mid-save leaves the previous
+        checkpoint intact."""
         state = {"agent": self.agent.state_dict(), "policy_version": self.policy_version,
                  "rng": json.dumps(self.rng.bit_generator.state), "torch_rng": torch.get_rng_state(),
-                 "saved_at": time.time()}
-        tmp = self.checkpoint_path.with_suffix(".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, self.checkpoint_path)
+                 "network": self.network_shape(), "saved_at": time.time()}
+        numbered = self.checkpoint_dir / f"{self.agent.num_updates:09d}.pt"
+        with atomic_path(numbered) as tmp:
+            torch.save(state, tmp)
+        link = self.run_dir / f"{TEMP_PREFIX}checkpoint.pt-{os.getpid()}"
+        link.unlink(missing_ok=True)
+        os.link(numbered, link)
+        os.replace(link, self.checkpoint_path)
+        for old in sorted(self.checkpoint_dir.glob("*.pt"))[:-self.config.keep_checkpoints]:
+            old.unlink()
+
+    def _check_network_shape(self, saved: dict[str, Any]) -> None:
+        for key, value in self.network_shape().items():
+            if key in saved and saved[key] != value:
+                raise ValueError(f"{self.checkpoint_path} was made with {key}={saved[key]}; this learner has "
+                                 f"{key}={value}: use the same setting, or another run directory")
 
     def restore(self) -> bool:
-        """Loads the last checkpoint and replays the journal; returns True if anything was restored."""
+        """Loads the last checkpoint and replays the journal; returns True if anything was restored.
+
+        Raises:
+            ValueError: the checkpoint was made with other network shapes (see `network_shape`).
+        """
         restored = False
         if self.checkpoint_path.exists():
             state = torch.load(self.checkpoint_path, weights_only=True, map_location=self.device)
+            self._check_network_shape(state.get("network", {}))
             self.agent.load_state_dict(state["agent"])
             self.policy_version = int(state["policy_version"])
             self.rng.bit_generator.state = json.loads(state["rng"])
@@ -322,6 +358,7 @@ class LearnerCore:
             if not result.duplicate:
                 self.journal.note_replayed(segment, result.transitions)
                 restored = True
+        self.episode_stats.clear()  # logged (episodes.jsonl, TensorBoard) when they first arrived
         self.resumed = restored
         return restored
 
