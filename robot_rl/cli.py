@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from robot_rl.outputs import UserError
-from robot_rl.ros.session import Monitor, run_graph
+from robot_rl.ros.session import Monitor, check_resumable, claim_run_dir, run_graph
 
 
 def _parse_overrides(items: list[str]) -> dict:
@@ -61,7 +61,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         overrides.update({f"{n}.seed": args.seed for n in config["robot_rl"]["nodes"]})
     config = apply_overrides(config, overrides)
     run_dir = Path(args.run_dir or f"runs/{config['robot_rl']['task']}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    claim_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite)
     domain_id = args.domain_id if args.domain_id is not None else _default_domain_id()
     env = loopback_environment(domain_id)
     os.environ.update(env)  # the monitor and demonstration recording join the same loopback graph
@@ -71,6 +71,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         print("robot_rl: generating scripted demonstrations ...", flush=True)
     config = prepare_run(config, run_dir)
     specs = build_graph(config, args.backend, str(run_dir), args.namespace)
+    if args.resume:
+        check_resumable(run_dir, specs)
     params_path = params_file(specs, run_dir / "params.yaml")
     actor_params = next((s.parameters for s in specs if s.name == actor), {})
     eval_path = run_dir / "eval.json"
@@ -440,6 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--backend", default="sim", choices=["sim", "real"])
     train.add_argument("--namespace", default="", help="namespace for every node of the graph")
     train.add_argument("--run-dir", help="where checkpoints, logs and results go (default: runs/<task>-<time>)")
+    train.add_argument("--resume", action="store_true", help="carry on an existing run directory (its checkpoint, "
+                                                             "journal, step counters and logs)")
+    train.add_argument("--overwrite", action="store_true", help="empty an existing run directory and start afresh")
     train.add_argument("--steps", type=int, help="training environment steps (actor.total_steps)")
     train.add_argument("--eval-episodes", type=int, help="evaluation episodes after training")
     train.add_argument("--seed", type=int)

@@ -72,6 +72,9 @@ PARAMS = [
     Param("seed", 0, "Random seed.", 0, 2**31 - 1),
 ]
 
+NETWORK_PARAMETERS = ("task", "hidden_dims", "num_critics", "grasp_critic", "encoder")
+"""Parameters that decide the networks' shapes: a run directory resumes only with the same ones."""
+
 
 def demonstration_arrays(path: str, task, reward_model: str = "", reward_goal: str = "") -> dict:
     """Transitions (wire layout) from a zarr dataset: scripted-demo transitions or recorded episodes;

@@ -1,16 +1,82 @@
 """A training or recording session on the console: the graph's nodes run under a `Supervisor`
 (crashed nodes respawn within their restart budget) while a `Monitor` renders live progress from
-/diagnostics, with each node's restarts, its new warnings and errors, and a robot gone silent."""
+/diagnostics, with each node's restarts, its new warnings and errors, and a robot gone silent.
+
+A training run owns its run directory (`claim_run_dir`): an existing one is refused unless the
+user resumes or overwrites it, one `robot-rl train` at a time writes it, and a resumed run must
+ask for the same network shapes as the one that made it (`check_resumable`).
+"""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import IO, Mapping
 
+import yaml
+
+from robot_rl.outputs import UserError, check_output
 from robot_rl.ros.supervisor import Supervisor
+
+LOCK_NAME = ".lock"
+_held_locks: list[IO] = []
+"""Run directory locks of this process, held until it exits (the kernel drops a flock with its
+process, however it ends, so a killed run never leaves its directory locked)."""
+
+
+def claim_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Makes `run_dir` this process's: refuses an existing one unless `resume` (carry on with its
+    checkpoint, journal, counters and logs) or `overwrite` (empty it first), and locks it against
+    a second `robot-rl train`. Raises UserError with a one-line reason."""
+    check_output(run_dir, "run directory", overwrite=overwrite, resume=resume, resumable=True)
+    if overwrite and run_dir.is_dir() and any(run_dir.iterdir()) and not (run_dir / "params.yaml").exists():
+        raise UserError(f"--overwrite: {run_dir} holds no params.yaml, so it is not a run directory; "
+                        "remove it yourself or choose another --run-dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(run_dir / LOCK_NAME, "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        owner = lock.read().strip() or "unknown"
+        lock.close()
+        raise UserError(f"run directory {run_dir} is in use by another robot-rl train (pid {owner}); "
+                        "wait for it to end or choose another --run-dir") from None
+    lock.truncate(0)
+    lock.write(str(os.getpid()))
+    lock.flush()
+    _held_locks.append(lock)
+    if overwrite:
+        for child in run_dir.iterdir():
+            if child.name == LOCK_NAME:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+
+
+def check_resumable(run_dir: Path, specs) -> None:
+    """A resumed run must build the learner's networks as the run that made `run_dir` did (its
+    checkpoint holds their weights); raises UserError naming the first setting that differs."""
+    from robot_rl.nodes.learner import NETWORK_PARAMETERS, PARAMS
+
+    learner = next((spec for spec in specs if spec.name == "learner"), None)
+    earlier_path = run_dir / "params.yaml"
+    if learner is None or not earlier_path.exists():
+        return
+    earlier = (yaml.safe_load(earlier_path.read_text()) or {}).get("learner", {}).get("ros__parameters", {})
+    defaults = {p.name: p.default for p in PARAMS}
+    for name in NETWORK_PARAMETERS:
+        before, now = earlier.get(name, defaults[name]), learner.parameters.get(name, defaults[name])
+        if before != now:
+            raise UserError(f"run directory {run_dir} was made with learner.{name}={before}; this run asks for "
+                            f"{now}: use the same setting, or --overwrite / another --run-dir")
 
 SILENT_AFTER_S = 5.0
 """An actor without a new observation for this long says the robot (or simulator) is silent."""
