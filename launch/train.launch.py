@@ -1,8 +1,11 @@
 """Train a robot_rl task: `ros2 launch robot_rl train.launch.py task:=arm_lift backend:=sim`.
 
 The nodes and their parameters come from the package's graph spec (robot_rl/ros/graph.py),
-the same one `robot-rl train` uses, built from config/<task>.yaml or `config:=<file>`.
-A critical node that exits ends the whole launch, with the reason.
+the same one `robot-rl train` uses, built from config/<task>.yaml or `config:=<file>`, with the
+same restart policy: a node with restarts (learner, actor, reward by default; `robot_rl.restarts`)
+is respawned after a crash (`respawn_max_retries` needs ROS 2 Iron or newer) and resumes where it
+stopped. The launch ends when the actor finishes, or when a critical node exits for good: on its
+own, or crashed past its restarts.
 """
 
 import time
@@ -16,6 +19,30 @@ from launch.substitutions import EnvironmentVariable, LaunchConfiguration
 from launch_ros.actions import Node
 
 from robot_rl.ros.graph import build_graph, config_path, fastdds_profile_path, load_config, prepare_run
+from robot_rl.ros.graph import crashed
+from robot_rl.ros.supervisor import RESTART_DELAY_S
+
+
+def _end_of_run(spec):
+    """OnProcessExit callback of a critical or run-finishing node: shuts the launch down unless
+    launch respawns the node (a crash within its restarts)."""
+    crashes = 0
+
+    def on_exit(event, context):
+        nonlocal crashes
+        code = event.returncode
+        if spec.kind.finishes_run and code == 0:
+            return [EmitEvent(event=Shutdown(reason=f"{spec.name} finished"))]
+        if crashed(code) and crashes < spec.max_restarts:
+            crashes += 1
+            return None  # launch respawns it after respawn_delay
+        if not spec.kind.critical:
+            return None
+        # The shutdown comes within respawn_delay, so a node that exited on purpose is not respawned.
+        after = f" after {crashes} restart(s)" if crashes else ""
+        return [EmitEvent(event=Shutdown(reason=f"critical node {spec.name} exited with code {code}{after}"))]
+
+    return on_exit
 
 
 def _nodes(context, *args, **kwargs):
@@ -30,12 +57,11 @@ def _nodes(context, *args, **kwargs):
     for spec in build_graph(config, backend, run_dir, namespace):
         node = Node(package="robot_rl", executable=spec.kind.executable, name=spec.name,
                     namespace=spec.namespace or None, parameters=[spec.parameters], output="screen",
-                    emulate_tty=True)
+                    emulate_tty=True, respawn=spec.max_restarts > 0, respawn_delay=RESTART_DELAY_S,
+                    respawn_max_retries=spec.max_restarts)
         actions.append(node)
         if spec.kind.critical or spec.kind.finishes_run:
-            reason = f"{spec.name} finished" if spec.kind.finishes_run else f"critical node {spec.name} exited"
-            actions.append(RegisterEventHandler(OnProcessExit(
-                target_action=node, on_exit=[EmitEvent(event=Shutdown(reason=reason))])))
+            actions.append(RegisterEventHandler(OnProcessExit(target_action=node, on_exit=_end_of_run(spec))))
     return actions
 
 
