@@ -33,6 +33,7 @@ setup(
         *share_tree("policies"),
     ],
     install_requires=["setuptools", "numpy", "scipy", "pyyaml", "safetensors", "zarr", "mujoco", "gymnasium", "rich",
+                      "cryptography",  # robot-rl security: SROS2 keystores
                       "tensorboard"],
     zip_safe=True,
     maintainer="robot_rl developers",

@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from robot_rl.outputs import UserError
+from robot_rl.ros.security import ENFORCEMENT_NOTE, ensure_run_secret, init_keystore
 from robot_rl.ros.session import Monitor, check_resumable, claim_run_dir, run_graph
 
 
@@ -62,6 +63,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = apply_overrides(config, overrides)
     run_dir = Path(args.run_dir or f"runs/{config['robot_rl']['task']}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     claim_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite)
+    ensure_run_secret(run_dir)  # the key the learner checks every transition batch against (kept on resume)
     domain_id = args.domain_id if args.domain_id is not None else _default_domain_id()
     env = loopback_environment(domain_id)
     os.environ.update(env)  # the monitor and demonstration recording join the same loopback graph
@@ -349,6 +351,14 @@ def cmd_reward(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_security(args: argparse.Namespace) -> int:
+    enclaves = init_keystore(args.task, args.keystore, overwrite=args.overwrite, backend=args.backend,
+                             namespace=args.namespace)
+    print(f"robot-rl security: keystore {args.keystore} with enclaves {', '.join(enclaves)}")
+    print(ENFORCEMENT_NOTE.format(keystore=Path(args.keystore).resolve()))
+    return 0
+
+
 def cmd_record_bag(args: argparse.Namespace) -> int:
     from robot_rl.bag import record
 
@@ -550,6 +560,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="SACConfig override, e.g. --set utd_ratio=2 --set num_critics=2")
     ctrain.add_argument("--seed", type=int, default=0)
     ctrain.add_argument("--device", default="auto")
+    security = sub.add_parser("security", help="SROS2 keystore with least-privilege enclaves for a task's graph")
+    security_sub = security.add_subparsers(dest="action", required=True)
+    sinit = security_sub.add_parser("init", help="write a CA and one enclave per node (permissions from the graph)")
+    sinit.add_argument("--task", default="arm_lift")
+    sinit.add_argument("--keystore", default="keystore", help="output directory")
+    sinit.add_argument("--backend", default="sim", choices=["sim", "real"])
+    sinit.add_argument("--namespace", default="", help="namespace of the graph's nodes")
+    sinit.add_argument("--overwrite", action="store_true", help="replace an existing keystore")
     bag = sub.add_parser("record-bag", help="record topics to an MCAP file (ROS 2 profile) until Ctrl-C or "
                                             "--duration")
     bag.add_argument("--topics", nargs="+", required=True, metavar="TOPIC", help="topics to record (any types)")
@@ -590,8 +608,8 @@ def main(argv: list[str] | None = None) -> int:
     command = cmd_train_env if args.command == "train" and args.env else {
         "train": cmd_train, "demos": cmd_demos, "record-bag": cmd_record_bag, "record": cmd_record,
         "report": cmd_report, "pretrain-encoder": cmd_pretrain_encoder, "reward": cmd_reward,
-        "juggle": cmd_juggle, "car": cmd_car}[args.command]
-    name = " ".join(argv[:2]) if args.command in ("reward", "juggle", "car") else args.command
+        "juggle": cmd_juggle, "car": cmd_car, "security": cmd_security}[args.command]
+    name = " ".join(argv[:2]) if args.command in ("reward", "juggle", "car", "security") else args.command
     try:
         return command(args)
     except EXPECTED_ERRORS as exc:

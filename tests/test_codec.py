@@ -299,7 +299,7 @@ def test_bad_magic(good):
         assert _reason(magic + good[4:]) == "bad_magic"
 
 
-@pytest.mark.parametrize("version", [0, 2, 255, 65535])
+@pytest.mark.parametrize("version", [0, 3, 255, 65535])
 def test_bad_version(good, version):
     data = good[:4] + struct.pack("<H", version) + good[6:]
     assert _reason(data) == "bad_version"

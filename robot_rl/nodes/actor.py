@@ -44,6 +44,7 @@ from robot_rl.ros.learner_link import LearnerLink
 from robot_rl.ros.messages import msg_to_image, ns_to_stamp, stamp_to_ns
 from robot_rl.ros.node_utils import (Param, ParameterError, declare_params, diagnostics, reset_stamp, run_node,
                                      timer_once)
+from robot_rl.ros.security import run_key
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.tasks import get_task, task_names
 from robot_rl.teleop.takeover import HumanCommand
@@ -57,6 +58,8 @@ PARAMS = [
     Param("record_episodes", 0, "Record mode: finish after this many kept episodes (0: until stopped).", 0,
           1_000_000),
     Param("actor_id", "actor0", "Unique id of this actor among those feeding one learner."),
+    Param("key_file", "", "The run's secret that signs transition batches ('': <run_dir>/secret.key, created if "
+          "absent); an actor on another machine than the learner needs a copy of the learner's."),
     Param("run_dir", "runs/default", "Directory for the outbox spill and the evaluation result."),
     Param("total_steps", 10_000, "Training steps before evaluation (0: train forever).", 0, 1_000_000_000),
     Param("eval_episodes", 50, "Deterministic evaluation episodes after training.", 0, 100_000),
@@ -120,7 +123,8 @@ class ActorNode(Node):
             p["actor_id"], p["batch_transitions"], p["total_steps"], p["random_steps"], p["eval_episodes"],
             p["sync_updates_per_step"], p["sync_slack_steps"], recording, p["record_episodes"], p["seed"],
             learned_reward=p["reward_source"] == "reward_node", sync_rewards=p["sync_rewards"],
-            reward_wait_s=p["reward_wait_s"]), outbox, recorder, progress_path=outbox_dir / "progress.json")
+            reward_wait_s=p["reward_wait_s"]), outbox, recorder, progress_path=outbox_dir / "progress.json",
+            key=run_key(p))
         if self.core.train_steps:
             self.get_logger().info(f"continuing from {outbox_dir}: {self.core.train_steps} training steps, "
                                    f"{len(outbox)} batches not yet acknowledged")

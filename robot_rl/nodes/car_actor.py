@@ -50,6 +50,7 @@ from robot_rl.ros.learner_link import LearnerLink
 from robot_rl.ros.messages import msg_to_image, stamp_to_ns
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, reset_stamp, run_node, \
     timer_once
+from robot_rl.ros.security import run_key
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.tasks import get_task
 from robot_rl.training.actor import ActorConfig, ActorCore
@@ -63,6 +64,8 @@ PARAMS = [
     Param("reach_radius", CarRaceConfig.reach_radius, "A checkpoint counts as reached within this distance [m].",
           0.05, 20.0),
     Param("actor_id", "car_actor0", "Unique id of this actor among those feeding one learner."),
+    Param("key_file", "", "The run's secret that signs transition batches ('': <run_dir>/secret.key, created if "
+          "absent); an actor on another machine than the learner needs a copy of the learner's."),
     Param("run_dir", "runs/default", "Directory for the outbox spill and eval.json."),
     Param("total_steps", 48_000, "Training steps before evaluation (0: train forever).", 0, 1_000_000_000),
     Param("eval_episodes", 3, "Deterministic evaluation episodes after training.", 0, 100_000),
@@ -108,7 +111,7 @@ class CarActorNode(Node):
         outbox = Outbox(self.run_dir / f"outbox-{p['actor_id']}", p["outbox_max_mb"] << 20, p["resend_after_s"])
         self.core = ActorCore(self.task, ActorConfig(
             p["actor_id"], p["batch_transitions"], p["total_steps"], 0, p["eval_episodes"],
-            p["sync_updates_per_step"], p["sync_slack_steps"], seed=p["seed"]), outbox)
+            p["sync_updates_per_step"], p["sync_slack_steps"], seed=p["seed"]), outbox, key=run_key(p))
         self.core.policy = initial_policy(policy.actor, self.task.obs_dim)
         self.core_lock = threading.Lock()
         self.sync = StampSynchronizer((IMAGE, IMU, ODOM), int(p["obs_slop_s"] * 1e9))

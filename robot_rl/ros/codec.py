@@ -10,9 +10,17 @@ Wire format (all integers little-endian)::
 
     offset  size  field
     0       4     magic  b"RRLP"
-    4       2     u16 codec version (currently 1)
+    4       2     u16 codec version: 1 unsigned, 2 signed
     6       4     u32 CRC-32 (zlib polynomial) of the body
     10      ...   body: a safetensors blob
+    end-32  32    version 2 only: HMAC-SHA256 of everything before it, keyed
+                  with the run's secret (robot_rl/ros/security.py)
+
+``encode(..., key=k)`` writes version 2; without a key, version 1.
+``decode(..., key=k)`` accepts only a version 2 payload whose tag verifies
+under ``k``; without a key both versions decode and no tag is checked
+(offline tools, and the learner's journal, whose payloads were verified
+before they were written).
 
 The safetensors ``__metadata__`` table carries exactly one entry,
 ``"rrl"``, whose value is a JSON string ``{"kind": <str>, "meta": <dict>}``.
@@ -29,6 +37,9 @@ reason             meaning
 ``too_short``      fewer bytes than the fixed prefix
 ``bad_magic``      prefix magic is not ``b"RRLP"``
 ``bad_version``    codec version is not supported by this reader
+``unsigned``       a key was given but the payload carries no tag (version 1)
+``bad_mac``        the tag does not verify: forged, altered, or signed with
+                   another run's key
 ``bad_crc``        body checksum mismatch (also what truncation looks like)
 ``bad_body``       safetensors container is malformed
 ``bad_array``      an array entry is inconsistent (dtype / shape / size /
@@ -41,6 +52,8 @@ reason             meaning
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
 import struct
@@ -57,7 +70,9 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 __all__ = [
     "CODEC_VERSION",
+    "FORGED_REASONS",
     "MAGIC",
+    "SIGNED_VERSION",
     "PREFIX",
     "PREFIX_SIZE",
     "Payload",
@@ -71,8 +86,12 @@ __all__ = [
 
 MAGIC = b"RRLP"
 CODEC_VERSION = 1
+SIGNED_VERSION = 2
 PREFIX = struct.Struct("<4sHI")  # magic, version, crc32(body)
 PREFIX_SIZE = PREFIX.size  # 10
+TAG_SIZE = hashlib.sha256().digest_size  # 32
+FORGED_REASONS = frozenset({"unsigned", "bad_mac"})
+"""Reasons that mean a payload is not from a holder of the key (as opposed to merely malformed)."""
 _META_KEY = "rrl"
 _SAFETENSORS_HEADER_LEN = struct.Struct("<Q")
 # Sanity bound on the safetensors JSON header (safetensors itself caps at
@@ -181,20 +200,27 @@ def _prepare_array(name: Any, value: Any) -> np.ndarray:
     return np.asarray(arr, dtype=dt, order="C")
 
 
-def frame_body(body: bytes | bytearray | memoryview) -> bytes:
-    """Prefix an already-built safetensors ``body`` with magic/version/CRC.
+def _tag(key: bytes, signed: bytes | memoryview) -> bytes:
+    return hmac.new(key, signed, hashlib.sha256).digest()
+
+
+def frame_body(body: bytes | bytearray | memoryview, key: bytes | None = None) -> bytes:
+    """Prefix an already-built safetensors ``body`` with magic/version/CRC and,
+    with a ``key``, append its HMAC tag.
 
     Exposed for tooling and tests; normal code should call :func:`encode`.
     """
-    return b"".join(
-        (PREFIX.pack(MAGIC, CODEC_VERSION, zlib.crc32(body) & 0xFFFFFFFF), body)
-    )
+    version = CODEC_VERSION if key is None else SIGNED_VERSION
+    framed = b"".join((PREFIX.pack(MAGIC, version, zlib.crc32(body) & 0xFFFFFFFF), body))
+    return framed if key is None else framed + _tag(key, framed)
 
 
 def encode(
     kind: str,
     arrays: Mapping[str, np.ndarray],
     meta: Mapping[str, Any] | None = None,
+    *,
+    key: bytes | None = None,
 ) -> bytes:
     """Encode ``arrays`` + ``meta`` as a framed payload of ``kind``.
 
@@ -203,6 +229,7 @@ def encode(
     never aliased. ``meta`` must be a str-keyed JSON-able mapping (numpy
     scalars are converted; NaN/inf are rejected because they are not JSON).
     Raises :class:`PayloadError` (``bad_meta`` / ``bad_array``) on bad input.
+    With ``key`` the payload is signed (version 2).
     """
     meta_json = _meta_json(kind, meta)
     if not isinstance(arrays, Mapping):
@@ -214,7 +241,7 @@ def encode(
         raise
     except BaseException as exc:  # SafetensorError, or a pyo3 PanicException (BaseException)
         raise PayloadError("bad_array", f"safetensors refused the arrays: {exc}") from None
-    return frame_body(body)
+    return frame_body(body, key)
 
 
 # --------------------------------------------------------------------------
@@ -325,12 +352,15 @@ def decode(
     *,
     expect_kind: str | None = None,
     require: Iterable[str] = (),
+    key: bytes | None = None,
 ) -> Payload:
     """Decode and fully validate a payload produced by :func:`encode`.
 
     ``data`` may be any contiguous bytes-like object (bytes, bytearray,
-    memoryview, ``array.array`` such as ``UInt8MultiArray.data``). Raises
-    :class:`PayloadError` and nothing else on malformed input.
+    memoryview, ``array.array`` such as ``UInt8MultiArray.data``). With
+    ``key``, the payload must be signed with it (checked before anything
+    else is parsed). Raises :class:`PayloadError` and nothing else on
+    malformed input.
     """
     mv = _as_byte_view(data)
     if len(mv) < PREFIX_SIZE:
@@ -338,10 +368,20 @@ def decode(
     magic, version, crc = PREFIX.unpack_from(mv, 0)
     if magic != MAGIC:
         raise PayloadError("bad_magic", f"magic {bytes(magic)!r} != {MAGIC!r}")
-    if version != CODEC_VERSION:
+    if version not in (CODEC_VERSION, SIGNED_VERSION):
         raise PayloadError(
-            "bad_version", f"codec version {version} unsupported (expected {CODEC_VERSION})"
+            "bad_version",
+            f"codec version {version} unsupported (expected {CODEC_VERSION} or {SIGNED_VERSION})",
         )
+    if version == SIGNED_VERSION:
+        if len(mv) < PREFIX_SIZE + TAG_SIZE:
+            raise PayloadError("too_short", f"{len(mv)} bytes cannot hold a {TAG_SIZE}-byte tag")
+        signed, tag = mv[:-TAG_SIZE], mv[-TAG_SIZE:]
+        if key is not None and not hmac.compare_digest(_tag(key, signed), tag):
+            raise PayloadError("bad_mac", "HMAC tag does not verify (forged, altered, or another run's key)")
+        mv = signed
+    elif key is not None:
+        raise PayloadError("unsigned", f"payload is unsigned (codec version {version}) but a key is required")
     body = mv[PREFIX_SIZE:]
     actual = zlib.crc32(body) & 0xFFFFFFFF
     if actual != crc:

@@ -121,10 +121,12 @@ class ActorCore:
     are done, starts again from its first episode."""
 
     def __init__(self, task: TaskSpec, config: ActorConfig, outbox: Outbox, recorder: EpisodeWriter | None = None,
-                 progress_path: str | os.PathLike | None = None):
+                 progress_path: str | os.PathLike | None = None, key: bytes | None = None):
+        """`key`: the run's secret (robot_rl/ros/security.py) that signs the transition payloads."""
         if config.record_only and recorder is None:
             raise ValueError("record_only needs a recorder (an EpisodeWriter)")
         self.task, self.config, self.outbox, self.recorder = task, config, outbox, recorder
+        self.key = key
         self.rng = np.random.default_rng(config.seed)
         self.policy: Policy | None = None
         self.policy_version = 0
@@ -465,7 +467,7 @@ class ActorCore:
         payload = codec.encode(TRANSITIONS, arrays, {
             "actor_id": self.config.actor_id, "seq": seq, "task": self.task.name,
             "policy_version": self.policy_version, "episodes": self._pending.episodes, "sent_at": time.time(),
-        })
+        }, key=self.key)
         self.outbox.put(seq, payload)
         self.transitions_sent += n
         self.payloads_sent += 1

@@ -85,8 +85,11 @@ class IngestResult:
 
 
 class LearnerCore:
-    def __init__(self, config: LearnerConfig, run_dir: str | os.PathLike):
+    def __init__(self, config: LearnerConfig, run_dir: str | os.PathLike, key: bytes | None = None):
+        """`key`: the run's secret (robot_rl/ros/security.py). With it, only transition payloads
+        signed with it are stored (others are counted in `forged`) and policies and acks are signed."""
         self.config = config
+        self.key = key
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.device = torch.device(resolve_device(config.device))
@@ -112,10 +115,15 @@ class LearnerCore:
         self.demos = ReplayBuffer(config.buffer_capacity, layout)
         self.sampler = MixedSampler(self.online, self.demos, config.demo_fraction)
         self.tracker = SequenceTracker()
+        # Sequence numbers of journal segments that pruning may delete: a replay of one stays a replay.
+        self.sequences_path = self.run_dir / "sequences.json"
         self.journal = PayloadJournal(self.run_dir / "journal")
         self.policy_version = 0
         self.rejected: dict[str, int] = {}
         self.duplicates = 0
+        """Payloads already stored: an actor's resend after a lost ack, or a replay of a captured one."""
+        self.forged = 0
+        """Payloads not signed with the run's key (also counted in `rejected`)."""
         self.resumed = False
         self.episode_stats: list[dict[str, Any]] = []
         # Learned rewards that came late: rows waiting for their reward, and recent rewards by stamp
@@ -167,11 +175,13 @@ class LearnerCore:
             return self._ingest(data, journal=True)
         except (codec.PayloadError, ValueError) as exc:
             reason = getattr(exc, "reason", "bad_transitions")
+            self.forged += reason in codec.FORGED_REASONS
             self.rejected[reason] = self.rejected.get(reason, 0) + 1
             raise
 
     def _ingest(self, data: bytes | memoryview, journal: bool) -> IngestResult:
-        payload = codec.decode(data, expect_kind=TRANSITIONS)
+        # The journal holds only payloads verified before they were written.
+        payload = codec.decode(data, expect_kind=TRANSITIONS, key=self.key if journal else None)
         actor_id, seq = payload.meta.get("actor_id"), payload.meta.get("seq")
         if not isinstance(actor_id, str) or not actor_id or not isinstance(seq, int) or seq < 0:
             raise codec.PayloadError("missing_field", "transition payload needs meta actor_id (str) and seq (int >= 0)")
@@ -181,7 +191,10 @@ class LearnerCore:
             self.duplicates += 1
             return IngestResult(actor_id, seq, n, duplicate=True)
         if journal:
+            segments = len(self.journal.segment_transitions)
             self.journal.append(bytes(data) if not isinstance(data, bytes) else data, n)
+            if len(self.journal.segment_transitions) > segments:  # a new segment: older ones may be pruned
+                self.tracker.save(self.sequences_path)
             self.journal.prune(self.config.buffer_capacity)
         self.tracker.add(actor_id, seq)
         late = np.asarray(batch.get("reward_late", np.zeros(n, bool)), bool)
@@ -286,11 +299,10 @@ class LearnerCore:
         return codec.encode(POLICY, arrays, {
             "version": self.policy_version, "spec": self.agent.policy.spec.to_json(),
             "num_updates": self.agent.num_updates, "transitions": self.transitions_received,
-        })
+        }, key=self.key)
 
-    @staticmethod
-    def ack_payload(actor_id: str, seqs: list[int]) -> bytes:
-        return codec.encode(ACK, {"seqs": np.asarray(seqs, dtype=np.int64)}, {"actor_id": actor_id})
+    def ack_payload(self, actor_id: str, seqs: list[int]) -> bytes:
+        return codec.encode(ACK, {"seqs": np.asarray(seqs, dtype=np.int64)}, {"actor_id": actor_id}, key=self.key)
 
     # ---- checkpoints --------------------------------------------------------------------------
 
@@ -358,6 +370,8 @@ class LearnerCore:
             if not result.duplicate:
                 self.journal.note_replayed(segment, result.transitions)
                 restored = True
+        if self.sequences_path.exists():
+            self.tracker.merge(SequenceTracker.load(self.sequences_path))
         self.episode_stats.clear()  # logged (episodes.jsonl, TensorBoard) when they first arrived
         self.resumed = restored
         return restored
@@ -369,7 +383,7 @@ class LearnerCore:
         return {
             "updates": self.agent.num_updates, "policy_version": self.policy_version,
             "online_size": len(self.online), "demo_size": len(self.demos),
-            "transitions_received": self.transitions_received, "duplicates": self.duplicates,
+            "transitions_received": self.transitions_received, "duplicates": self.duplicates, "forged": self.forged,
             "rejected": sum(self.rejected.values()), "resumed": self.resumed,
             "config": asdict(self.config),
         }

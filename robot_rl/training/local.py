@@ -94,7 +94,7 @@ def train_in_process(robot: Robot, actor: ActorCore, learner: LearnerCore, updat
             n = learner.agent.num_updates
             if n and n // publish_every != last_published:
                 last_published = n // publish_every
-                actor.load_policy(codec.decode(learner.policy_payload()))
+                actor.load_policy(codec.decode(learner.policy_payload(), key=actor.key))
         _deliver(actor, learner)
         if on_episode is not None:
             on_episode(result.episode)
@@ -104,4 +104,4 @@ def train_in_process(robot: Robot, actor: ActorCore, learner: LearnerCore, updat
 def _deliver(actor: ActorCore, learner: LearnerCore) -> None:
     for seq, payload in actor.outbox.due(limit=1 << 30):
         result = learner.ingest(payload)
-        actor.handle_ack(codec.decode(learner.ack_payload(result.actor_id, [result.seq])))
+        actor.handle_ack(codec.decode(learner.ack_payload(result.actor_id, [result.seq]), key=actor.key))

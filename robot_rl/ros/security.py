@@ -1,0 +1,360 @@
+"""Who may talk to the graph: the per-run secret that signs actor<->learner payloads, and SROS2
+keystores whose permissions let each node publish and subscribe only what the graph gives it.
+
+The run secret (`<run_dir>/secret.key`, 32 random bytes, mode 0600) keys the codec's HMAC: the
+learner stores only transition batches signed with it, so a participant that joins the domain
+cannot feed it data, and a payload from another run (another key) fails the check. Every node
+with a run directory creates the secret there if it is missing (atomically, so nodes sharing the
+directory agree whichever starts first); an actor on another machine is given a copy of the
+learner's file with its `key_file` parameter, which must then exist.
+
+`write_keystore` lays out what SROS2 (`ros2 security create_keystore` / `create_enclave`) lays
+out: a CA under `public/` and `private/`, and one enclave per node under `enclaves/` holding its
+certificate and key, the CA certificates and the governance and permissions documents, each
+signed as S/MIME by the permissions CA. Enforcement is the RMW's job (DDS Security); the Fast DDS
+wheels on PyPI are built without it, so the enclaves only take effect on a ROS 2 install from apt.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+from xml.sax.saxutils import escape
+
+from robot_rl.outputs import TEMP_PREFIX, UserError, atomic_path
+from robot_rl.ros.graph import NodeSpec
+
+SECRET_FILE = "secret.key"
+SECRET_BYTES = 32
+
+# ---- the run secret -------------------------------------------------------------------------------
+
+
+def ensure_run_secret(run_dir: str | os.PathLike) -> bytes:
+    """The run's secret, created in `run_dir` if it is not there yet (a resumed run keeps its own)."""
+    path = Path(run_dir) / SECRET_FILE
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{TEMP_PREFIX}{SECRET_FILE}.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(SECRET_BYTES))
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)  # fails if another node created it meanwhile: theirs is kept
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    return read_secret(path)
+
+
+def read_secret(path: str | os.PathLike) -> bytes:
+    path = Path(path)
+    try:
+        key = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"key file {path} does not exist: copy the learner's <run_dir>/{SECRET_FILE} here") from None
+    if len(key) != SECRET_BYTES:
+        raise UserError(f"key file {path} holds {len(key)} bytes, not the {SECRET_BYTES} of a run secret")
+    return key
+
+
+def run_key(params: Mapping[str, Any]) -> bytes:
+    """An actor node's key: its `key_file` parameter when set (the file must exist), else the
+    secret in its `run_dir`."""
+    return read_secret(params["key_file"]) if params["key_file"] else ensure_run_secret(params["run_dir"])
+
+
+# ---- what each node may publish and subscribe -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """A node's topics and services as it names them (relative names resolve in its namespace,
+    `~/x` under its own name). `cameras` in a name stands for each of the task's cameras."""
+
+    publish: tuple[str, ...] = ()
+    subscribe: tuple[str, ...] = ()
+    serves: tuple[str, ...] = ()
+    calls: tuple[str, ...] = ()
+
+
+CAMERA_TOPICS = ("{camera}/color/image_raw", "{camera}/color/camera_info")
+ARM_STATE = ("joint_states", "arm/ee_pose", "cube/pose")
+TELEOP = ("teleop/cmd", "teleop/gripper", "teleop/engaged", "teleop/event")
+RESET = "{reset_service}"
+"""The service named by the node's `reset_service` parameter (the graph sets it)."""
+
+EVERY_NODE = Endpoints(
+    publish=("/rosout", "/parameter_events", "/diagnostics"),
+    subscribe=("/parameter_events", "/clock"),
+    serves=tuple(f"~/{name}" for name in ("describe_parameters", "get_parameter_types", "get_parameters",
+                                          "get_type_description", "list_parameters", "set_parameters",
+                                          "set_parameters_atomically")),
+)
+"""What rclpy gives every node: logging, parameter events and services, simulated time."""
+
+# Derived from the node modules (robot_rl/nodes/) and the topic table of DESIGN.md. Hardware nodes
+# also talk to their device's driver topics, named in hardware/<device>.yaml: add those to the
+# generated permissions for a real robot.
+NODE_ENDPOINTS: dict[str, Endpoints] = {
+    "sim": Endpoints(publish=(*ARM_STATE, *CAMERA_TOPICS, "/clock"), subscribe=("arm/cmd", "arm/gripper"),
+                     serves=("~/reset",)),
+    "actor": Endpoints(publish=("arm/cmd", "arm/gripper", "episode/event", "rl/transitions"),
+                       subscribe=(*ARM_STATE, CAMERA_TOPICS[0], *TELEOP, "reward", "reward/done", "rl/policy",
+                                  "rl/acks"),
+                       calls=(RESET,)),
+    "learner": Endpoints(publish=("rl/acks", "rl/policy"), subscribe=("rl/transitions", "reward", "reward/done")),
+    "camera": Endpoints(publish=CAMERA_TOPICS),
+    "arm": Endpoints(publish=("arm/ee_pose",), subscribe=("arm/cmd", "arm/gripper", "joint_states", "/estop"),
+                     serves=("~/reset", "~/reset_estop")),
+    "quadrotor": Endpoints(subscribe=("quad/cmd_ctbr", "quad/odom", "ball/pose", "/estop"),
+                           serves=("~/arm", "~/land", "~/reset_estop")),
+    "teleop": Endpoints(publish=TELEOP, subscribe=("/estop", "joy")),
+    "scripted_human": Endpoints(publish=("joy",), subscribe=(*ARM_STATE, "arm/cmd", "arm/gripper")),
+    "reward": Endpoints(publish=("reward", "reward/done"),
+                        subscribe=("task/goal", "teleop/event", "episode/event", CAMERA_TOPICS[0])),
+    "quad_sim": Endpoints(publish=("quad/odom", "ball/pose", "/clock"), subscribe=("quad/cmd_ctbr",),
+                          serves=("~/reset",)),
+    "juggle_actor": Endpoints(publish=("quad/cmd_ctbr",), subscribe=("quad/odom", "ball/pose", "rl/policy"),
+                              calls=(RESET,)),
+    "ppo_learner": Endpoints(publish=("rl/policy",)),
+    "car_sim": Endpoints(publish=(*CAMERA_TOPICS, "car/imu", "car/odom", "car/practice", "/clock"),
+                         subscribe=("car/cmd_vel",), serves=("~/reset",)),
+    "car": Endpoints(publish=("car/odom", "car/practice", "car/imu"), subscribe=("car/cmd_vel", "/estop"),
+                     serves=("~/reset_estop",)),
+    "car_actor": Endpoints(publish=("car/cmd_vel", "rl/transitions"),
+                           subscribe=("car/practice", CAMERA_TOPICS[0], "car/imu", "car/odom", "rl/policy", "rl/acks"),
+                           calls=(RESET,)),
+}
+
+
+def resolve(name: str, namespace: str, node: str) -> str:
+    """A ROS name made absolute the way rcl does it (`~` is the node's own name)."""
+    prefix = f"/{namespace.strip('/')}" if namespace.strip("/") else ""
+    if name.startswith("~/"):
+        return f"{prefix}/{node}/{name[2:]}"
+    return name if name.startswith("/") else f"{prefix}/{name}"
+
+
+@dataclass(frozen=True)
+class DdsTopics:
+    """A node's DDS topic names as Fast DDS spells them in permissions: `rt/` topics, services as
+    `rq/<name>Request` and `rr/<name>Reply` pairs."""
+
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+
+
+def node_dds_topics(spec: NodeSpec, cameras: Iterable[str]) -> DdsTopics:
+    """What `spec`'s node may publish and subscribe on DDS."""
+    own, common = NODE_ENDPOINTS[spec.name], EVERY_NODE
+
+    def names(declared: Iterable[str]) -> list[str]:
+        out = []
+        for name in declared:
+            if RESET in name:
+                if spec.parameters.get("reset_service"):
+                    out.append(spec.parameters["reset_service"])
+            elif "{camera}" in name:
+                out += [name.format(camera=camera) for camera in cameras]
+            else:
+                out.append(name)
+        return [resolve(n, spec.namespace, spec.name) for n in out]
+
+    serves = names(own.serves + common.serves)
+    calls = names(own.calls + common.calls)
+    publish = ([f"rt{n}" for n in names(own.publish + common.publish)]
+               + [f"rr{n}Reply" for n in serves] + [f"rq{n}Request" for n in calls])
+    subscribe = ([f"rt{n}" for n in names(own.subscribe + common.subscribe)]
+                 + [f"rq{n}Request" for n in serves] + [f"rr{n}Reply" for n in calls])
+    return DdsTopics(tuple(sorted(set(publish))), tuple(sorted(set(subscribe))))
+
+
+def enclave_name(spec: NodeSpec) -> str:
+    return resolve(spec.name, spec.namespace, spec.name)
+
+
+# ---- DDS Security documents ----------------------------------------------------------------------
+
+DOMAINS = "<id_range><min>0</min><max>232</max></id_range>"
+"""Every ROS_DOMAIN_ID (the graph picks its own)."""
+
+GOVERNANCE = f"""<?xml version="1.0" encoding="UTF-8"?>
+<dds xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+     xsi:noNamespaceSchemaLocation="http://www.omg.org/spec/DDS-SECURITY/20170901/omg_shared_ca_governance.xsd">
+  <domain_access_rules>
+    <domain_rule>
+      <domains>{DOMAINS}</domains>
+      <allow_unauthenticated_participants>false</allow_unauthenticated_participants>
+      <enable_join_access_control>true</enable_join_access_control>
+      <discovery_protection_kind>ENCRYPT</discovery_protection_kind>
+      <liveliness_protection_kind>ENCRYPT</liveliness_protection_kind>
+      <rtps_protection_kind>SIGN</rtps_protection_kind>
+      <topic_access_rules>
+        <topic_rule>
+          <topic_expression>*</topic_expression>
+          <enable_discovery_protection>true</enable_discovery_protection>
+          <enable_liveliness_protection>true</enable_liveliness_protection>
+          <enable_read_access_control>true</enable_read_access_control>
+          <enable_write_access_control>true</enable_write_access_control>
+          <metadata_protection_kind>ENCRYPT</metadata_protection_kind>
+          <data_protection_kind>ENCRYPT</data_protection_kind>
+        </topic_rule>
+      </topic_access_rules>
+    </domain_rule>
+  </domain_access_rules>
+</dds>
+"""
+
+
+def permissions_xml(enclave: str, topics: DdsTopics, not_before: datetime.datetime,
+                    not_after: datetime.datetime) -> str:
+    def block(tag: str, names: tuple[str, ...]) -> str:
+        items = "".join(f"\n            <topic>{escape(n)}</topic>" for n in names)
+        return f"\n        <{tag}>\n          <topics>{items}\n          </topics>\n        </{tag}>" if names else ""
+
+    stamp = "%Y-%m-%dT%H:%M:%S"
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<dds xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+     xsi:noNamespaceSchemaLocation="http://www.omg.org/spec/DDS-SECURITY/20170901/omg_shared_ca_permissions.xsd">
+  <permissions>
+    <grant name="{escape(enclave)}">
+      <subject_name>CN={escape(enclave)}</subject_name>
+      <validity>
+        <not_before>{not_before.strftime(stamp)}</not_before>
+        <not_after>{not_after.strftime(stamp)}</not_after>
+      </validity>
+      <allow_rule>
+        <domains>{DOMAINS}</domains>{block("publish", topics.publish)}{block("subscribe", topics.subscribe)}
+      </allow_rule>
+      <default>DENY</default>
+    </grant>
+  </permissions>
+</dds>
+"""
+
+
+# ---- the keystore ---------------------------------------------------------------------------------
+
+VALID_DAYS = 3650
+
+
+class _Authority:
+    """The keystore's CA (identity and permissions CA at once, as SROS2 makes it)."""
+
+    def __init__(self, now: datetime.datetime):
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        self.now = now
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        self.cert = self.issue("robot_rl keystore CA", self.key.public_key(), ca=True)
+
+    def issue(self, common_name: str, public_key, ca: bool = False):
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.x509.oid import NameOID
+
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+        issuer = subject if ca else self.cert.subject
+        return (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(public_key)
+                .serial_number(x509.random_serial_number()).not_valid_before(self.now)
+                .not_valid_after(self.now + datetime.timedelta(days=VALID_DAYS))
+                .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+                .sign(self.key, hashes.SHA256()))
+
+    def sign_smime(self, document: str) -> bytes:
+        """Detached S/MIME signature with the document inside (what DDS Security reads)."""
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.serialization import pkcs7
+
+        return (pkcs7.PKCS7SignatureBuilder().set_data(document.encode()).add_signer(self.cert, self.key, hashes.SHA256())
+                .sign(serialization.Encoding.SMIME, [pkcs7.PKCS7Options.DetachedSignature, pkcs7.PKCS7Options.Text]))
+
+
+def _pem_cert(cert) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _pem_key(key) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _write(path: Path, data: bytes, private: bool = False) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    if private:
+        path.chmod(0o600)
+
+
+def write_keystore(keystore: str | os.PathLike, specs: list[NodeSpec], cameras: Iterable[str]) -> list[str]:
+    """Writes a complete keystore for the graph `specs` (built whole, then renamed into place);
+    returns the enclave names."""
+    try:
+        from cryptography.hazmat.primitives.asymmetric import ec
+    except ImportError:
+        raise UserError("robot-rl security needs the 'cryptography' package: pip install cryptography") from None
+    cameras = tuple(cameras)
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    authority = _Authority(now)
+    governance = GOVERNANCE.encode()
+    governance_p7s = authority.sign_smime(GOVERNANCE)
+    ca_pem = _pem_cert(authority.cert)
+    enclaves = []
+    with atomic_path(keystore, directory=True) as root:
+        _write(root / "public" / "ca.cert.pem", ca_pem)
+        for role in ("identity_ca", "permissions_ca"):
+            _write(root / "public" / f"{role}.cert.pem", ca_pem)
+        _write(root / "private" / "ca.key.pem", _pem_key(authority.key), private=True)
+        _write(root / "enclaves" / "governance.xml", governance)
+        _write(root / "enclaves" / "governance.p7s", governance_p7s)
+        for spec in specs:
+            name = enclave_name(spec)
+            directory = root / "enclaves" / name.strip("/")
+            key = ec.generate_private_key(ec.SECP256R1())
+            permissions = permissions_xml(name, node_dds_topics(spec, cameras), now,
+                                          now + datetime.timedelta(days=VALID_DAYS))
+            _write(directory / "key.pem", _pem_key(key), private=True)
+            _write(directory / "cert.pem", _pem_cert(authority.issue(name, key.public_key())))
+            for role in ("identity_ca", "permissions_ca"):
+                _write(directory / f"{role}.cert.pem", ca_pem)
+            _write(directory / "governance.p7s", governance_p7s)
+            _write(directory / "permissions.xml", permissions.encode())
+            _write(directory / "permissions.p7s", authority.sign_smime(permissions))
+            enclaves.append(name)
+    return enclaves
+
+
+ENFORCEMENT_NOTE = """\
+Note: the Fast DDS wheels from PyPI (what `make` installs) are built without DDS Security, so these
+enclaves are not enforced in this environment; transition payloads are still authenticated with the
+run's secret. On a ROS 2 install from apt, before starting the graph:
+  export ROS_SECURITY_KEYSTORE={keystore}
+  export ROS_SECURITY_ENABLE=true
+  export ROS_SECURITY_STRATEGY=Enforce
+and start each node with its enclave, e.g. `ros2 run robot_rl learner --ros-args --enclave /learner`."""
+
+
+def init_keystore(task: str, keystore: str | os.PathLike, *, overwrite: bool = False, backend: str = "sim",
+                  namespace: str = "") -> list[str]:
+    """`robot-rl security init`: the keystore for `task`'s graph (refuses an existing one unless
+    `overwrite`); returns the enclave names."""
+    from robot_rl.outputs import check_output
+    from robot_rl.ros.graph import build_graph, config_path, load_config
+    from robot_rl.tasks import get_task
+
+    config = load_config(config_path(task))
+    specs = build_graph(config, backend, namespace=namespace)
+    check_output(keystore, "keystore", overwrite=overwrite)
+    return write_keystore(keystore, specs, get_task(config["robot_rl"]["task"]).cameras)
