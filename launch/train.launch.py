@@ -18,7 +18,8 @@ from launch.events import Shutdown
 from launch.substitutions import EnvironmentVariable, LaunchConfiguration
 from launch_ros.actions import Node
 
-from robot_rl.ros.graph import build_graph, config_path, fastdds_profile_path, load_config, prepare_run
+from robot_rl.ros.graph import build_graph, config_path, fastdds_profile_path, load_config, prepare_run, \
+    simulated_demos
 from robot_rl.ros.graph import crashed
 from robot_rl.ros.supervisor import RESTART_DELAY_S
 
@@ -52,7 +53,8 @@ def _nodes(context, *args, **kwargs):
     namespace = LaunchConfiguration("namespace").perform(context)
     run_dir = LaunchConfiguration("run_dir").perform(context) or f"runs/{task}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = str(Path(run_dir).resolve())
-    config = prepare_run(load_config(config_file), run_dir)
+    config = load_config(config_file)
+    config = prepare_run(config, run_dir, simulated_demos(config, backend))
     actions = []
     for spec in build_graph(config, backend, run_dir, namespace):
         node = Node(package="robot_rl", executable=spec.kind.executable, name=spec.name,

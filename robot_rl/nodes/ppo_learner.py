@@ -2,8 +2,10 @@
 publishes it on `rl/policy` (std_msgs/UInt8MultiArray, `robot_rl.agents.ppo.policy_to_bytes`)
 for the `juggle_actor`, which flies the ROS quadrotor (simulated or real) with it.
 
-Training runs on a worker thread (the executor stays free for diagnostics). On exit the node
-saves `<run_dir>/ppo_checkpoint.pt` and exports `<run_dir>/policy/` (weights + card).
+Training runs on a worker thread (the executor stays free for diagnostics). Stopping interrupts
+the iteration in progress (tens of seconds on a CPU) at its next network call, so the node exits
+within a second or two of SIGINT; it then saves `<run_dir>/ppo_checkpoint.pt` (the weights after
+the last optimizer step; `iteration` counts completed iterations) and exports `<run_dir>/policy/`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ PARAMS = [
 ]
 
 
+class _Stopped(Exception):
+    """Raised inside a PPO iteration once the node is stopping."""
+
+
 class PPOLearnerNode(Node):
     def __init__(self):
         super().__init__("ppo_learner")
@@ -58,21 +64,33 @@ class PPOLearnerNode(Node):
         self.last_stats: dict[str, float] = {}
         self.published = 0
         self._stop = threading.Event()
+        for network in self.runner.alg.actor_critic.children():  # every rollout step and minibatch calls one
+            network.register_forward_pre_hook(self._raise_if_stopping)
         self._thread = threading.Thread(target=self._train, name="ppo-train", daemon=True)
         self._thread.start()
         self.create_timer(1.0, self._publish_diagnostics)
 
+    def _raise_if_stopping(self, *_) -> None:
+        if self._stop.is_set():
+            raise _Stopped
+
     def _train(self) -> None:
+        try:
+            while not self._stop.is_set() and (not self.params["iterations"]
+                                               or self.runner.iteration < self.params["iterations"]):
+                self.last_stats = self.runner.learn(1)[0]
+                self._publish_policy()
+        except _Stopped:
+            pass
+
+    def _publish_policy(self) -> None:
         from robot_rl.agents.ppo import policy_to_bytes
 
-        p = self.params
-        while not self._stop.is_set() and (not p["iterations"] or self.runner.iteration < p["iterations"]):
-            self.last_stats = self.runner.learn(1)[0]
-            if self.runner.iteration % p["publish_every"] == 0:
-                card = {"task": "quad_juggle", "iteration": self.runner.iteration,
-                        "env_steps": self.runner.total_env_steps, "published_at": time.time()}
-                self.policy_pub.publish(bytes_to_uint8_multiarray(policy_to_bytes(self.runner.alg.actor_critic, card)))
-                self.published += 1
+        if self.runner.iteration % self.params["publish_every"] == 0:
+            card = {"task": "quad_juggle", "iteration": self.runner.iteration,
+                    "env_steps": self.runner.total_env_steps, "published_at": time.time()}
+            self.policy_pub.publish(bytes_to_uint8_multiarray(policy_to_bytes(self.runner.alg.actor_critic, card)))
+            self.published += 1
 
     def _publish_diagnostics(self) -> None:
         s = self.last_stats

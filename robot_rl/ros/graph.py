@@ -1,8 +1,11 @@
 """The node graph of a task, defined once: `launch/train.launch.py` and `robot-rl train` both
 build their processes from `build_graph`, so the two can never start different graphs.
 
-A task config (config/<task>.yaml) has one `ros__parameters` section per node plus a
-`robot_rl` section naming the task, the nodes to start and how demonstrations are made.
+A task config (config/<task>.yaml) has one `ros__parameters` section per node plus the graph
+section (the task, the nodes to start, how demonstrations are made), kept under
+`robot_rl: {ros__parameters: ...}` so the whole file is valid rcl parameter YAML (`ros2 run
+robot_rl sim --ros-args --params-file config/arm_lift.yaml`). In memory, `config["robot_rl"]`
+is the graph section itself.
 """
 
 from __future__ import annotations
@@ -90,39 +93,50 @@ def config_path(task: str) -> Path:
 
 
 def load_config(path: str | os.PathLike) -> dict[str, Any]:
+    """The task config at `path` with the graph section as `config["robot_rl"]`; every key is
+    checked against what the nodes declare (robot_rl/ros/settings.py)."""
+    from robot_rl.ros.settings import SettingsError, check_config  # settings imports this module
+
     with open(path) as f:
         config = yaml.safe_load(f)
-    if not isinstance(config, dict) or not isinstance(config.get("robot_rl"), dict):
-        raise ValueError(f"{path}: a task config needs a 'robot_rl' section")
-    for name in config["robot_rl"].get("nodes", []):
-        if name not in NODE_KINDS:
-            raise ValueError(f"{path}: unknown node {name!r}; known: {sorted(NODE_KINDS)}")
-    return config
+    graph = config.get("robot_rl") if isinstance(config, dict) else None
+    if not isinstance(graph, dict) or not isinstance(graph.get("ros__parameters"), dict):
+        raise SettingsError(f"{path}: a task config needs the graph section as 'robot_rl: {{ros__parameters: "
+                            "{task: ..., nodes: [...]}}' (under ros__parameters since the file is rcl parameter YAML)")
+    return check_config({**config, "robot_rl": graph["ros__parameters"]}, str(path))
 
 
 def apply_overrides(config: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """`{"actor.total_steps": 500}` sets actor's ros__parameters.total_steps; `robot_rl.x` the graph section."""
+    """`{"actor.total_steps": 500}` sets actor's ros__parameters.total_steps; `robot_rl.x` the graph
+    section. A name no node declares, or a value of the wrong type, raises SettingsError."""
+    from robot_rl.ros.settings import SettingsError, check_graph_setting, check_node_setting
+
     config = copy.deepcopy(config)
     for key, value in overrides.items():
         node, _, param = key.partition(".")
+        where = f"--set {key}={value}"
         if not param:
-            raise ValueError(f"override {key!r} must look like node.parameter")
+            raise SettingsError(f"{where}: a setting looks like node.parameter=value")
         if node == "robot_rl":
+            check_graph_setting(param, value, where)
             config["robot_rl"][param] = value
         else:
-            if node not in NODE_KINDS:
-                raise ValueError(f"override {key!r}: unknown node {node!r}")
+            value = check_node_setting(node, param, value, where)
             config.setdefault(node, {}).setdefault("ros__parameters", {})[param] = value
     return config
 
 
-def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | None = None,
-                namespace: str = "") -> list[NodeSpec]:
+def node_names(config: Mapping[str, Any], backend: str) -> list[str]:
+    """The nodes the graph starts with `backend` (real-robot nodes in the simulators' places)."""
     if backend not in ("sim", "real"):
         raise ValueError(f"backend must be 'sim' or 'real', not {backend!r}")
-    graph = config["robot_rl"]
-    names = [BACKEND_REPLACEMENTS.get(backend, {}).get(n, n) for n in graph.get("nodes", [])]
-    names = [n for n in names if n is not None]  # None: the real robot's own drivers publish these topics
+    names = [BACKEND_REPLACEMENTS.get(backend, {}).get(n, n) for n in config["robot_rl"].get("nodes", [])]
+    return [n for n in names if n is not None]  # None: the real robot's own drivers publish these topics
+
+
+def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | None = None,
+                namespace: str = "") -> list[NodeSpec]:
+    names = node_names(config, backend)
     # The node that owns ~/reset: the simulator, or the robot node that replaces it.
     robot = next((n for n in names if n in ("sim", "arm", "quad_sim", "car_sim")), None)
     prefix = f"/{namespace.strip('/')}" if namespace else ""
@@ -190,12 +204,23 @@ def fastdds_profile_path() -> Path:
 def loopback_environment(domain_id: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment that keeps DDS discovery and traffic on this machine, with the large-payload
     transport settings (a user's own FASTDDS_DEFAULT_PROFILES_FILE is kept)."""
+    env = _node_environment(domain_id, base)
+    env.update({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_LOCALHOST_ONLY": "1"})  # the latter: pre-Jazzy
+    return env
+
+
+def discovery_environment(backend: str, domain_id: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment of a graph's nodes: a simulation stays on this machine; with the real robot,
+    whose driver may run on another computer, discovery is whatever the user configured
+    (ROS_AUTOMATIC_DISCOVERY_RANGE, ROS_STATIC_PEERS, ...; ROS 2's default is the subnet)."""
+    return loopback_environment(domain_id, base) if backend == "sim" else _node_environment(domain_id, base)
+
+
+def _node_environment(domain_id: int, base: Mapping[str, str] | None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(fastdds_profile_path()))
     env.setdefault("FASTDDS_BUILTIN_TRANSPORTS", "LARGE_DATA")
     env.update({
-        "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
-        "ROS_LOCALHOST_ONLY": "1",  # pre-Jazzy distributions
         "ROS_DOMAIN_ID": str(domain_id),
         "MUJOCO_GL": env.get("MUJOCO_GL", "osmesa"),
         "PYOPENGL_PLATFORM": env.get("PYOPENGL_PLATFORM", env.get("MUJOCO_GL", "osmesa")),
@@ -204,12 +229,20 @@ def loopback_environment(domain_id: int, base: Mapping[str, str] | None = None) 
     return env
 
 
-def prepare_run(config: Mapping[str, Any], run_dir: str | os.PathLike) -> dict[str, Any]:
-    """Creates what the nodes need before they start: the scripted demonstration dataset named by
-    the `robot_rl.demos` section (made once per run directory). Returns the config to launch."""
+def simulated_demos(config: Mapping[str, Any], backend: str, asked: bool = False) -> int:
+    """Scripted demonstrations (episodes) `prepare_run` records in the simulator: those of the
+    `robot_rl.demos` section, for a real robot only when the user `asked` for them explicitly."""
+    if backend == "real" and not asked:
+        return 0
+    return int((config["robot_rl"].get("demos") or {}).get("episodes", 0))
+
+
+def prepare_run(config: Mapping[str, Any], run_dir: str | os.PathLike, episodes: int) -> dict[str, Any]:
+    """Creates what the nodes need before they start: a dataset of `episodes` scripted
+    demonstrations (see `simulated_demos`; made once per run directory). Returns the config to launch."""
     config = copy.deepcopy(dict(config))
     demos = config["robot_rl"].get("demos") or {}
-    if int(demos.get("episodes", 0)) <= 0:
+    if episodes <= 0:
         return config
     path = Path(run_dir) / "demos.zarr"
     if not path.exists():
@@ -236,7 +269,7 @@ def prepare_run(config: Mapping[str, Any], run_dir: str | os.PathLike) -> dict[s
                 sample = randomization.sample(split, rng)
                 randomizer.apply({k: v for k, v in sample.items() if k in ArmRandomizer.SCENE_PARAMETERS})
         try:
-            arrays, info = collect_demonstrations(task, robot, int(demos["episodes"]), int(demos.get("seed", 0)),
+            arrays, info = collect_demonstrations(task, robot, episodes, int(demos.get("seed", 0)),
                                                   float(demos.get("noise", 0.0)), before_reset=before_reset)
         finally:
             robot.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import signal
 import sys
@@ -15,6 +16,7 @@ from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescri
 from rclpy.exceptions import InvalidParameterValueException, ParameterException
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 
 
 class ParameterError(ValueError):
@@ -44,8 +46,41 @@ class Param:
         return d
 
 
+def coerce_value(param: Param, value: Any) -> Any:
+    """`value` as the type of `param`'s default: an integer where a float is declared becomes a
+    float (`sync_updates_per_step=0`); any other mismatch raises ParameterError naming the
+    parameter, the value and the type expected."""
+    default = param.default
+    if isinstance(default, list):
+        if not isinstance(value, list):
+            raise ParameterError(f"parameter {param.name!r}={value!r}: expected a list")
+        if not default:
+            return value
+        element = Param(param.name, default[0], param.description)
+        return [coerce_value(element, v) for v in value]
+    if isinstance(default, bool) or isinstance(value, bool):
+        ok = isinstance(default, bool) and isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float))
+        value = float(value) if ok else value
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        raise ParameterError(f"parameter {param.name!r}={value!r} ({type(value).__name__}): expected "
+                             f"{type(default).__name__}, like its default {default!r}")
+    return value
+
+
+def closest_name(name: str, known) -> str:
+    """' (did you mean 'x'?)' for the known name closest to a mistyped one; '' when none is close."""
+    match = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
 def declare_params(node: Node, params: Sequence[Param]) -> dict[str, Any]:
-    """Declares all parameters with descriptors; raises ParameterError naming the bad value and its range."""
+    """Declares all parameters with descriptors; raises ParameterError naming a bad value and its
+    range, or a parameter given to the node (-p, --params-file) that it does not declare."""
+    _coerce_overrides(node, params)
     values = {}
     for p in params:
         try:
@@ -56,7 +91,27 @@ def declare_params(node: Node, params: Sequence[Param]) -> dict[str, Any]:
         if p.choices is not None and value not in p.choices:
             raise ParameterError(f"parameter {p.name!r}={value!r} is not one of {list(p.choices)}")
         values[p.name] = value
+    _refuse_undeclared_overrides(node)
     return values
+
+
+# rclpy keeps the -p and --params-file values for a node in `_parameter_overrides` and offers no
+# public way to read or change them before they are declared.
+
+def _coerce_overrides(node: Node, params: Sequence[Param]) -> None:
+    """Converts given values to the declared types first: rclpy refuses `-p x:=0` for a float."""
+    overrides = node._parameter_overrides
+    for p in params:
+        if p.name in overrides:
+            overrides[p.name] = Parameter(p.name, value=coerce_value(p, overrides[p.name].value))
+
+
+def _refuse_undeclared_overrides(node: Node) -> None:
+    """A value for a parameter the node does not declare is a typo (`-p utd_rato:=2`), not a no-op."""
+    declared = node.get_parameters_by_prefix("")
+    unknown = sorted(name for name in node._parameter_overrides if name not in declared)
+    if unknown:
+        raise ParameterError(f"{node.get_name()} has no parameter {unknown[0]!r}{closest_name(unknown[0], declared)}")
 
 
 def diagnostics(node: Node, values: dict[str, Any], level: bytes = DiagnosticStatus.OK,

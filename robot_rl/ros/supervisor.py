@@ -101,10 +101,11 @@ PR_SET_PDEATHSIG = 1
 
 
 def node_command(spec: NodeSpec, params_path: Path) -> list[str]:
-    cmd = [sys.executable, "-m", spec.kind.module, "--ros-args", "-r", f"__node:={spec.name}",
+    # -P: the current directory is not on sys.path, so a checkout there cannot shadow the installed package.
+    cmd = [sys.executable, "-P", "-m", spec.kind.module, "--ros-args", "-r", f"__node:={spec.name}",
            "--params-file", str(params_path)]
     if spec.namespace:
-        cmd[4:4] = ["-r", f"__ns:=/{spec.namespace.strip('/')}"]
+        cmd[5:5] = ["-r", f"__ns:=/{spec.namespace.strip('/')}"]
     return cmd
 
 

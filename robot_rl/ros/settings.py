@@ -1,0 +1,114 @@
+"""Checks a task config's settings against what its nodes declare, before anything starts: a
+mistyped node or parameter name fails with the closest known name instead of being ignored, and a
+value takes the declared type (an integer where a float is declared becomes a float).
+
+A node's declared parameters are its module's `PARAMS` (plus the safety parameters of hardware
+nodes and rclpy's own `use_sim_time`); reading them imports the node's module, about a second for
+the torch-based nodes, which `robot-rl train` pays once for the graph's few nodes.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from typing import Any, Mapping
+
+from robot_rl.outputs import UserError
+from robot_rl.ros.graph import NODE_KINDS
+from robot_rl.ros.hardware_node import SAFETY_PARAMS, HardwareNode
+from robot_rl.ros.node_utils import Param, ParameterError, closest_name, coerce_value
+
+GRAPH_KEYS = ("task", "nodes", "demos", "restarts")
+"""Keys of the `robot_rl` graph section (`restarts`: per-node restart policy)."""
+DEMOS_KEYS = ("episodes", "noise", "seed")
+
+
+class SettingsError(UserError):
+    """A setting no node declares, or a value of the wrong type."""
+
+
+@functools.cache
+def declared_params(node: str) -> dict[str, Any]:
+    """Parameter name -> `Param` of what node kind `node` declares."""
+    module = importlib.import_module(NODE_KINDS[node].module)
+    params = [Param("use_sim_time", False, "Follow /clock (declared by rclpy itself).")]
+    if any(isinstance(obj, type) and issubclass(obj, HardwareNode) and obj.__module__ == module.__name__
+           for obj in vars(module).values()):
+        params += SAFETY_PARAMS
+    return {p.name: p for p in [*params, *module.PARAMS]}
+
+
+def check_node_name(node: str, where: str) -> None:
+    if node not in NODE_KINDS:
+        raise SettingsError(f"{where}: unknown node {node!r}{closest_name(node, NODE_KINDS)}; known: {sorted(NODE_KINDS)}")
+
+
+def check_node_setting(node: str, name: str, value: Any, where: str) -> Any:
+    """`value` converted to the type `node` declares for parameter `name`; SettingsError naming
+    `where` (a file or a --set) when the node has no such parameter or the value cannot be one."""
+    check_node_name(node, where)
+    declared = declared_params(node)
+    if name not in declared:
+        raise SettingsError(f"{where}: {node} has no parameter {name!r}{closest_name(name, declared)}")
+    try:
+        return coerce_value(declared[name], value)
+    except ParameterError as exc:
+        raise SettingsError(f"{where}: {node}: {exc}") from None
+
+
+def check_graph_setting(name: str, value: Any, where: str) -> None:
+    """A key of the `robot_rl` graph section and its value's shape."""
+    if name not in GRAPH_KEYS:
+        raise SettingsError(f"{where}: the robot_rl graph section has no key {name!r}{closest_name(name, GRAPH_KEYS)}; "
+                            f"known: {list(GRAPH_KEYS)}")
+    if name == "nodes":
+        if not isinstance(value, list):
+            raise SettingsError(f"{where}: robot_rl.nodes must be a list of node names, not {value!r}")
+        for node in value:
+            check_node_name(node, where)
+    elif name == "demos":
+        if not isinstance(value, dict):
+            raise SettingsError(f"{where}: robot_rl.demos must be a mapping like {{episodes: 20}}, not {value!r}")
+        for key in value:
+            if key not in DEMOS_KEYS:
+                raise SettingsError(f"{where}: robot_rl.demos has no key {key!r}{closest_name(key, DEMOS_KEYS)}; "
+                                    f"known: {list(DEMOS_KEYS)}")
+    elif name == "restarts" and not isinstance(value, dict):
+        raise SettingsError(f"{where}: robot_rl.restarts must be a mapping of node names, not {value!r}")
+
+
+def check_config(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The config with every node section's values in their declared types; SettingsError for an
+    unknown section, graph key or parameter."""
+    out = {"robot_rl": dict(config["robot_rl"])}
+    for name, value in config["robot_rl"].items():
+        check_graph_setting(name, value, where)
+    for node, section in config.items():
+        if node == "robot_rl":
+            continue
+        check_node_name(node, where)
+        params = (section or {}).get("ros__parameters") if isinstance(section, dict) else None
+        if not isinstance(params, dict) or set(section) != {"ros__parameters"}:
+            raise SettingsError(f"{where}: section {node!r} must hold only a 'ros__parameters' mapping")
+        out[node] = {"ros__parameters": {k: check_node_setting(node, k, v, where) for k, v in params.items()}}
+    return out
+
+
+def node_using(param: str, nodes: list[str]) -> str | None:
+    """The first of `nodes` that declares `param` (which node a command-line flag sets)."""
+    return next((n for n in nodes if param in declared_params(n)), None)
+
+
+def warmup_warning(config: Mapping[str, Any], nodes: list[str]) -> str | None:
+    """A run whose actor stops before the learner's warm-up is over trains nothing."""
+    actor = node_using("total_steps", nodes)
+    if actor is None or "learner" not in nodes:
+        return None
+    total = config.get(actor, {}).get("ros__parameters", {}).get("total_steps",
+                                                                  declared_params(actor)["total_steps"].default)
+    warmup = config.get("learner", {}).get("ros__parameters", {}).get(
+        "warmup_transitions", declared_params("learner")["warmup_transitions"].default)
+    if total > warmup:
+        return None
+    return (f"{actor}.total_steps={total} is not more than learner.warmup_transitions={warmup}: the learner "
+            "never updates the policy, this run trains nothing")

@@ -1,0 +1,170 @@
+"""ROS conventions: parameter files rcl can parse, the user's ROS_DOMAIN_ID and discovery settings,
+nodes from the installed package, every node stopping promptly on SIGINT, and an evaluation
+that names the one policy version it evaluated."""
+
+from __future__ import annotations
+
+import os
+import pty
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from robot_rl.resources import share_dir  # noqa: E402
+from robot_rl.ros.graph import (NODE_KINDS, NodeKind, NodeSpec, apply_overrides, build_graph,  # noqa: E402
+                                config_path, discovery_environment, load_config, params_file, simulated_demos)
+from robot_rl.ros.probe import RosProbe, fresh_domain_id, start_node  # noqa: E402
+from robot_rl.ros.supervisor import node_command  # noqa: E402
+
+SHIPPED_CONFIGS = sorted((share_dir() / "config").glob("*.yaml"))
+
+
+def _rcl_parses(path: Path) -> None:
+    """Parses `path` as `ros2 run ... --ros-args --params-file path` does: rcl's own YAML parser,
+    run by rcl_init on the command-line arguments (raises on a file it refuses)."""
+    context = rclpy.Context()
+    rclpy.init(args=["node", "--ros-args", "--params-file", str(path)], context=context)
+    rclpy.shutdown(context=context)
+
+
+@pytest.mark.parametrize("path", SHIPPED_CONFIGS, ids=lambda p: p.stem)
+def test_shipped_configs_are_rcl_parameter_files(path):
+    _rcl_parses(path)
+
+
+@pytest.mark.parametrize("path", SHIPPED_CONFIGS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("backend", ["sim", "real"])
+def test_written_params_files_are_rcl_parameter_files(path, backend, tmp_path):
+    specs = build_graph(load_config(path), backend, str(tmp_path))
+    _rcl_parses(params_file(specs, tmp_path / "params.yaml"))
+
+
+def test_an_invalid_parameter_file_is_refused_by_the_check(tmp_path):
+    path = tmp_path / "old_layout.yaml"
+    path.write_text("robot_rl:\n  task: arm_lift\nsim:\n  ros__parameters:\n    control_hz: 10.0\n")
+    with pytest.raises(Exception, match="ros__parameters"):
+        _rcl_parses(path)
+
+
+def test_the_graph_section_is_read_from_under_ros_parameters():
+    config = load_config(config_path("arm_lift"))
+    assert config["robot_rl"]["nodes"] == ["sim", "actor", "learner"]
+    assert apply_overrides(config, {"robot_rl.demos": {"episodes": 0}})["robot_rl"]["demos"] == {"episodes": 0}
+
+
+def test_simulation_stays_on_localhost_with_the_given_domain():
+    env = discovery_environment("sim", 42, base={"ROS_AUTOMATIC_DISCOVERY_RANGE": "SUBNET"})
+    assert env["ROS_DOMAIN_ID"] == "42"
+    assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"
+
+
+def test_a_real_robot_uses_the_discovery_the_user_configured():
+    env = discovery_environment("real", 7, base={"ROS_AUTOMATIC_DISCOVERY_RANGE": "SUBNET",
+                                                 "ROS_STATIC_PEERS": "192.168.1.20"})
+    assert env["ROS_DOMAIN_ID"] == "7"
+    assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"
+    assert env["ROS_STATIC_PEERS"] == "192.168.1.20"
+    assert "ROS_LOCALHOST_ONLY" not in discovery_environment("real", 7, base={})
+
+
+def test_a_real_robot_records_no_simulated_demonstrations_unless_asked():
+    config = load_config(config_path("arm_lift"))
+    assert simulated_demos(config, "sim") == 20
+    assert simulated_demos(config, "real") == 0
+    assert simulated_demos(config, "real", asked=True) == 20
+
+
+def _train_first_line(tmp_path: Path, env_domain: str | None, *args: str) -> str:
+    """The first line `robot-rl train` prints (stopped there: the line says which domain and discovery)."""
+    env = {k: v for k, v in os.environ.items() if k != "ROS_DOMAIN_ID"}
+    if env_domain is not None:
+        env["ROS_DOMAIN_ID"] = env_domain
+    proc = subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "train", "--run-dir", str(tmp_path / "run"),
+                             "--set", "robot_rl.demos={episodes: 0}", "--plain", *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        line = proc.stdout.readline()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return line
+
+
+def test_robot_rl_train_honours_an_exported_domain_id(tmp_path):
+    line = _train_first_line(tmp_path, "77")
+    assert "ROS_DOMAIN_ID=77 (exported)" in line, line
+    assert "localhost only" in line
+
+
+def test_robot_rl_train_picks_a_fresh_domain_only_when_none_is_exported(tmp_path):
+    line = _train_first_line(tmp_path, None)
+    assert "(fresh: none was exported)" in line, line
+
+
+def test_a_real_robot_run_does_not_force_localhost(tmp_path):
+    line = _train_first_line(tmp_path, "78", "--backend", "real")
+    assert "ROS_DOMAIN_ID=78 (exported)" in line, line
+    assert "localhost" not in line and "as configured" in line
+
+
+def test_nodes_run_from_the_installed_package_not_the_current_directory(tmp_path):
+    shadow = tmp_path / "robot_rl"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise SystemExit(97)\n")
+    (shadow / "shadowed.py").write_text("")
+    spec = NodeSpec("shadowed", NodeKind("shadowed", "robot_rl.shadowed", critical=False))
+    result = subprocess.run(node_command(spec, tmp_path / "params.yaml"), cwd=tmp_path, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode != 97
+    assert "No module named robot_rl.shadowed" in result.stderr
+
+
+# Each node kind that starts without hardware, with what it needs to start on its own.
+STARTABLE = {
+    "sim": [],
+    "actor": ["task:=arm_lift"],
+    "learner": ["task:=arm_lift"],
+    "scripted_human": [],
+    "quad_sim": [],
+    "juggle_actor": [],
+    "ppo_learner": [],
+    "car_sim": [],
+    "car_actor": [],
+    "teleop": ["device:=keyboard"],
+}
+STOP_LIMIT_S = 2.0
+
+
+@pytest.mark.parametrize("name", sorted(STARTABLE))
+def test_every_node_stops_within_two_seconds_of_sigint(name, tmp_path):
+    params = [*STARTABLE[name], f"run_dir:={tmp_path}"] if name in ("learner", "ppo_learner", "actor") else \
+        list(STARTABLE[name])
+    terminal = None
+    if name == "teleop":
+        terminal, device = pty.openpty()  # the keyboard device reads a terminal
+        params.append(f"device_path:={os.ttyname(device)}")
+    log = tmp_path / f"{name}.log"
+    proc, domain_id = start_node(NODE_KINDS[name].module, log, *params)
+    probe = RosProbe(domain_id, "stop_timer")
+    try:
+        probe.wait_for(lambda: name in probe.diagnostics or proc.poll() is not None, 120, f"{name}'s diagnostics")
+        assert proc.poll() is None, log.read_text()[-3000:]
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+        stop_s = time.monotonic() - started
+    finally:
+        probe.close()
+        if proc.poll() is None:
+            proc.kill()
+        if terminal is not None:
+            os.close(terminal)
+    assert code == 0, log.read_text()[-3000:]
+    assert stop_s <= STOP_LIMIT_S, f"{name} took {stop_s:.1f} s to stop"
