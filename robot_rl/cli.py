@@ -7,6 +7,7 @@
   robot-rl demos --task arm_lift --episodes 20 --out demos.zarr
   robot-rl demos --env robot_rl/ArmPickCube-v0 --goal "pick up the cube" --out pick.zarr
   robot-rl record --task arm_pick_cube --device spacemouse --episodes 20 --out demos.zarr
+  robot-rl dataset verify demos.zarr                 check every chunk of a dataset (exists, checksum)
   robot-rl report RUN_DIR                            success and intervention rate over a run (PNG)
   robot-rl reward train --demos DATASET... --out DIR  train the local progress reward model
   robot-rl reward eval --demos DATASET... --model DIR  VOC, negative share, wrong goal, done F1
@@ -17,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from robot_rl.outputs import UserError
+from robot_rl.outputs import TEMP_PREFIX, UserError, atomic_path, check_output
 from robot_rl.ros.security import ENFORCEMENT_NOTE, ensure_run_secret, init_keystore
 from robot_rl.ros.session import Monitor, check_resumable, claim_run_dir, run_graph
 
@@ -36,88 +38,42 @@ def _parse_overrides(items: list[str]) -> dict:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise UserError(f"--set expects node.param=value, got {item!r}")
+            raise SystemExit(f"--set expects node.param=value, got {item!r}")
         out[key] = yaml.safe_load(value)
     return out
 
 
-def _refuse_settings_outside(nodes: list[str], settings: dict) -> None:
-    """A --set for a node the graph does not start would be dropped without a word."""
-    for key in settings:
-        node = key.partition(".")[0]
-        if node != "robot_rl" and node not in nodes:
-            raise UserError(f"--set {key}: node {node!r} is not in this graph ({', '.join(nodes)}); "
-                            "add it with --set 'robot_rl.nodes=[...]'")
-
-
-def _flag_settings(args: argparse.Namespace, nodes: list[str]) -> dict:
-    """--steps, --eval-episodes and --seed as settings of the graph's nodes that declare them; a
-    flag no node of the graph uses is refused rather than dropped."""
-    from robot_rl.ros.settings import declared_params, node_using
-
-    out = {}
-    for flag, param, value in (("--steps", "total_steps", args.steps),
-                               ("--eval-episodes", "eval_episodes", args.eval_episodes)):
-        if value is not None:
-            node = node_using(param, nodes)
-            if node is None:
-                raise UserError(f"{flag}: no node of this graph ({', '.join(nodes)}) declares {param}")
-            out[f"{node}.{param}"] = value
-    if args.seed is not None:
-        seeded = [n for n in nodes if "seed" in declared_params(n)]
-        if not seeded:
-            raise UserError(f"--seed: no node of this graph ({', '.join(nodes)}) declares seed")
-        out.update({f"{n}.seed": args.seed for n in seeded})
-    return out
-
-
-def _domain_id(requested: int | None) -> tuple[int, str]:
-    """(ROS_DOMAIN_ID, where it came from): --domain-id, else the exported one (so `ros2 topic
-    echo` in the user's other shells sees the graph), else a fresh one, which keeps concurrent
-    runs (and CI) from seeing each other's topics."""
-    if requested is not None:
-        return requested, "--domain-id"
-    exported = os.environ.get("ROS_DOMAIN_ID", "").strip()
-    if not exported:
-        return random.SystemRandom().randint(1, 101), "fresh: none was exported"
-    if not exported.isdigit():
-        raise UserError(f"ROS_DOMAIN_ID={exported!r} is not a domain id (a number)")
-    return int(exported), "exported"
-
-
-def _discovery_note(backend: str, env: dict) -> str:
-    if backend == "sim":
-        return "discovery on localhost only (simulation)"
-    return f"discovery range {env.get('ROS_AUTOMATIC_DISCOVERY_RANGE', 'SUBNET (default)')}, as configured"
+def _default_domain_id() -> int:
+    # A fresh id per run keeps concurrent runs (and CI) from seeing each other's topics.
+    return random.SystemRandom().randint(1, 101)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from robot_rl.ros.graph import (apply_overrides, build_graph, config_path, discovery_environment, load_config,
-                                    node_names, params_file, prepare_run, simulated_demos)
-    from robot_rl.ros.settings import node_using, warmup_warning
+    from robot_rl.ros.graph import (apply_overrides, build_graph, config_path, load_config, loopback_environment,
+                                    params_file, prepare_run)
 
     config = load_config(args.config or config_path(args.task))
-    settings = _parse_overrides(args.set)
-    config = apply_overrides(config, settings)  # first: `robot_rl.nodes` decides which nodes the flags reach
-    nodes = node_names(config, args.backend)
-    _refuse_settings_outside(nodes, settings)
-    config = apply_overrides(config, _flag_settings(args, nodes))
-    actor = node_using("total_steps", nodes) or "actor"  # the node that steps the task: the arm's actor, or the car's
-    warning = warmup_warning(config, nodes)
-    if warning:
-        print(f"robot_rl: warning: {warning}", file=sys.stderr, flush=True)
+    overrides = _parse_overrides(args.set)
+    # The node that steps the task: the arm's actor, or the car's.
+    actor = next((n for n in config["robot_rl"].get("nodes", []) if n in ("actor", "car_actor")), "actor")
+    if args.steps is not None:
+        overrides[f"{actor}.total_steps"] = args.steps
+    if args.eval_episodes is not None:
+        overrides[f"{actor}.eval_episodes"] = args.eval_episodes
+    if args.seed is not None:
+        overrides.update({f"{n}.seed": args.seed for n in config["robot_rl"]["nodes"]})
+    config = apply_overrides(config, overrides)
     run_dir = Path(args.run_dir or f"runs/{config['robot_rl']['task']}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     claim_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite)
     ensure_run_secret(run_dir)  # the key the learner checks every transition batch against (kept on resume)
-    domain_id, domain_source = _domain_id(args.domain_id)
-    env = discovery_environment(args.backend, domain_id)
-    os.environ.update(env)  # the monitor and demonstration recording join the same graph
+    domain_id = args.domain_id if args.domain_id is not None else _default_domain_id()
+    env = loopback_environment(domain_id)
+    os.environ.update(env)  # the monitor and demonstration recording join the same loopback graph
     print(f"robot_rl: task {config['robot_rl']['task']}, backend {args.backend}, run dir {run_dir}, "
-          f"ROS_DOMAIN_ID={domain_id} ({domain_source}), {_discovery_note(args.backend, env)}", flush=True)
-    demo_episodes = simulated_demos(config, args.backend, asked="robot_rl.demos" in settings)
-    if demo_episodes > 0:
+          f"ROS_DOMAIN_ID={domain_id} (discovery on localhost only)", flush=True)
+    if int((config["robot_rl"].get("demos") or {}).get("episodes", 0)) > 0:
         print("robot_rl: generating scripted demonstrations ...", flush=True)
-    config = prepare_run(config, run_dir, demo_episodes)
+    config = prepare_run(config, run_dir)
     specs = build_graph(config, args.backend, str(run_dir), args.namespace)
     if args.resume:
         check_resumable(run_dir, specs)
@@ -154,19 +110,31 @@ def cmd_train(args: argparse.Namespace) -> int:
     return code
 
 
+def _replace_dataset(out: Path, recording: Path) -> None:
+    """Puts the dataset a session recorded in place of `out` (one directory swap)."""
+    if not recording.exists():
+        print(f"robot_rl: nothing was recorded; {out} is unchanged", flush=True)
+        return
+    with atomic_path(out, directory=True) as swap:
+        os.replace(recording, swap)
+
+
 def cmd_record(args: argparse.Namespace) -> int:
     """A teleop recording session: robot (sim in real time, or the real arm), teleop node, and the
     actor in record mode writing the person's episodes to a zarr dataset."""
-    from robot_rl.ros.graph import apply_overrides, build_graph, config_path, discovery_environment, load_config, \
-        node_names, params_file
+    from robot_rl.ros.graph import apply_overrides, build_graph, config_path, load_config, loopback_environment, \
+        params_file
 
     config = load_config(args.config or config_path(args.task))
-    out = Path(args.out).resolve()
+    out = _dataset_out(args).resolve()
+    # Replacing a dataset: the session records a new one beside it, swapped in when the session ends;
+    # otherwise the actor commits episode by episode into --out itself.
+    recording = out.with_name(f"{TEMP_PREFIX}{out.name}-{os.getpid()}") if args.overwrite and out.exists() else out
     scripted = args.device == "scripted"
     robot = [n for n in config["robot_rl"]["nodes"] if n not in ("actor", "learner", "teleop", "scripted_human")]
     nodes = [*robot, "actor", "teleop", *(["scripted_human"] if scripted else [])]
     overrides = {"robot_rl.nodes": nodes, "robot_rl.demos": {"episodes": 0},
-                 "actor.mode": "record", "actor.record_path": str(out), "actor.record_episodes": args.episodes,
+                 "actor.mode": "record", "actor.record_path": str(recording), "actor.record_episodes": args.episodes,
                  "actor.sync_updates_per_step": 0.0, "teleop.device": "joy" if scripted else args.device}
     if "sim" in robot:
         overrides["sim.clock_mode"] = "realtime"  # a person (scripted too: it reacts in wall time) needs real time
@@ -184,17 +152,16 @@ def cmd_record(args: argparse.Namespace) -> int:
                           "scripted_human.takeover_prob_end": 1.0, "scripted_human.off_track_steps": 1,
                           "scripted_human.hold_steps": 1_000, "scripted_human.label_success": True,
                           "teleop.hold_s": 0.05})
-    settings = _parse_overrides(args.set)
-    config = apply_overrides(config, {**overrides, **settings})
-    _refuse_settings_outside(node_names(config, args.backend), settings)
+    overrides.update(_parse_overrides(args.set))
+    config = apply_overrides(config, overrides)
     run_dir = Path(args.run_dir or f"runs/record-{config['robot_rl']['task']}-{time.strftime('%Y%m%d-%H%M%S')}")
     run_dir = run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    domain_id, domain_source = _domain_id(args.domain_id)
-    env = discovery_environment(args.backend, domain_id)
+    domain_id = args.domain_id if args.domain_id is not None else _default_domain_id()
+    env = loopback_environment(domain_id)
     os.environ.update(env)
     print(f"robot_rl: recording {config['robot_rl']['task']} with {args.device} into {out}, run dir {run_dir}, "
-          f"ROS_DOMAIN_ID={domain_id} ({domain_source}), {_discovery_note(args.backend, env)}", flush=True)
+          f"ROS_DOMAIN_ID={domain_id} (discovery on localhost only)", flush=True)
     specs = build_graph(config, args.backend, str(run_dir))
     params_path = params_file(specs, run_dir / "params.yaml")
     (run_dir / "record.json").unlink(missing_ok=True)
@@ -202,6 +169,8 @@ def cmd_record(args: argparse.Namespace) -> int:
     # The keyboard puts this terminal in raw mode: plain lines with their own carriage returns.
     codes, code = run_graph(specs, params_path, run_dir, env, monitor, plain=args.plain or keyboard_here,
                             status_period=args.status_period, line_end="\r" if keyboard_here else "")
+    if recording != out:
+        _replace_dataset(out, recording)
     summary_path = run_dir / "record.json"
     if summary_path.exists():
         print(json.dumps(json.loads(summary_path.read_text())), flush=True)
@@ -318,7 +287,13 @@ def cmd_node(args: argparse.Namespace, rest: list[str]) -> int:
     return module.main([sys.argv[0], *rest])
 
 
+def _dataset_out(args: argparse.Namespace) -> Path:
+    """--out of a command writing a dataset: an existing one is refused unless --append or --overwrite."""
+    return check_output(args.out, "dataset", overwrite=args.overwrite, append=args.append, appendable=True)
+
+
 def cmd_demos(args: argparse.Namespace) -> int:
+    _dataset_out(args)  # refused before the episodes are collected
     if args.env:
         return _demos_episodes(args)
     from robot_rl.data.dataset import save_transitions
@@ -332,7 +307,8 @@ def cmd_demos(args: argparse.Namespace) -> int:
         arrays, info = collect_demonstrations(task, robot, args.episodes, args.seed, args.noise)
     finally:
         robot.close()
-    save_transitions(args.out, arrays, {"task": task.name, "source": "scripted_expert", **info})
+    save_transitions(args.out, arrays, {"task": task.name, "source": "scripted_expert", **info},
+                     overwrite=args.overwrite, append=args.append)
     print(f"wrote {len(arrays['reward'])} transitions from {info['episodes']} episodes to {args.out}")
     return 0
 
@@ -358,9 +334,20 @@ def _demos_episodes(args: argparse.Namespace) -> int:
         print("robot-rl demos --env: give the task's goal sentence with --goal", file=sys.stderr)
         return 2
     env_kwargs = {"image_size": args.image_size, "randomization_split": args.split}
-    stats = record_scripted_episodes(args.out, args.env, expert, args.episodes, goal=args.goal, seed=args.seed,
-                                     noise=args.noise, env_kwargs=env_kwargs, successful_only=not args.random)
+    # Appended in place (episode by episode, as the writer commits them); otherwise built beside --out and
+    # renamed into place when complete, so a failed run leaves no partial or half-replaced dataset.
+    with contextlib.nullcontext(args.out) if args.append else atomic_path(args.out, directory=True) as target:
+        stats = record_scripted_episodes(str(target), args.env, expert, args.episodes, goal=args.goal,
+                                         seed=args.seed, noise=args.noise, env_kwargs=env_kwargs,
+                                         successful_only=not args.random)
     print(f"wrote {stats['episodes']} episodes ({stats['steps']} steps, {stats['attempts']} attempts) to {args.out}")
+    return 0
+
+
+def cmd_dataset(args: argparse.Namespace) -> int:
+    from robot_rl.data.integrity import verify_dataset
+
+    print(verify_dataset(args.path).summary())
     return 0
 
 
@@ -486,6 +473,16 @@ def cmd_car(args: argparse.Namespace) -> int:
     return 0
 
 
+def _overwrite_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--overwrite", action="store_true", help=f"replace {what} if it exists (refused otherwise)")
+
+
+def _dataset_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--append", action="store_true",
+                        help="add to an existing dataset (same schema and task; refused otherwise)")
+    _overwrite_flag(parser, "an existing dataset")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="robot-rl", description="Reinforcement learning on robots over ROS 2.")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
@@ -505,7 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--steps", type=int, help="training environment steps (actor.total_steps)")
     train.add_argument("--eval-episodes", type=int, help="evaluation episodes after training")
     train.add_argument("--seed", type=int)
-    train.add_argument("--domain-id", type=int, help="ROS_DOMAIN_ID (default: the exported one, else a random one)")
+    train.add_argument("--domain-id", type=int, help="ROS_DOMAIN_ID (default: a random free one)")
     train.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
                        help="override a node parameter, e.g. --set learner.utd_ratio=2")
     train.add_argument("--plain", action="store_true", help="plain status lines instead of a live display")
@@ -523,6 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
     demos.add_argument("--noise", type=float, default=0.1)
     demos.add_argument("--seed", type=int, default=0)
     demos.add_argument("--out", required=True)
+    _dataset_flags(demos)
     demos.add_argument("--env", help="a camera Gymnasium task with a scripted expert (e.g. robot_rl/ArmPickCube-v0): "
                                      "write an episode dataset with frames, success labels and --goal")
     demos.add_argument("--goal", help="with --env: the task's goal sentence, stored in the dataset")
@@ -534,7 +532,8 @@ def build_parser() -> argparse.ArgumentParser:
     rec = sub.add_parser("record", help="teleop recording session: a person drives, episodes go to a zarr dataset")
     rec.add_argument("--task", default="arm_pick_cube", help="task (its config/<task>.yaml gives the robot and cameras)")
     rec.add_argument("--config", help="task config YAML instead of the package's")
-    rec.add_argument("--out", required=True, help="zarr episode dataset (appended to if it exists)")
+    rec.add_argument("--out", required=True, help="zarr episode dataset")
+    _dataset_flags(rec)
     rec.add_argument("--episodes", type=int, default=20, help="episodes to keep (0: until Ctrl-C)")
     rec.add_argument("--device", default="spacemouse", choices=["spacemouse", "evdev", "joy", "keyboard", "scripted"],
                      help="input device; scripted: the scripted human on a virtual gamepad (tests, demos)")
@@ -542,7 +541,7 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--mapping", help="teleop mapping file (default: the device's)")
     rec.add_argument("--backend", default="sim", choices=["sim", "real"])
     rec.add_argument("--run-dir", help="logs and record.json (default: runs/record-<task>-<time>)")
-    rec.add_argument("--domain-id", type=int, help="ROS_DOMAIN_ID (default: the exported one, else a random one)")
+    rec.add_argument("--domain-id", type=int, help="ROS_DOMAIN_ID (default: a random free one)")
     rec.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE", help="override a node parameter")
     rec.add_argument("--plain", action="store_true", help="plain status lines instead of a live display")
     rec.add_argument("--status-period", type=float, default=5.0, help="seconds between plain status lines")
@@ -615,6 +614,11 @@ def build_parser() -> argparse.ArgumentParser:
     sinit.add_argument("--backend", default="sim", choices=["sim", "real"])
     sinit.add_argument("--namespace", default="", help="namespace of the graph's nodes")
     sinit.add_argument("--overwrite", action="store_true", help="replace an existing keystore")
+    dataset = sub.add_parser("dataset", help="check a zarr dataset")
+    dataset_sub = dataset.add_subparsers(dest="action", required=True)
+    verify = dataset_sub.add_parser("verify", help="check that every chunk of every array is there and its checksum "
+                                                   "matches (exit 2 naming the first damaged one)")
+    verify.add_argument("path", help="zarr dataset (robot-rl demos, record)")
     bag = sub.add_parser("record-bag", help="record topics to an MCAP file (ROS 2 profile) until Ctrl-C or "
                                             "--duration")
     bag.add_argument("--topics", nargs="+", required=True, metavar="TOPIC", help="topics to record (any types)")
@@ -655,8 +659,8 @@ def main(argv: list[str] | None = None) -> int:
     command = cmd_train_env if args.command == "train" and args.env else {
         "train": cmd_train, "demos": cmd_demos, "record-bag": cmd_record_bag, "record": cmd_record,
         "report": cmd_report, "pretrain-encoder": cmd_pretrain_encoder, "reward": cmd_reward,
-        "juggle": cmd_juggle, "car": cmd_car, "security": cmd_security}[args.command]
-    name = " ".join(argv[:2]) if args.command in ("reward", "juggle", "car", "security") else args.command
+        "juggle": cmd_juggle, "car": cmd_car, "security": cmd_security, "dataset": cmd_dataset}[args.command]
+    name = " ".join(argv[:2]) if args.command in ("reward", "juggle", "car", "security", "dataset") else args.command
     try:
         return command(args)
     except EXPECTED_ERRORS as exc:

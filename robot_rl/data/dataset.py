@@ -204,5 +204,5 @@ def open_transitions(path: str | os.PathLike, mode: str = "r") -> tuple[zarr.Gro
 
 
 def load_transitions(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    group, attrs, guard = open_transitions(path)
+    _, attrs, guard = open_transitions(path)
     return {name: guard.read(name, slice(0, rows)) for name, rows in guard.rows.items()}, attrs
