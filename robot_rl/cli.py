@@ -38,42 +38,88 @@ def _parse_overrides(items: list[str]) -> dict:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"--set expects node.param=value, got {item!r}")
+            raise UserError(f"--set expects node.param=value, got {item!r}")
         out[key] = yaml.safe_load(value)
     return out
 
 
-def _default_domain_id() -> int:
-    # A fresh id per run keeps concurrent runs (and CI) from seeing each other's topics.
-    return random.SystemRandom().randint(1, 101)
+def _refuse_settings_outside(nodes: list[str], settings: dict) -> None:
+    """A --set for a node the graph does not start would be dropped without a word."""
+    for key in settings:
+        node = key.partition(".")[0]
+        if node != "robot_rl" and node not in nodes:
+            raise UserError(f"--set {key}: node {node!r} is not in this graph ({', '.join(nodes)}); "
+                            "add it with --set 'robot_rl.nodes=[...]'")
+
+
+def _flag_settings(args: argparse.Namespace, nodes: list[str]) -> dict:
+    """--steps, --eval-episodes and --seed as settings of the graph's nodes that declare them; a
+    flag no node of the graph uses is refused rather than dropped."""
+    from robot_rl.ros.settings import declared_params, node_using
+
+    out = {}
+    for flag, param, value in (("--steps", "total_steps", args.steps),
+                               ("--eval-episodes", "eval_episodes", args.eval_episodes)):
+        if value is not None:
+            node = node_using(param, nodes)
+            if node is None:
+                raise UserError(f"{flag}: no node of this graph ({', '.join(nodes)}) declares {param}")
+            out[f"{node}.{param}"] = value
+    if args.seed is not None:
+        seeded = [n for n in nodes if "seed" in declared_params(n)]
+        if not seeded:
+            raise UserError(f"--seed: no node of this graph ({', '.join(nodes)}) declares seed")
+        out.update({f"{n}.seed": args.seed for n in seeded})
+    return out
+
+
+def _domain_id(requested: int | None) -> tuple[int, str]:
+    """(ROS_DOMAIN_ID, where it came from): --domain-id, else the exported one (so `ros2 topic
+    echo` in the user's other shells sees the graph), else a fresh one, which keeps concurrent
+    runs (and CI) from seeing each other's topics."""
+    if requested is not None:
+        return requested, "--domain-id"
+    exported = os.environ.get("ROS_DOMAIN_ID", "").strip()
+    if not exported:
+        return random.SystemRandom().randint(1, 101), "fresh: none was exported"
+    if not exported.isdigit():
+        raise UserError(f"ROS_DOMAIN_ID={exported!r} is not a domain id (a number)")
+    return int(exported), "exported"
+
+
+def _discovery_note(backend: str, env: dict) -> str:
+    if backend == "sim":
+        return "discovery on localhost only (simulation)"
+    return f"discovery range {env.get('ROS_AUTOMATIC_DISCOVERY_RANGE', 'SUBNET (default)')}, as configured"
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from robot_rl.ros.graph import (apply_overrides, build_graph, config_path, load_config, loopback_environment,
-                                    params_file, prepare_run)
+    from robot_rl.ros.graph import (apply_overrides, build_graph, config_path, discovery_environment, load_config,
+                                    node_names, params_file, prepare_run, simulated_demos)
+    from robot_rl.ros.settings import node_using, warmup_warning
 
     config = load_config(args.config or config_path(args.task))
-    overrides = _parse_overrides(args.set)
-    # The node that steps the task: the arm's actor, or the car's.
-    actor = next((n for n in config["robot_rl"].get("nodes", []) if n in ("actor", "car_actor")), "actor")
-    if args.steps is not None:
-        overrides[f"{actor}.total_steps"] = args.steps
-    if args.eval_episodes is not None:
-        overrides[f"{actor}.eval_episodes"] = args.eval_episodes
-    if args.seed is not None:
-        overrides.update({f"{n}.seed": args.seed for n in config["robot_rl"]["nodes"]})
-    config = apply_overrides(config, overrides)
+    settings = _parse_overrides(args.set)
+    config = apply_overrides(config, settings)  # first: `robot_rl.nodes` decides which nodes the flags reach
+    nodes = node_names(config, args.backend)
+    _refuse_settings_outside(nodes, settings)
+    config = apply_overrides(config, _flag_settings(args, nodes))
+    actor = node_using("total_steps", nodes) or "actor"  # the node that steps the task: the arm's actor, or the car's
+    warning = warmup_warning(config, nodes)
+    if warning:
+        print(f"robot_rl: warning: {warning}", file=sys.stderr, flush=True)
     run_dir = Path(args.run_dir or f"runs/{config['robot_rl']['task']}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     claim_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite)
     ensure_run_secret(run_dir)  # the key the learner checks every transition batch against (kept on resume)
-    domain_id = args.domain_id if args.domain_id is not None else _default_domain_id()
-    env = loopback_environment(domain_id)
-    os.environ.update(env)  # the monitor and demonstration recording join the same loopback graph
+    domain_id, domain_source = _domain_id(args.domain_id)
+    env = discovery_environment(args.backend, domain_id)
+    os.environ.update(env)  # the monitor and demonstration recording join the same graph
     print(f"robot_rl: task {config['robot_rl']['task']}, backend {args.backend}, run dir {run_dir}, "
-          f"ROS_DOMAIN_ID={domain_id} (discovery on localhost only)", flush=True)
-    if int((config["robot_rl"].get("demos") or {}).get("episodes", 0)) > 0:
+          f"ROS_DOMAIN_ID={domain_id} ({domain_source}), {_discovery_note(args.backend, env)}", flush=True)
+    demo_episodes = simulated_demos(config, args.backend, asked="robot_rl.demos" in settings)
+    if demo_episodes > 0:
         print("robot_rl: generating scripted demonstrations ...", flush=True)
-    config = prepare_run(config, run_dir)
+    config = prepare_run(config, run_dir, demo_episodes)
     specs = build_graph(config, args.backend, str(run_dir), args.namespace)
     if args.resume:
         check_resumable(run_dir, specs)
@@ -122,8 +168,8 @@ def _replace_dataset(out: Path, recording: Path) -> None:
 def cmd_record(args: argparse.Namespace) -> int:
     """A teleop recording session: robot (sim in real time, or the real arm), teleop node, and the
     actor in record mode writing the person's episodes to a zarr dataset."""
-    from robot_rl.ros.graph import apply_overrides, build_graph, config_path, load_config, loopback_environment, \
-        params_file
+    from robot_rl.ros.graph import apply_overrides, build_graph, config_path, discovery_environment, load_config, \
+        node_names, params_file
 
     config = load_config(args.config or config_path(args.task))
     out = _dataset_out(args).resolve()
@@ -152,16 +198,17 @@ def cmd_record(args: argparse.Namespace) -> int:
                           "scripted_human.takeover_prob_end": 1.0, "scripted_human.off_track_steps": 1,
                           "scripted_human.hold_steps": 1_000, "scripted_human.label_success": True,
                           "teleop.hold_s": 0.05})
-    overrides.update(_parse_overrides(args.set))
-    config = apply_overrides(config, overrides)
+    settings = _parse_overrides(args.set)
+    config = apply_overrides(config, {**overrides, **settings})
+    _refuse_settings_outside(node_names(config, args.backend), settings)
     run_dir = Path(args.run_dir or f"runs/record-{config['robot_rl']['task']}-{time.strftime('%Y%m%d-%H%M%S')}")
     run_dir = run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    domain_id = args.domain_id if args.domain_id is not None else _default_domain_id()
-    env = loopback_environment(domain_id)
+    domain_id, domain_source = _domain_id(args.domain_id)
+    env = discovery_environment(args.backend, domain_id)
     os.environ.update(env)
     print(f"robot_rl: recording {config['robot_rl']['task']} with {args.device} into {out}, run dir {run_dir}, "
-          f"ROS_DOMAIN_ID={domain_id} (discovery on localhost only)", flush=True)
+          f"ROS_DOMAIN_ID={domain_id} ({domain_source}), {_discovery_note(args.backend, env)}", flush=True)
     specs = build_graph(config, args.backend, str(run_dir))
     params_path = params_file(specs, run_dir / "params.yaml")
     (run_dir / "record.json").unlink(missing_ok=True)
@@ -502,7 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--steps", type=int, help="training environment steps (actor.total_steps)")
     train.add_argument("--eval-episodes", type=int, help="evaluation episodes after training")
     train.add_argument("--seed", type=int)
-    train.add_argument("--domain-id", type=int, help="ROS_DOMAIN_ID (default: a random free one)")
+    train.add_argument("--domain-id", type=int, help="ROS_DOMAIN_ID (default: the exported one, else a random one)")
     train.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
                        help="override a node parameter, e.g. --set learner.utd_ratio=2")
     train.add_argument("--plain", action="store_true", help="plain status lines instead of a live display")
@@ -541,7 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--mapping", help="teleop mapping file (default: the device's)")
     rec.add_argument("--backend", default="sim", choices=["sim", "real"])
     rec.add_argument("--run-dir", help="logs and record.json (default: runs/record-<task>-<time>)")
-    rec.add_argument("--domain-id", type=int, help="ROS_DOMAIN_ID (default: a random free one)")
+    rec.add_argument("--domain-id", type=int, help="ROS_DOMAIN_ID (default: the exported one, else a random one)")
     rec.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE", help="override a node parameter")
     rec.add_argument("--plain", action="store_true", help="plain status lines instead of a live display")
     rec.add_argument("--status-period", type=float, default=5.0, help="seconds between plain status lines")
