@@ -168,3 +168,35 @@ def test_every_node_stops_within_two_seconds_of_sigint(name, tmp_path):
             os.close(terminal)
     assert code == 0, log.read_text()[-3000:]
     assert stop_s <= STOP_LIMIT_S, f"{name} took {stop_s:.1f} s to stop"
+
+
+def test_evaluation_pins_the_policy_version_it_started_with(tmp_path):
+    import numpy as np
+
+    from robot_rl.data.delivery import Outbox
+    from robot_rl.ros import codec
+    from robot_rl.tasks import TaskSpec
+    from robot_rl.training.actor import ActorConfig, ActorCore
+    from robot_rl.training.learner import LearnerConfig, LearnerCore
+
+    task = TaskSpec(name="toy", obs_dim=2, action_dim=1, max_episode_steps=2, control_hz=10.0,
+                    observation=lambda s: np.array([s["x"], 1.0], np.float32), reward=lambda s: 0.0,
+                    success=lambda s: False, terminate_on_success=False, expert=None, env_id="none")
+    learner = LearnerCore(LearnerConfig(obs_dim=2, action_dim=1, warmup_transitions=1), tmp_path / "learner")
+    core = ActorCore(task, ActorConfig(total_steps=2, eval_episodes=2), Outbox(tmp_path / "outbox"))
+
+    def episode():
+        core.start_episode()
+        for x in range(3):
+            core.step({"x": x})
+
+    assert core.load_policy(codec.decode(learner.policy_payload()))  # training: newer versions are taken
+    episode()
+    assert core.evaluating
+    evaluated = core.policy_version
+    episode()
+    assert not core.load_policy(codec.decode(learner.policy_payload()))  # newer, but evaluation is under way
+    episode()
+    assert core.finished
+    assert {e.policy_version for e in core.eval_results} == {evaluated}
+    assert core.eval_summary()["policy_version"] == evaluated

@@ -54,6 +54,11 @@ def test_a_value_of_the_wrong_type_names_key_value_and_type(tmp_path):
     assert "num_critics" in line and "'many'" in line and "expected int" in line
 
 
+def test_a_value_outside_the_declared_range_is_refused_before_start(tmp_path):
+    line = _refused(tmp_path, "--set", "learner.num_critics=99")
+    assert "'num_critics'=99 is outside its range [1, 32]" in line
+
+
 def test_a_setting_for_a_node_outside_the_graph_is_refused(tmp_path):
     line = _refused(tmp_path, "--set", "teleop.device=keyboard")
     assert "'teleop' is not in this graph" in line

@@ -71,6 +71,14 @@ def coerce_value(param: Param, value: Any) -> Any:
     return value
 
 
+def check_bounds(param: Param, value: Any) -> None:
+    """ParameterError when `value` is outside `param`'s range or not one of its choices."""
+    if param.low is not None and param.high is not None and not param.low <= value <= param.high:
+        raise ParameterError(f"parameter {param.name!r}={value!r} is outside its range [{param.low}, {param.high}]")
+    if param.choices is not None and value not in param.choices:
+        raise ParameterError(f"parameter {param.name!r}={value!r} is not one of {list(param.choices)}")
+
+
 def closest_name(name: str, known) -> str:
     """' (did you mean 'x'?)' for the known name closest to a mistyped one; '' when none is close."""
     match = difflib.get_close_matches(name, list(known), n=1)
@@ -88,8 +96,7 @@ def declare_params(node: Node, params: Sequence[Param]) -> dict[str, Any]:
         except (InvalidParameterValueException, ParameterException) as exc:
             bounds = f" (allowed range [{p.low}, {p.high}])" if p.low is not None else ""
             raise ParameterError(f"parameter {p.name!r} refused{bounds}: {exc}") from None
-        if p.choices is not None and value not in p.choices:
-            raise ParameterError(f"parameter {p.name!r}={value!r} is not one of {list(p.choices)}")
+        check_bounds(p, value)
         values[p.name] = value
     _refuse_undeclared_overrides(node)
     return values

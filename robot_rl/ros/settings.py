@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from robot_rl.outputs import UserError
 from robot_rl.ros.graph import NODE_KINDS
 from robot_rl.ros.hardware_node import SAFETY_PARAMS, HardwareNode
-from robot_rl.ros.node_utils import Param, ParameterError, closest_name, coerce_value
+from robot_rl.ros.node_utils import Param, ParameterError, check_bounds, closest_name, coerce_value
 
 GRAPH_KEYS = ("task", "nodes", "demos", "restarts")
 """Keys of the `robot_rl` graph section (`restarts`: per-node restart policy)."""
@@ -45,13 +45,16 @@ def check_node_name(node: str, where: str) -> None:
 
 def check_node_setting(node: str, name: str, value: Any, where: str) -> Any:
     """`value` converted to the type `node` declares for parameter `name`; SettingsError naming
-    `where` (a file or a --set) when the node has no such parameter or the value cannot be one."""
+    `where` (a file or a --set) when the node has no such parameter or the value cannot be one
+    (wrong type, out of range, not one of the choices)."""
     check_node_name(node, where)
     declared = declared_params(node)
     if name not in declared:
         raise SettingsError(f"{where}: {node} has no parameter {name!r}{closest_name(name, declared)}")
     try:
-        return coerce_value(declared[name], value)
+        value = coerce_value(declared[name], value)
+        check_bounds(declared[name], value)
+        return value
     except ParameterError as exc:
         raise SettingsError(f"{where}: {node}: {exc}") from None
 
