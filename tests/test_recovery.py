@@ -115,10 +115,11 @@ def test_run_survives_learner_killed_twice_and_actor_once(tmp_path):
               120, "training after the actor's restart", process, output)
         for restart in (1, 2):
             _kill(run_dir, "learner")
-            _wait(lambda: "resumed from" in _since_restart(logs / "learner.log", restart), 90,
+            _wait(lambda restart=restart: "resumed from" in _since_restart(logs / "learner.log", restart), 90,
                   f"the learner's restart {restart}", process, output)
             steps = _train_steps(run_dir)
-            _wait(lambda: _train_steps(run_dir) > steps + 100, 120, f"training after the learner's restart {restart}",
+            _wait(lambda steps=steps: _train_steps(run_dir) > steps + 100, 120,
+                  f"training after the learner's restart {restart}",
                   process, output)
         code = process.wait(timeout=300)
     finally:
@@ -143,10 +144,10 @@ def test_existing_run_dir_is_refused_and_left_unchanged(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "params.yaml").write_text("learner: {}\n")
-    code, out, err = _finish(_train(run_dir), timeout=120)
+    code, _, err = _finish(_train(run_dir), timeout=120)
     assert code == 2
-    assert err.strip().splitlines() == [f"robot-rl train: run directory {run_dir} already exists; pass --resume or "
-                                        "--overwrite (or choose another path)"]
+    assert err.strip().splitlines() == [(f"robot-rl train: run directory {run_dir} already exists; pass --resume or "
+                                         "--overwrite (or choose another path)")]
     assert sorted(p.name for p in run_dir.iterdir()) == ["params.yaml"]
     assert (run_dir / "params.yaml").read_text() == "learner: {}\n"
 
@@ -154,11 +155,10 @@ def test_existing_run_dir_is_refused_and_left_unchanged(tmp_path):
 def test_second_writer_is_refused_by_the_lock(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
-                               "from robot_rl.ros.session import claim_run_dir; "
-                               "claim_run_dir(Path(sys.argv[1]), resume=True, overwrite=False); "
-                               "print('locked', flush=True); time.sleep(120)", str(run_dir)],
-                              stdout=subprocess.PIPE, text=True)
+    hold_lock = ("import sys, time; from pathlib import Path; from robot_rl.ros.session import claim_run_dir; "
+                 "claim_run_dir(Path(sys.argv[1]), resume=True, overwrite=False); print('locked', flush=True); "
+                 "time.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", hold_lock, str(run_dir)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
         code, _, err = _finish(_train(run_dir, "--resume"), timeout=120)
@@ -191,11 +191,11 @@ def test_resume_continues_counters_and_episodes_and_refuses_another_network_shap
     learner = json.loads((run_dir / "learner_summary.json").read_text())
     assert learner["resumed"] is True and learner["transitions_received"] == second["transitions_sent"]
 
-    code, out, err = _finish(_train(run_dir, "--resume", settings=[*SMALL, "learner.hidden_dims=[32, 32]"]))
+    code, _, err = _finish(_train(run_dir, "--resume", settings=[*SMALL, "learner.hidden_dims=[32, 32]"]))
     assert code == 2
     assert err.strip().splitlines() == [
-        f"robot-rl train: run directory {run_dir} was made with learner.hidden_dims=[64, 64]; this run asks for "
-        "[32, 32]: use the same setting, or --overwrite / another --run-dir"]
+        (f"robot-rl train: run directory {run_dir} was made with learner.hidden_dims=[64, 64]; this run asks for "
+         "[32, 32]: use the same setting, or --overwrite / another --run-dir")]
 
 
 def test_silent_robot_is_reported_on_the_console(tmp_path):

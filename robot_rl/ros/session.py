@@ -15,8 +15,9 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Mapping
+from typing import IO
 
 import yaml
 
