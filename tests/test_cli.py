@@ -41,7 +41,8 @@ def _wait_for_steps(proc: subprocess.Popen, lines: list[str], timeout: float = 1
 
 
 def test_ctrl_c_stops_every_node_in_order(tmp_path):
-    proc = _start(tmp_path)
+    run_dir = tmp_path / "run"  # a new run directory: an existing one is refused
+    proc = _start(run_dir)
     lines: list[str] = []
     try:
         _wait_for_steps(proc, lines)
@@ -54,16 +55,17 @@ def test_ctrl_c_stops_every_node_in_order(tmp_path):
     assert proc.returncode == 130, text
     assert "interrupted by the user" in text
     for node in ("sim", "actor", "learner"):
-        assert _node_pids(tmp_path, node) == []
-    assert (tmp_path / "checkpoint.pt").exists()  # the learner saved on its way out
+        assert _node_pids(run_dir, node) == []
+    assert (run_dir / "checkpoint.pt").exists()  # the learner saved on its way out
 
 
 def test_a_dying_critical_node_shuts_the_graph_down_and_says_why(tmp_path):
-    proc = _start(tmp_path)
+    run_dir = tmp_path / "run"
+    proc = _start(run_dir)
     lines: list[str] = []
     try:
         _wait_for_steps(proc, lines)
-        for pid in _node_pids(tmp_path, "sim"):
+        for pid in _node_pids(run_dir, "sim"):
             os.kill(pid, signal.SIGKILL)
         out, _ = proc.communicate(timeout=90)
     finally:
@@ -73,22 +75,23 @@ def test_a_dying_critical_node_shuts_the_graph_down_and_says_why(tmp_path):
     assert proc.returncode == 1, text
     assert "critical node 'sim' exited with code -9" in text
     for node in ("actor", "learner"):
-        assert _node_pids(tmp_path, node) == []
+        assert _node_pids(run_dir, node) == []
 
 
 def test_killing_robot_rl_with_sigkill_takes_its_nodes_down(tmp_path):
-    proc = _start(tmp_path)
+    run_dir = tmp_path / "run"
+    proc = _start(run_dir)
     lines: list[str] = []
     try:
         _wait_for_steps(proc, lines)
         os.kill(proc.pid, signal.SIGKILL)  # no chance to stop anything in order
         proc.wait(timeout=30)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(_node_pids(tmp_path, n) for n in ("sim", "actor", "learner")):
+        while time.monotonic() < deadline and any(_node_pids(run_dir, n) for n in ("sim", "actor", "learner")):
             time.sleep(0.5)
     finally:
         for node in ("sim", "actor", "learner"):
-            for pid in _node_pids(tmp_path, node):
+            for pid in _node_pids(run_dir, node):
                 os.kill(pid, signal.SIGKILL)
     for node in ("sim", "actor", "learner"):
-        assert _node_pids(tmp_path, node) == [], f"{node} outlived its supervisor"
+        assert _node_pids(run_dir, node) == [], f"{node} outlived its supervisor"
