@@ -194,3 +194,14 @@ def test_demos_task_refuses_an_existing_dataset_unless_append_or_overwrite(tmp_p
 def test_an_episode_writer_builds_a_dataset_in_an_empty_directory(tmp_path):
     (tmp_path / "new.zarr").mkdir()  # what atomic_path(directory=True) hands a replacement to fill
     assert len(EpisodeDataset(_episodes(tmp_path / "new.zarr"))) == 3
+
+
+def test_record_overwrite_swaps_the_new_recording_in_only_when_there_is_one(tmp_path, episodes, capsys):
+    recording = tmp_path / ".robot_rl-tmp-episodes.zarr-1"
+    cli._replace_dataset(episodes, recording)  # the session recorded nothing
+    assert "nothing was recorded" in capsys.readouterr().out and len(EpisodeDataset(episodes)) == 3
+    writer = EpisodeWriter(recording, SCHEMA, {"task": "toy"})
+    writer.add_step(_obs(0), np.zeros(1, np.float32), 0.0, False, False, False, None, 0.0)
+    writer.end_episode(_obs(1))
+    cli._replace_dataset(episodes, recording)
+    assert len(EpisodeDataset(episodes)) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["episodes.zarr"]

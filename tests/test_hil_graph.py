@@ -90,7 +90,7 @@ def test_record_session_with_the_scripted_human_writes_a_labelled_dataset(tmp_pa
         assert episode["success_label"][-1] == 1  # and said success when the cube was up
         assert episode["truncated"][-1]
     assert drops <= summary["teleop_stale_steps"], (drops, summary)
-    # appending to the dataset checks it is the same task and layout
-    again = subprocess.run([*cmd[:cmd.index("--task") + 1], "arm_pick_cube", *cmd[cmd.index("--task") + 2:]],
-                           capture_output=True, text=True, timeout=120)
+    # appending to the dataset (--append: refused otherwise) checks it is the same task and layout
+    again = subprocess.run([*cmd[:cmd.index("--task") + 1], "arm_pick_cube", *cmd[cmd.index("--task") + 2:],
+                            "--append"], capture_output=True, text=True, timeout=120)
     assert again.returncode != 0 and "schema" in (again.stdout + again.stderr)

@@ -6,7 +6,8 @@ reader can tell at once whether it holds the data it expects. `read_header` chec
 
 The transitions format (this module's `save_transitions` / `load_transitions`) has one array per
 transition field and attributes the writer adds (task name, episode statistics, provenance).
-Episodes with camera frames live in `robot_rl.data.episodes`.
+Episodes with camera frames live in `robot_rl.data.episodes`. Both checksum their chunks and keep a
+manifest of them (`robot_rl.data.integrity`).
 """
 
 from __future__ import annotations
@@ -194,8 +195,8 @@ def open_transitions(path: str | os.PathLike, mode: str = "r") -> tuple[zarr.Gro
     listed = attrs.get(MANIFEST_ATTR)
     rows = listed["rows"] if listed else {name: group[name].shape[0] for name in names}
     if sorted(rows) != names or any(group[name].shape[0] < n for name, n in rows.items()):
-        raise DatasetCorruptError(f"dataset {path} is damaged: it has arrays "
-                                  f"{ {name: group[name].shape[0] for name in names} }, its manifest lists {rows}")
+        found = {name: group[name].shape[0] for name in names}
+        raise DatasetCorruptError(f"dataset {path} is damaged: it has arrays (rows) {found}, its manifest lists {rows}")
     episode_ends = listed.get("episode_ends") if listed else None
     guard = ChunkGuard(path, group, rows, dict.fromkeys(rows, "steps"), listed,
                        None if episode_ends is None else np.asarray(episode_ends, np.int64))

@@ -21,11 +21,12 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
+from zarr.errors import GroupNotFoundError
 
 from robot_rl.outputs import UserError
 
@@ -121,7 +122,7 @@ class ChunkGuard:
         return DatasetCorruptError(f"dataset {self.path} is damaged: {problems[0].describe()}{more}; restore it "
                                    f"from a copy or re-record it (`robot-rl dataset verify {self.path}` lists it)")
 
-    def _chunks(self, key: str, row_chunks: Iterator[int] | range | None = None) -> Iterator[tuple[int, ...]]:
+    def _chunks(self, key: str, row_chunks: Iterable[int] | None = None) -> Iterator[tuple[int, ...]]:
         """Chunk coordinates of `key` holding committed rows (or only the given row chunks)."""
         array = self.group[key]
         if row_chunks is None:
@@ -217,7 +218,7 @@ def verify_dataset(path: str | os.PathLike) -> VerifyReport:
         raise FileNotFoundError(f"no dataset at {path}")
     try:
         format_name = zarr.open_group(str(path), mode="r").attrs.get("format", TRANSITIONS_FORMAT)
-    except zarr.errors.GroupNotFoundError:
+    except GroupNotFoundError:
         raise ValueError(f"{path} is not a zarr dataset") from None
     if format_name == EPISODES_FORMAT:
         guard = EpisodeDataset(path).guard
