@@ -116,6 +116,21 @@ def test_a_damaged_chunk_names_array_and_chunk_instead_of_a_codec_traceback(epis
     assert code == 2 and "'obs/front' chunk c/5/0/0/0" in err and "Traceback" not in err
 
 
+def test_appending_refuses_a_damaged_chunk_it_would_rewrite(episodes, tmp_path):
+    damaged = tmp_path / "damaged.zarr"
+    shutil.copytree(episodes, damaged)
+    chunk = damaged / "obs" / "state" / "c" / "7" / "0"  # row 14 of 15: the next observation goes beside it
+    chunk.write_bytes(chunk.read_bytes()[:-1])
+    with pytest.raises(DatasetCorruptError, match=r"'obs/state' chunk c/7/0 \(rows 14, episode 2\) does not decode"):
+        EpisodeWriter(damaged, SCHEMA, {"task": "toy"})
+    path = tmp_path / "t.zarr"
+    save_transitions(path, _transitions(), {"task": "toy"})
+    chunk = path / "terminated" / "c" / "0"  # rows 0-11 of 16: rewritten by an append
+    chunk.write_bytes(b"")
+    with pytest.raises(DatasetCorruptError, match=r"'terminated' chunk c/0 \(rows 0-11, episodes 0-2\)"):
+        save_transitions(path, _transitions(2), {"task": "toy"}, append=True)
+
+
 @pytest.mark.parametrize("array, chunk, episodes_named", [
     ("obs", "c/3/0", "episodes 1-2"),  # rows 6-7: episode 1's last, episode 2's first
     ("obs_front", "c/3/0/0/0", "episode 1"),  # row 3

@@ -146,6 +146,7 @@ def _append_transitions(path: Path, arrays: Mapping[str, np.ndarray], attrs: Map
     """Appends rows in place; like an episode commit, the manifest update that follows the writes makes
     them part of the dataset (a crash before it leaves rows the readers ignore)."""
     group, stored, guard = open_transitions(path, mode="r+")
+    guard.require_appendable()
     if not guard.checksummed:
         raise UserError(f"{path} was written before chunk checksums and cannot be appended to; "
                         "use --overwrite or another path")

@@ -278,6 +278,7 @@ class EpisodeWriter:
         self.task_config = _json_config(task_config)
         if _holds_data(self.path):
             existing = EpisodeDataset(self.path)
+            existing.guard.require_appendable()
             if existing.schema != schema:
                 raise ValueError(f"{self.path} has schema {existing.schema.to_json()}, not {schema.to_json()}")
             if existing.task_config != self.task_config:

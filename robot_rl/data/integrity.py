@@ -156,6 +156,17 @@ class ChunkGuard:
             return self._problem(key, coords, f"does not decode ({type(exc).__name__}: {exc})")
         return None
 
+    def require_appendable(self) -> None:
+        """Checks the chunks an append rewrites (each array's last, partly filled one) decode."""
+        problems = []
+        for key, rows in self.rows.items():
+            chunk_rows = self.group[key].chunks[0]
+            if rows % chunk_rows:
+                problems += [p for coords in self._chunks(key, [rows // chunk_rows])
+                             if (p := self._decode_problem(key, coords))]
+        if problems:
+            raise self._error(problems)
+
     def read(self, key: str, rows: slice | np.ndarray) -> np.ndarray:
         """Rows of array `key` (a slice, or row indices), a chunk that fails to decode raising
         DatasetCorruptError."""
