@@ -23,8 +23,9 @@ GRAPH_KEYS = ("task", "nodes", "demos", "restarts")
 DEMOS_KEYS = ("episodes", "noise", "seed")
 
 
-class SettingsError(UserError):
-    """A setting no node declares, or a value of the wrong type."""
+class SettingsError(UserError, ValueError):
+    """A setting no node declares, or a value it refuses (a ValueError too, for callers of the graph
+    spec that catch those, such as the launch file's users)."""
 
 
 @functools.cache
