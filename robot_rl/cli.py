@@ -245,25 +245,79 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def checked_fields(defaults, values: dict, prefix: str, exclude: tuple[str, ...] = ()) -> dict:
+    """`values` for fields of the dataclass instance `defaults`, each converted to the type of its
+    default (an integer where a float is declared is that float); an unknown field or a value of
+    the wrong type raises UserError naming it (and the closest field name)."""
+    import difflib
+    from dataclasses import fields
+
+    declared = {f.name: getattr(defaults, f.name) for f in fields(defaults) if f.name not in exclude}
+    out = {}
+    for name, value in values.items():
+        if name not in declared:
+            close = difflib.get_close_matches(name, declared, n=1)
+            hint = f"; did you mean {prefix}{close[0]}?" if close else f"; known: {', '.join(sorted(declared))}"
+            raise UserError(f"unknown setting {prefix}{name}{hint}")
+        out[name] = _as_type_of(declared[name], value, f"{prefix}{name}")
+    return out
+
+
+def _as_type_of(default, value, name: str):
+    """`value` as the type of `default`: int -> float, list -> tuple; anything else must match."""
+    if default is None or value is None or isinstance(default, dict):
+        return value
+    if isinstance(default, bool) or isinstance(value, bool):
+        if isinstance(default, bool) and isinstance(value, bool):
+            return value
+    elif isinstance(default, float) and isinstance(value, (int, float)):
+        return float(value)
+    elif isinstance(default, int) and isinstance(value, int):
+        return value
+    elif isinstance(default, (tuple, list)) and isinstance(value, (tuple, list)):
+        return type(default)(value)
+    elif isinstance(default, str) and isinstance(value, str):
+        return value
+    raise UserError(f"{name}={value!r}: expected {type(default).__name__} (like the default {default!r}), "
+                    f"not {type(value).__name__}")
+
+
+def checked_env_id(env_id: str) -> str:
+    """A registered Gymnasium id (ours included); UserError with the closest registered ones otherwise."""
+    import difflib
+
+    import gymnasium as gym
+
+    import robot_rl.envs  # noqa: F401 - registers our environments
+
+    try:
+        gym.spec(env_id)
+    except gym.error.Error as exc:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
+        raise UserError(f"--env {env_id!r}: {exc}" + (f" Closest: {', '.join(close)}" if close else "")) from None
+    return env_id
+
+
 def gym_train_config(args: argparse.Namespace):
     """GymTrainConfig from --env/--steps/--seed/--encoder and --set field=value (sac.*, encoder.* nest)."""
-    from dataclasses import fields, replace
+    from dataclasses import replace
 
     from robot_rl.agents.encoders import pretrained_config
     from robot_rl.agents.sac import SACConfig
     from robot_rl.training.gym_loop import GymTrainConfig
 
+    checked_env_id(args.env)
     top, sac = {}, {}
     for key, value in _parse_overrides(args.set).items():
         group, _, name = key.rpartition(".")
         if group not in ("", "sac"):
-            raise SystemExit(f"--set with --env takes FIELD=VALUE or sac.FIELD=VALUE, got {key!r}")
+            raise UserError(f"--set with --env takes FIELD=VALUE or sac.FIELD=VALUE, got {key!r}")
         (sac if group == "sac" else top)[name] = value
-    known_top = {f.name for f in fields(GymTrainConfig)} - {"env_id", "sac", "encoder"}
-    known_sac = {f.name for f in fields(SACConfig)}
-    unknown = sorted(set(top) - known_top) + [f"sac.{k}" for k in sorted(set(sac) - known_sac)]
-    if unknown:
-        raise SystemExit(f"unknown settings {unknown}; known: {sorted(known_top)} and sac.{{{', '.join(sorted(known_sac))}}}")
+    misplaced = sorted(k for k in top if hasattr(SACConfig(), k) and not hasattr(GymTrainConfig(args.env), k))
+    if misplaced:
+        raise UserError(f"unknown setting --set {misplaced[0]}; did you mean --set sac.{misplaced[0]}?")
+    sac = checked_fields(SACConfig(), sac, "--set sac.")
+    top = checked_fields(GymTrainConfig(args.env), top, "--set ", exclude=("env_id", "sac", "encoder"))
     config = GymTrainConfig(args.env, sac=SACConfig(**sac), **top)
     if args.steps is not None:
         config = replace(config, total_steps=args.steps)
@@ -288,25 +342,24 @@ def cmd_train_env(args: argparse.Namespace) -> int:
     from robot_rl.tasks import expert_for_env
     from robot_rl.training.gym_loop import Trainer
 
-    try:
-        config = gym_train_config(args)
-        expert = expert_for_env(config.env_id)
-        if expert is None:
-            config = replace(config, demo_episodes=0)
-        trainer = Trainer(config, expert=expert, log=lambda row: print(json.dumps(row), flush=True))
-    except (ValueError, TypeError) as exc:
-        print(f"robot-rl train --env: {exc}", file=sys.stderr)
-        return 2
+    if getattr(args, "resume", False):
+        raise UserError("--resume is for node-graph runs; a --env run starts afresh (--overwrite or a new --run-dir)")
+    config = gym_train_config(args)
     run_dir = Path(args.run_dir or f"runs/{config.env_id.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    check_output(run_dir, "run directory", overwrite=getattr(args, "overwrite", False))
+    expert = expert_for_env(config.env_id)
+    if expert is None:
+        config = replace(config, demo_episodes=0)
+    trainer = Trainer(config, expert=expert, log=lambda row: print(json.dumps(row), flush=True))
     print(f"robot_rl: {config.env_id} for {config.total_steps} steps on {trainer.device}, run dir {run_dir}", flush=True)
     history = trainer.run()
-    (run_dir / "history.json").write_text(json.dumps(history, indent=1))
     trainer.agent.policy.network.cpu()
     import torch
 
-    torch.save({"spec": trainer.agent.policy.spec.to_json(), "weights": trainer.agent.policy.network.state_dict()},
-               run_dir / "policy.pt")
+    with atomic_path(run_dir, directory=True) as tmp:  # the run appears whole, with its policy, or not at all
+        (tmp / "history.json").write_text(json.dumps(history, indent=1))
+        torch.save({"spec": trainer.agent.policy.spec.to_json(), "weights": trainer.agent.policy.network.state_dict()},
+                   tmp / "policy.pt")
     final = history[-1]
     print(f"robot_rl: evaluation success rate {final['success_rate'] * 100:.1f}%, mean return "
           f"{final['mean_return']:.2f} after {final['steps']} steps", flush=True)
@@ -317,6 +370,7 @@ def cmd_pretrain_encoder(args: argparse.Namespace) -> int:
     import robot_rl.envs  # noqa: F401
     from robot_rl.training.pretrain_encoder import PretrainConfig, pretrain_and_save
 
+    check_output(args.out, "encoder directory", overwrite=args.overwrite)
     config = PretrainConfig(frames=args.frames, epochs=args.epochs, seed=args.seed)
     metrics = pretrain_and_save(config, args.out)
     print(json.dumps(metrics))
@@ -327,7 +381,7 @@ def cmd_node(args: argparse.Namespace, rest: list[str]) -> int:
     from robot_rl.ros.graph import NODE_KINDS
 
     if args.name not in NODE_KINDS:
-        raise SystemExit(f"unknown node {args.name!r}; known: {sorted(NODE_KINDS)}")
+        raise UserError(f"unknown node {args.name!r}; known: {', '.join(sorted(NODE_KINDS))}")
     import importlib
 
     module = importlib.import_module(NODE_KINDS[args.name].module)
@@ -364,6 +418,7 @@ def _demos_episodes(args: argparse.Namespace) -> int:
     from robot_rl.data.scripted import random_actions, record_scripted_episodes
     from robot_rl.tasks import expert_for_env
 
+    checked_env_id(args.env)
     if args.random:
         import gymnasium as gym
 
@@ -411,23 +466,21 @@ def cmd_reward(args: argparse.Namespace) -> int:
     from robot_rl.rewards.progress import ProgressModel, ProgressModelConfig, train_progress_model
     from robot_rl.rewards.quality import evaluate_progress
 
-    try:
-        episodes = _progress_episodes(args)
-        if args.action == "train":
-            config = ProgressModelConfig(steps=args.steps, seed=args.seed, device=args.device,
-                                         **({"encoder_weights": args.encoder} if args.encoder else {}))
-            model, metrics = train_progress_model(episodes, config, f"robot-rl reward train --demos {' '.join(args.demos)}")
-            model.save(args.out)
-            print(json.dumps({"model": args.out, **metrics}))
-            return 0
-        model = ProgressModel.load(args.model, device=args.device)
-        goals = sorted({e.goal for e in episodes})
-        wrong = args.wrong_goal or "open the drawer"
-        metrics = evaluate_progress(model, episodes, args.done_threshold or model.done_threshold,
-                                    {g: (wrong if wrong != g else "wipe the table") for g in goals})
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"robot-rl reward {args.action}: {exc}", file=sys.stderr)
-        return 2
+    if args.action == "train":
+        check_output(args.out, "reward model directory", overwrite=args.overwrite)
+    episodes = _progress_episodes(args)
+    if args.action == "train":
+        config = ProgressModelConfig(steps=args.steps, seed=args.seed, device=args.device,
+                                     **({"encoder_weights": args.encoder} if args.encoder else {}))
+        model, metrics = train_progress_model(episodes, config, f"robot-rl reward train --demos {' '.join(args.demos)}")
+        model.save(args.out)
+        print(json.dumps({"model": args.out, **metrics}))
+        return 0
+    model = ProgressModel.load(args.model, device=args.device)
+    goals = sorted({e.goal for e in episodes})
+    wrong = args.wrong_goal or "open the drawer"
+    metrics = evaluate_progress(model, episodes, args.done_threshold or model.done_threshold,
+                                {g: (wrong if wrong != g else "wipe the table") for g in goals})
     print(json.dumps({"model": args.model, "goals": goals, "wrong_goal": wrong, **metrics}))
     return 0
 
@@ -443,12 +496,9 @@ def cmd_security(args: argparse.Namespace) -> int:
 def cmd_record_bag(args: argparse.Namespace) -> int:
     from robot_rl.bag import record
 
-    try:
-        summary = record(args.topics, args.out, duration=args.duration, compression=args.compression,
-                         overwrite=args.force)
-    except (FileExistsError, ValueError) as exc:
-        print(f"record-bag: {exc}", file=sys.stderr)
-        return 2
+    check_output(args.out, "bag file", overwrite=args.overwrite)
+    summary = record(args.topics, args.out, duration=args.duration, compression=args.compression,
+                     overwrite=args.overwrite)
     print(f"record-bag: wrote {summary.messages} messages from {len(summary.topics)} topic(s) to {summary.path} "
           f"in {summary.duration_s:.1f} s", flush=True)
     return 0
@@ -462,22 +512,18 @@ def cmd_juggle(args: argparse.Namespace) -> int:
     if args.action == "eval":
         from robot_rl.agents.ppo import DeployedPolicy
 
-        try:
-            policy = DeployedPolicy.load(args.policy)
-        except (FileNotFoundError, ValueError) as exc:
-            print(f"robot-rl juggle eval: {exc}", file=sys.stderr)
-            return 2
+        policy = DeployedPolicy.load(args.policy)
         overrides = {"ball_mass": args.ball_mass} if args.ball_mass else None
         summary = summarize(evaluate_policy(policy, args.trials, args.max_s, overrides=overrides, seed=args.seed))
         print(json.dumps(summary))
         return 0
-    try:
-        config = replace(JuggleTrainConfig(), num_envs=args.num_envs, iterations=args.iterations, seed=args.seed,
-                         device=args.device, physics=args.physics, time_budget_s=args.time_budget_min * 60.0)
-        card = train_juggling(config, args.out, args.run_dir)
-    except ValueError as exc:
-        print(f"robot-rl juggle train: {exc}", file=sys.stderr)
-        return 2
+    out = Path(args.out)
+    run_dir = Path(args.run_dir) if args.run_dir else out.parent / f"{out.name}-run"
+    check_output(out, "policy directory", overwrite=args.overwrite)
+    check_output(run_dir, "run directory", overwrite=args.overwrite)
+    config = replace(JuggleTrainConfig(), num_envs=args.num_envs, iterations=args.iterations, seed=args.seed,
+                     device=args.device, physics=args.physics, time_budget_s=args.time_budget_min * 60.0)
+    card = train_juggling(config, out, run_dir)
     print(json.dumps(card.get("evaluation_during_training", {})))
     return 0
 
@@ -489,27 +535,21 @@ def cmd_car(args: argparse.Namespace) -> int:
         from robot_rl.agents.iql import IQLConfig
         from robot_rl.training.pretrain_car import CarPretrainConfig, pretrain_car
 
-        try:
-            config = CarPretrainConfig(dataset=args.dataset, tracks=args.tracks, steps_per_track=args.steps_per_track,
-                                       updates=args.updates, iql=replace(IQLConfig(), batch_size=args.batch_size),
-                                       seed=args.seed, device=args.device)
-            card = pretrain_car(config, args.out, log=lambda row: print(json.dumps(row), flush=True))
-        except (FileNotFoundError, ValueError) as exc:
-            print(f"robot-rl car pretrain: {exc}", file=sys.stderr)
-            return 2
+        check_output(args.out, "policy directory", overwrite=args.overwrite)
+        config = CarPretrainConfig(dataset=args.dataset, tracks=args.tracks, steps_per_track=args.steps_per_track,
+                                   updates=args.updates, iql=replace(IQLConfig(), batch_size=args.batch_size),
+                                   seed=args.seed, device=args.device)
+        card = pretrain_car(config, args.out, log=lambda row: print(json.dumps(row), flush=True))
         print(json.dumps(card["final_metrics"]))
         return 0
     from robot_rl.training.car_race import CarTrainConfig, CarTrainer
 
-    try:
-        sac = replace(CarTrainConfig().sac, **_parse_overrides(args.set))
-        config = CarTrainConfig(policy=None if args.policy == "none" else args.policy, track_seed=args.track_seed,
-                                total_steps=args.steps, seed=args.seed, sac=sac, updates_per_step=args.updates_per_step,
-                                device=args.device)
-        trainer = CarTrainer(config, log=lambda row: print(json.dumps(row), flush=True))
-    except (FileNotFoundError, TypeError, ValueError) as exc:
-        print(f"robot-rl car train: {exc}", file=sys.stderr)
-        return 2
+    check_output(args.out, "policy directory", overwrite=args.overwrite)
+    sac = replace(CarTrainConfig().sac, **checked_fields(CarTrainConfig().sac, _parse_overrides(args.set), "--set "))
+    config = CarTrainConfig(policy=None if args.policy == "none" else args.policy, track_seed=args.track_seed,
+                            total_steps=args.steps, seed=args.seed, sac=sac, updates_per_step=args.updates_per_step,
+                            device=args.device)
+    trainer = CarTrainer(config, log=lambda row: print(json.dumps(row), flush=True))
     try:
         trainer.run()
         trainer.export(args.out)
@@ -518,6 +558,32 @@ def cmd_car(args: argparse.Namespace) -> int:
     print(json.dumps({"laps": len(trainer.laps), "first_lap_step": trainer.laps[0][0] if trainer.laps else None,
                       "best_lap_s": min((t for _, t in trainer.laps), default=None), "policy": args.out}))
     return 0
+
+
+def _at_least(minimum: int | float, kind: type = int):
+    """An argparse type: a number of `kind` no smaller than `minimum` (a negative count, a zero
+    trial length ... are refused at parse time with the flag named)."""
+    def parse(text: str):
+        value = kind(text)  # a ValueError here: argparse says "invalid int value: 'x'"
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _domain_id_arg(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 232:  # the DDS port mapping leaves 0-232 on Linux
+        raise argparse.ArgumentTypeError(f"a ROS_DOMAIN_ID is 0-232, got {text}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes as one line (exit 2), like every other refused input."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def _overwrite_flag(parser: argparse.ArgumentParser, what: str) -> None:
@@ -531,7 +597,7 @@ def _dataset_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="robot-rl", description="Reinforcement learning on robots over ROS 2.")
+    parser = _Parser(prog="robot-rl", description="Reinforcement learning on robots over ROS 2.")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="start the task's node graph (sim, actor, learner) and train")
@@ -546,32 +612,33 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="carry on an existing run directory (its checkpoint, "
                                                              "journal, step counters and logs)")
     train.add_argument("--overwrite", action="store_true", help="empty an existing run directory and start afresh")
-    train.add_argument("--steps", type=int, help="training environment steps (actor.total_steps)")
-    train.add_argument("--eval-episodes", type=int, help="evaluation episodes after training")
-    train.add_argument("--seed", type=int)
-    train.add_argument("--domain-id", type=int, help="ROS_DOMAIN_ID (default: the exported one, else a random one)")
+    train.add_argument("--steps", type=_at_least(1), help="training environment steps (actor.total_steps)")
+    train.add_argument("--eval-episodes", type=_at_least(0), help="evaluation episodes after training")
+    train.add_argument("--seed", type=_at_least(0))
+    train.add_argument("--domain-id", type=_domain_id_arg, help="ROS_DOMAIN_ID (default: the exported one, else a random one)")
     train.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
                        help="override a node parameter, e.g. --set learner.utd_ratio=2")
     train.add_argument("--plain", action="store_true", help="plain status lines instead of a live display")
-    train.add_argument("--status-period", type=float, default=10.0, help="seconds between plain status lines")
+    train.add_argument("--status-period", type=_at_least(0.1, float), default=10.0, help="seconds between plain status lines")
     pre = sub.add_parser("pretrain-encoder", help="pretrain the arm vision encoder on randomized sim images")
     pre.add_argument("--out", required=True, help="output directory (weights + card.json)")
-    pre.add_argument("--frames", type=int, default=30_000)
-    pre.add_argument("--epochs", type=int, default=8)
-    pre.add_argument("--seed", type=int, default=0)
+    pre.add_argument("--frames", type=_at_least(1), default=30_000)
+    pre.add_argument("--epochs", type=_at_least(1), default=8)
+    pre.add_argument("--seed", type=_at_least(0), default=0)
+    _overwrite_flag(pre, "the encoder directory")
     node = sub.add_parser("node", help="run one node of the package (ROS arguments follow)")
     node.add_argument("name")
     demos = sub.add_parser("demos", help="record scripted demonstrations to a zarr dataset")
     demos.add_argument("--task", default="arm_lift")
-    demos.add_argument("--episodes", type=int, default=20)
-    demos.add_argument("--noise", type=float, default=0.1)
-    demos.add_argument("--seed", type=int, default=0)
+    demos.add_argument("--episodes", type=_at_least(1), default=20)
+    demos.add_argument("--noise", type=_at_least(0.0, float), default=0.1)
+    demos.add_argument("--seed", type=_at_least(0), default=0)
     demos.add_argument("--out", required=True)
     _dataset_flags(demos)
     demos.add_argument("--env", help="a camera Gymnasium task with a scripted expert (e.g. robot_rl/ArmPickCube-v0): "
                                      "write an episode dataset with frames, success labels and --goal")
     demos.add_argument("--goal", help="with --env: the task's goal sentence, stored in the dataset")
-    demos.add_argument("--image-size", type=int, default=128, help="with --env: camera frame size")
+    demos.add_argument("--image-size", type=_at_least(8), default=128, help="with --env: camera frame size")
     demos.add_argument("--split", default="train", help="with --env: randomization split")
     demos.add_argument("--random", action="store_true", help="with --env: uniformly random actions instead of the "
                                                              "expert, every episode kept (failures: negatives for a "
@@ -581,21 +648,21 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--config", help="task config YAML instead of the package's")
     rec.add_argument("--out", required=True, help="zarr episode dataset")
     _dataset_flags(rec)
-    rec.add_argument("--episodes", type=int, default=20, help="episodes to keep (0: until Ctrl-C)")
+    rec.add_argument("--episodes", type=_at_least(0), default=20, help="episodes to keep (0: until Ctrl-C)")
     rec.add_argument("--device", default="spacemouse", choices=["spacemouse", "evdev", "joy", "keyboard", "scripted"],
                      help="input device; scripted: the scripted human on a virtual gamepad (tests, demos)")
     rec.add_argument("--device-path", help="which device (see the teleop node's device_path)")
     rec.add_argument("--mapping", help="teleop mapping file (default: the device's)")
     rec.add_argument("--backend", default="sim", choices=["sim", "real"])
     rec.add_argument("--run-dir", help="logs and record.json (default: runs/record-<task>-<time>)")
-    rec.add_argument("--domain-id", type=int, help="ROS_DOMAIN_ID (default: the exported one, else a random one)")
+    rec.add_argument("--domain-id", type=_domain_id_arg, help="ROS_DOMAIN_ID (default: the exported one, else a random one)")
     rec.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE", help="override a node parameter")
     rec.add_argument("--plain", action="store_true", help="plain status lines instead of a live display")
-    rec.add_argument("--status-period", type=float, default=5.0, help="seconds between plain status lines")
+    rec.add_argument("--status-period", type=_at_least(0.1, float), default=5.0, help="seconds between plain status lines")
     rep = sub.add_parser("report", help="PNG of success and intervention rate over a run")
     rep.add_argument("run", help="run directory (episodes.jsonl of robot-rl train, or history.json of train --env)")
     rep.add_argument("--out", help="output PNG (default: <run>/report.png)")
-    rep.add_argument("--window", type=int, default=20, help="episodes per moving average")
+    rep.add_argument("--window", type=_at_least(1), default=20, help="episodes per moving average")
     rep.add_argument("--title")
     reward = sub.add_parser("reward", help="train or evaluate the local progress reward model (VLAC-style)")
     reward_sub = reward.add_subparsers(dest="action", required=True)
@@ -607,9 +674,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--device", default="cpu", help="torch device")
     reward_train, reward_eval = reward_sub.choices["train"], reward_sub.choices["eval"]
     reward_train.add_argument("--out", required=True, help="output directory (weights + card.json)")
-    reward_train.add_argument("--steps", type=int, default=3000, help="gradient steps")
+    reward_train.add_argument("--steps", type=_at_least(1), default=3000, help="gradient steps")
     reward_train.add_argument("--encoder", help="pretrained encoder directory (default: the shipped arm encoder)")
-    reward_train.add_argument("--seed", type=int, default=0)
+    reward_train.add_argument("--seed", type=_at_least(0), default=0)
+    _overwrite_flag(reward_train, "the model directory")
     reward_eval.add_argument("--model", required=True, help="directory written by robot-rl reward train")
     reward_eval.add_argument("--wrong-goal", help="goal to score the demonstrations against for the wrong-goal mean")
     reward_eval.add_argument("--done-threshold", type=float, help="default: the model's own")
@@ -618,40 +686,43 @@ def build_parser() -> argparse.ArgumentParser:
     jtrain = juggle_sub.add_parser("train", help="train from scratch; exports the best evaluated policy")
     jtrain.add_argument("--out", required=True, help="policy directory (policy.safetensors + card.json)")
     jtrain.add_argument("--run-dir", help="checkpoints and TensorBoard (default: <out>-run)")
-    jtrain.add_argument("--num-envs", type=int, default=2048)
-    jtrain.add_argument("--iterations", type=int, default=1500)
-    jtrain.add_argument("--time-budget-min", type=float, default=0.0, help="stop after this many minutes (0: none)")
-    jtrain.add_argument("--seed", type=int, default=0)
+    jtrain.add_argument("--num-envs", type=_at_least(1), default=2048)
+    jtrain.add_argument("--iterations", type=_at_least(1), default=1500)
+    jtrain.add_argument("--time-budget-min", type=_at_least(0.0, float), default=0.0, help="stop after this many minutes (0: none)")
+    jtrain.add_argument("--seed", type=_at_least(0), default=0)
+    _overwrite_flag(jtrain, "the policy and run directories (retraining a shipped policy too)")
     jtrain.add_argument("--device", default="auto")
     jtrain.add_argument("--physics", default="auto", choices=["auto", "rollout", "warp"],
                         help="simulation back end (auto: MuJoCo Warp on a GPU, else mujoco.rollout on CPU threads)")
     jeval = juggle_sub.add_parser("eval", help="juggling trials in randomized sim; prints hits per trial (JSON)")
     jeval.add_argument("--policy", required=True)
-    jeval.add_argument("--trials", type=int, default=10)
-    jeval.add_argument("--max-s", type=float, default=600.0, help="simulated length limit of a trial [s]")
-    jeval.add_argument("--ball-mass", type=float, help="fix the ball mass [kg] (e.g. 0.005)")
-    jeval.add_argument("--seed", type=int, default=1000)
+    jeval.add_argument("--trials", type=_at_least(1), default=10)
+    jeval.add_argument("--max-s", type=_at_least(0.02, float), default=600.0, help="simulated length limit of a trial [s]")
+    jeval.add_argument("--ball-mass", type=_at_least(1e-4, float), help="fix the ball mass [kg] (e.g. 0.005)")
+    jeval.add_argument("--seed", type=_at_least(0), default=1000)
     car = sub.add_parser("car", help="race car (FastRLAP): IQL pretraining on prior driving, online RL, no ROS")
     car_sub = car.add_subparsers(dest="action", required=True)
     cpre = car_sub.add_parser("pretrain", help="record prior driving (if missing) and pretrain encoder + actor with IQL")
     cpre.add_argument("--out", required=True, help="frame-stack policy directory (encoder, actor, card.json)")
     cpre.add_argument("--dataset", default="runs/car_prior.zarr", help="prior driving dataset (recorded if missing)")
-    cpre.add_argument("--tracks", type=int, default=24)
-    cpre.add_argument("--steps-per-track", type=int, default=800)
-    cpre.add_argument("--updates", type=int, default=6000)
-    cpre.add_argument("--batch-size", type=int, default=256)
-    cpre.add_argument("--seed", type=int, default=0)
+    cpre.add_argument("--tracks", type=_at_least(1), default=24)
+    cpre.add_argument("--steps-per-track", type=_at_least(1), default=800)
+    cpre.add_argument("--updates", type=_at_least(1), default=6000)
+    cpre.add_argument("--batch-size", type=_at_least(1), default=256)
+    cpre.add_argument("--seed", type=_at_least(0), default=0)
+    _overwrite_flag(cpre, "the policy directory")
     cpre.add_argument("--device", default="auto")
     ctrain = car_sub.add_parser("train", help="online SAC on the held-out track with the frozen pretrained encoder")
     ctrain.add_argument("--out", required=True, help="where the trained frame-stack policy goes")
     ctrain.add_argument("--policy", default="policies/car_race_iql_64",
                         help="pretrained frame-stack policy ('none': random frozen encoder, fresh actor)")
-    ctrain.add_argument("--track-seed", type=int, default=7)
-    ctrain.add_argument("--steps", type=int, default=48_000)
-    ctrain.add_argument("--updates-per-step", type=float, default=1.0)
+    ctrain.add_argument("--track-seed", type=_at_least(0), default=7)
+    ctrain.add_argument("--steps", type=_at_least(1), default=48_000)
+    ctrain.add_argument("--updates-per-step", type=_at_least(0.001, float), default=1.0)
     ctrain.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="SACConfig override, e.g. --set utd_ratio=2 --set num_critics=2")
-    ctrain.add_argument("--seed", type=int, default=0)
+    ctrain.add_argument("--seed", type=_at_least(0), default=0)
+    _overwrite_flag(ctrain, "the policy directory")
     ctrain.add_argument("--device", default="auto")
     security = sub.add_parser("security", help="SROS2 keystore with least-privilege enclaves for a task's graph")
     security_sub = security.add_subparsers(dest="action", required=True)
@@ -670,9 +741,9 @@ def build_parser() -> argparse.ArgumentParser:
                                             "--duration")
     bag.add_argument("--topics", nargs="+", required=True, metavar="TOPIC", help="topics to record (any types)")
     bag.add_argument("--out", required=True, help="output .mcap file")
-    bag.add_argument("--duration", type=float, help="seconds to record (default: until Ctrl-C)")
+    bag.add_argument("--duration", type=_at_least(0.001, float), help="seconds to record (default: until Ctrl-C)")
     bag.add_argument("--compression", default="zstd", choices=["zstd", "lz4", "none"], help="MCAP chunk compression")
-    bag.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    _overwrite_flag(bag, "the bag file")
     return parser
 
 
@@ -699,15 +770,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     args.debug = debug
-    if args.command == "node":
-        return cmd_node(args, rest)
-    if rest:
+    if rest and args.command != "node":  # a node takes its --ros-args
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    command = cmd_train_env if args.command == "train" and args.env else {
-        "train": cmd_train, "demos": cmd_demos, "record-bag": cmd_record_bag, "record": cmd_record,
-        "report": cmd_report, "pretrain-encoder": cmd_pretrain_encoder, "reward": cmd_reward,
-        "juggle": cmd_juggle, "car": cmd_car, "security": cmd_security, "dataset": cmd_dataset}[args.command]
-    name = " ".join(argv[:2]) if args.command in ("reward", "juggle", "car", "security", "dataset") else args.command
+    if args.command == "node":
+        command = lambda a: cmd_node(a, rest)  # noqa: E731
+    elif args.command == "train" and args.env:
+        command = cmd_train_env
+    else:
+        command = {"train": cmd_train, "demos": cmd_demos, "record-bag": cmd_record_bag, "record": cmd_record,
+                   "report": cmd_report, "pretrain-encoder": cmd_pretrain_encoder, "reward": cmd_reward,
+                   "juggle": cmd_juggle, "car": cmd_car, "security": cmd_security, "dataset": cmd_dataset}[args.command]
+    name = " ".join(filter(None, (args.command, getattr(args, "action", None))))
     try:
         return command(args)
     except EXPECTED_ERRORS as exc:

@@ -46,7 +46,7 @@ class LearnerLink:
             except queue.Empty:
                 continue
             try:
-                payload = codec.decode(data, expect_kind="policy")
+                payload = codec.decode(data, expect_kind="policy", key=self.core.key)  # only this run's learner
                 with self.core_lock:
                     self.core.load_policy(payload)
             except (codec.PayloadError, ValueError, KeyError) as exc:
@@ -55,7 +55,7 @@ class LearnerLink:
 
     def _on_ack(self, msg: UInt8MultiArray) -> None:
         try:
-            payload = codec.decode(uint8_multiarray_view(msg), expect_kind="ack")
+            payload = codec.decode(uint8_multiarray_view(msg), expect_kind="ack", key=self.core.key)
         except codec.PayloadError as exc:
             self.rejected += 1
             self.node.get_logger().warning(f"rejected ack: {exc}", throttle_duration_sec=5.0)
