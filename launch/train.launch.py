@@ -13,9 +13,10 @@ from pathlib import Path
 
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler, SetEnvironmentVariable
+from launch.conditions import IfCondition
 from launch.event_handlers import OnProcessExit
 from launch.events import Shutdown
-from launch.substitutions import EnvironmentVariable, LaunchConfiguration
+from launch.substitutions import EnvironmentVariable, EqualsSubstitution, LaunchConfiguration
 from launch_ros.actions import Node
 
 from robot_rl.ros.graph import build_graph, config_path, fastdds_profile_path, load_config, prepare_run, \
@@ -75,10 +76,12 @@ def generate_launch_description():
         DeclareLaunchArgument("config", default_value="", description="Task config YAML overriding the packaged one."),
         DeclareLaunchArgument("namespace", default_value="", description="Namespace for every node."),
         DeclareLaunchArgument("run_dir", default_value="", description="Checkpoints, logs and results."),
-        # Simulation stays on this machine unless the user decides otherwise (backend:=real with
-        # actor and learner on different machines: export ROS_AUTOMATIC_DISCOVERY_RANGE=SUBNET).
+        # Simulation stays on this machine unless the user exports another range; a real robot's
+        # driver may run on another computer, so backend:=real keeps the user's discovery (ROS 2's
+        # default is the subnet), as `robot-rl train --backend real` does.
         SetEnvironmentVariable("ROS_AUTOMATIC_DISCOVERY_RANGE",
-                               EnvironmentVariable("ROS_AUTOMATIC_DISCOVERY_RANGE", default_value="LOCALHOST")),
+                               EnvironmentVariable("ROS_AUTOMATIC_DISCOVERY_RANGE", default_value="LOCALHOST"),
+                               condition=IfCondition(EqualsSubstitution(LaunchConfiguration("backend"), "sim"))),
         # Large weight and image payloads: a big shared-memory segment (see robot_rl/ros/graph.py).
         SetEnvironmentVariable("FASTDDS_DEFAULT_PROFILES_FILE",
                                EnvironmentVariable("FASTDDS_DEFAULT_PROFILES_FILE",

@@ -247,39 +247,26 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def checked_fields(defaults, values: dict, prefix: str, exclude: tuple[str, ...] = ()) -> dict:
     """`values` for fields of the dataclass instance `defaults`, each converted to the type of its
-    default (an integer where a float is declared is that float); an unknown field or a value of
-    the wrong type raises UserError naming it (and the closest field name)."""
-    import difflib
+    default as node parameters are (an integer where a float is declared is that float); an
+    unknown field or a value of the wrong type raises UserError naming it (and the closest field)."""
     from dataclasses import fields
+
+    from robot_rl.ros.node_utils import Param, ParameterError, closest_name, coerce_value
 
     declared = {f.name: getattr(defaults, f.name) for f in fields(defaults) if f.name not in exclude}
     out = {}
     for name, value in values.items():
         if name not in declared:
-            close = difflib.get_close_matches(name, declared, n=1)
-            hint = f"; did you mean {prefix}{close[0]}?" if close else f"; known: {', '.join(sorted(declared))}"
-            raise UserError(f"unknown setting {prefix}{name}{hint}")
-        out[name] = _as_type_of(declared[name], value, f"{prefix}{name}")
+            raise UserError(f"unknown setting {prefix}{name}{closest_name(name, declared)}")
+        default = declared[name]
+        if default is None or value is None or isinstance(default, dict):  # no type to hold it to
+            out[name] = value
+            continue
+        try:
+            out[name] = coerce_value(Param(f"{prefix}{name}", default, ""), value)
+        except ParameterError as exc:
+            raise UserError(str(exc)) from None
     return out
-
-
-def _as_type_of(default, value, name: str):
-    """`value` as the type of `default`: int -> float, list -> tuple; anything else must match."""
-    if default is None or value is None or isinstance(default, dict):
-        return value
-    if isinstance(default, bool) or isinstance(value, bool):
-        if isinstance(default, bool) and isinstance(value, bool):
-            return value
-    elif isinstance(default, float) and isinstance(value, (int, float)):
-        return float(value)
-    elif isinstance(default, int) and isinstance(value, int):
-        return value
-    elif isinstance(default, (tuple, list)) and isinstance(value, (tuple, list)):
-        return type(default)(value)
-    elif isinstance(default, str) and isinstance(value, str):
-        return value
-    raise UserError(f"{name}={value!r}: expected {type(default).__name__} (like the default {default!r}), "
-                    f"not {type(value).__name__}")
 
 
 def checked_env_id(env_id: str) -> str:
@@ -315,7 +302,7 @@ def gym_train_config(args: argparse.Namespace):
         (sac if group == "sac" else top)[name] = value
     misplaced = sorted(k for k in top if hasattr(SACConfig(), k) and not hasattr(GymTrainConfig(args.env), k))
     if misplaced:
-        raise UserError(f"unknown setting --set {misplaced[0]}; did you mean --set sac.{misplaced[0]}?")
+        raise UserError(f"unknown setting --set {misplaced[0]} (did you mean 'sac.{misplaced[0]}'?)")
     sac = checked_fields(SACConfig(), sac, "--set sac.")
     top = checked_fields(GymTrainConfig(args.env), top, "--set ", exclude=("env_id", "sac", "encoder"))
     config = GymTrainConfig(args.env, sac=SACConfig(**sac), **top)

@@ -51,13 +51,13 @@ def coerce_value(param: Param, value: Any) -> Any:
     float (`sync_updates_per_step=0`); any other mismatch raises ParameterError naming the
     parameter, the value and the type expected."""
     default = param.default
-    if isinstance(default, list):
-        if not isinstance(value, list):
+    if isinstance(default, (list, tuple)):  # tuples: the defaults of config dataclasses
+        if not isinstance(value, (list, tuple)):
             raise ParameterError(f"parameter {param.name!r}={value!r}: expected a list")
         if not default:
-            return value
+            return type(default)(value)
         element = Param(param.name, default[0], param.description)
-        return [coerce_value(element, v) for v in value]
+        return type(default)(coerce_value(element, v) for v in value)
     if isinstance(default, bool) or isinstance(value, bool):
         ok = isinstance(default, bool) and isinstance(value, bool)
     elif isinstance(default, float):

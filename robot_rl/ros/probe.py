@@ -109,12 +109,12 @@ def fresh_domain_id() -> int:
 
 def start_node(module: str, log_path: Path, *params: str, domain_id: int | None = None
                ) -> tuple[subprocess.Popen, int]:
-    """Starts `python -m module` with `-p` parameters on a loopback domain (a random fresh one
+    """Starts `python -P -m module` with `-p` parameters on a loopback domain (a random fresh one
     unless given); returns (process, domain id)."""
     from robot_rl.ros.graph import loopback_environment
 
     domain_id = fresh_domain_id() if domain_id is None else domain_id
-    args = [sys.executable, "-m", module, "--ros-args"]
+    args = [sys.executable, "-P", "-m", module, "--ros-args"]  # -P: the installed package, not the cwd
     for p in params:
         args += ["-p", p]
     with open(log_path, "wb") as log:
