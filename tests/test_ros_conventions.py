@@ -204,7 +204,8 @@ def test_evaluation_pins_the_policy_version_it_started_with(tmp_path):
 
     assert core.load_policy(codec.decode(learner.policy_payload()))  # training: newer versions are taken
     episode()
-    assert core.evaluating
+    assert core.evaluating and not core.evaluation_started
+    assert core.load_policy(codec.decode(learner.policy_payload()))  # trained on every step: evaluation takes it
     evaluated = core.policy_version
     episode()
     assert not core.load_policy(codec.decode(learner.policy_payload()))  # newer, but evaluation is under way

@@ -243,7 +243,8 @@ def test_reward_wrapper_replaces_the_reward_and_ends_on_predicted_success(lift_c
         reward, probability = reward_fn(observation)
         assert (reward, probability < 0.5) == (0.0, True)
         batch = reward_fn({c: observation[c][None].repeat(3, 0) for c in CAMERAS})
-        assert batch[0].shape == batch[1].shape == (3,) and batch[1][0] == pytest.approx(probability)
+        # A batch of 3 and a single frame take different conv kernels: equal to float32 rounding.
+        assert batch[0].shape == batch[1].shape == (3,) and batch[1][0] == pytest.approx(probability, rel=1e-4)
         agree = steps = 0
         terminated = truncated = False
         while not (terminated or truncated):

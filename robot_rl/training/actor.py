@@ -173,15 +173,15 @@ class ActorCore:
     # ---- policy -------------------------------------------------------------------------------
 
     def load_policy(self, payload: codec.Payload) -> bool:
-        """Swaps in newer weights; returns False for an old version, and during evaluation, which
-        keeps the policy it started with (the version eval.json names is the one evaluated).
-        Raises ValueError if malformed."""
+        """Swaps in newer weights; returns False for an old version, and once the first evaluation
+        episode has begun: evaluation keeps the policy it started with (the version eval.json
+        names is the one evaluated). Raises ValueError if malformed."""
         if payload.kind != POLICY:
             raise ValueError(f"expected a {POLICY!r} payload, got {payload.kind!r}")
         version = payload.meta.get("version")
         if not isinstance(version, int):
             raise ValueError("policy payload without an integer version")
-        if version <= self.policy_version or (self.evaluating and self.policy is not None):
+        if version <= self.policy_version or (self.evaluation_started and self.policy is not None):
             return False
         spec = PolicySpec.from_json(payload.meta["spec"])
         state_dim = spec.obs_dim if spec.encoder is None else spec.encoder["state_dim"]
@@ -221,6 +221,10 @@ class ActorCore:
         self._episode = EpisodeStats(self.episode_index, evaluation=self.evaluating,
                                      policy_version=self.policy_version)
         self.episode_index += 1
+
+    @property
+    def evaluation_started(self) -> bool:
+        return bool(self.eval_results) or (self._episode is not None and self._episode.evaluation)
 
     @property
     def in_episode(self) -> bool:

@@ -79,6 +79,17 @@ def train_in_process(robot: Robot, actor: ActorCore, learner: LearnerCore, updat
     """Runs training then evaluation until the actor is finished; returns the evaluation summary."""
     rng = np.random.default_rng(seed)
     last_published = -1
+
+    def train_and_publish(now: bool = False) -> None:
+        nonlocal last_published
+        target_updates = int(updates_per_step * learner.transitions_received)
+        while learner.ready() and learner.agent.num_updates < target_updates:
+            learner.train_step()
+        n = learner.agent.num_updates
+        if n and (now or n // publish_every != last_published):
+            last_published = n // publish_every
+            actor.load_policy(codec.decode(learner.policy_payload(), key=actor.key))
+
     while not actor.finished:
         robot.reset(rng)
         actor.start_episode()
@@ -88,14 +99,10 @@ def train_in_process(robot: Robot, actor: ActorCore, learner: LearnerCore, updat
                 break
             robot.step(result.action)
             _deliver(actor, learner)
-            target_updates = int(updates_per_step * learner.transitions_received)
-            while learner.ready() and learner.agent.num_updates < target_updates:
-                learner.train_step()
-            n = learner.agent.num_updates
-            if n and n // publish_every != last_published:
-                last_published = n // publish_every
-                actor.load_policy(codec.decode(learner.policy_payload(), key=actor.key))
+            train_and_publish()
         _deliver(actor, learner)
+        if actor.evaluating and not actor.evaluation_started:
+            train_and_publish(now=True)  # evaluation keeps the policy it starts with: the one trained on every step
         if on_episode is not None:
             on_episode(result.episode)
     return actor.eval_summary()
