@@ -1,0 +1,76 @@
+"""The `robot-rl` command.
+
+  robot-rl train [--task arm_lift] [--steps N] ...   start the task's node graph and train
+  robot-rl train --env <gymnasium id> [--encoder DIR]  SAC/RLPD on any Gymnasium env, no ROS
+  robot-rl pretrain-encoder --out DIR                 pretrain the shipped arm vision encoder
+  robot-rl node NAME [--ros-args ...]                run one node (what `ros2 run` would)
+  robot-rl demos --task arm_lift --episodes 20 --out demos.zarr
+  robot-rl demos --env robot_rl/ArmPickCube-v0 --goal "pick up the cube" --out pick.zarr
+  robot-rl record --task arm_pick_cube --device spacemouse --episodes 20 --out demos.zarr
+  robot-rl dataset verify demos.zarr                 check every chunk of a dataset (exists, checksum)
+  robot-rl report RUN_DIR                            success and intervention rate over a run (PNG)
+  robot-rl reward train --demos DATASET... --out DIR  train the local progress reward model
+  robot-rl reward eval --demos DATASET... --model DIR  VOC, negative share, wrong goal, done F1
+  robot-rl juggle train --out policies/quad_juggle   PPO quadrotor juggling in the randomized vector sim
+  robot-rl juggle eval --policy policies/quad_juggle  long juggling trials (hits per trial)
+"""
+
+from __future__ import annotations
+
+import sys
+
+import yaml
+
+from robot_rl.cli import data, graph, models
+from robot_rl.cli.args import Parser
+from robot_rl.outputs import UserError
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="robot-rl", description="Reinforcement learning on robots over ROS 2.")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in (graph, models, data):
+        module.add_parsers(sub)
+    return parser
+
+
+# Failures a user can cause and fix (a bad path, value, file or setting): one line, exit code 2.
+# Anything else is a bug and keeps its traceback.
+EXPECTED_ERRORS = (UserError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, ValueError,
+                   yaml.YAMLError)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)) and exc.filename \
+            and str(exc.filename) not in text:
+        text = f"{exc.filename}: {text}"
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # --debug anywhere before --ros-args (users put it after the subcommand too).
+    end = argv.index("--ros-args") if "--ros-args" in argv else len(argv)
+    debug = "--debug" in argv[:end]
+    argv = [a for a in argv[:end] if a != "--debug"] + argv[end:]
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    args.debug = debug
+    if rest and args.command != "node":  # a node takes its --ros-args
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.rest = rest  # a node's ROS arguments
+    name = " ".join(filter(None, (args.command, getattr(args, "action", None))))
+    try:
+        return args.handler(args)
+    except EXPECTED_ERRORS as exc:
+        if args.debug:
+            raise
+        print(f"robot-rl {name}: {_one_line(exc)}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print(f"robot-rl {name}: interrupted; outputs being written were not kept", file=sys.stderr, flush=True)
+        return 130

@@ -1,0 +1,56 @@
+"""What every `robot-rl` subcommand parses the same way: number types with bounds, the shared
+flags, `--set` settings, and a parser whose usage errors are one line."""
+
+from __future__ import annotations
+
+import argparse
+
+import yaml
+
+from robot_rl.outputs import UserError
+
+
+def parse_settings(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UserError(f"--set expects node.param=value, got {item!r}")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def at_least(minimum: int | float, kind: type = int):
+    """An argparse type: a number of `kind` no smaller than `minimum` (a negative count, a zero
+    trial length ... are refused at parse time with the flag named)."""
+    def parse(text: str):
+        value = kind(text)  # a ValueError here: argparse says "invalid int value: 'x'"
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def domain_id_arg(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 232:  # the DDS port mapping leaves 0-232 on Linux
+        raise argparse.ArgumentTypeError(f"a ROS_DOMAIN_ID is 0-232, got {text}")
+    return value
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage mistakes as one line (exit 2), like every other refused input."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def overwrite_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--overwrite", action="store_true", help=f"replace {what} if it exists (refused otherwise)")
+
+
+def dataset_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--append", action="store_true",
+                        help="add to an existing dataset (same schema and task; refused otherwise)")
+    overwrite_flag(parser, "an existing dataset")

@@ -1,0 +1,141 @@
+"""`robot-rl demos`, `dataset verify`, `record-bag` and `report`: datasets, bags and run reports."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+
+from robot_rl.cli.args import at_least, dataset_flags, overwrite_flag
+from robot_rl.cli.gym import checked_env_id
+from robot_rl.outputs import atomic_path, check_output
+
+
+def dataset_out(args: argparse.Namespace) -> Path:
+    """--out of a command writing a dataset: an existing one is refused unless --append or --overwrite."""
+    return check_output(args.out, "dataset", overwrite=args.overwrite, append=args.append, appendable=True)
+
+
+def cmd_demos(args: argparse.Namespace) -> int:
+    dataset_out(args)  # refused before the episodes are collected
+    if args.env:
+        return _demos_episodes(args)
+    from robot_rl.data.dataset import save_transitions
+    from robot_rl.envs.arm import ArmSim
+    from robot_rl.tasks import get_task
+    from robot_rl.training.local import collect_demonstrations
+
+    task = get_task(args.task)
+    robot = ArmSim()
+    try:
+        arrays, info = collect_demonstrations(task, robot, args.episodes, args.seed, args.noise)
+    finally:
+        robot.close()
+    save_transitions(args.out, arrays, {"task": task.name, "source": "scripted_expert", **info},
+                     overwrite=args.overwrite, append=args.append)
+    print(f"wrote {len(arrays['reward'])} transitions from {info['episodes']} episodes to {args.out}")
+    return 0
+
+
+def _demos_episodes(args: argparse.Namespace) -> int:
+    from robot_rl.data.scripted import random_actions, record_scripted_episodes
+    from robot_rl.tasks import expert_for_env
+
+    checked_env_id(args.env)
+    if args.random:
+        import gymnasium as gym
+
+        import robot_rl.envs  # noqa: F401 - registers the environments
+
+        probe = gym.make(args.env)
+        expert = random_actions(probe.action_space.shape[0])
+        probe.close()
+    else:
+        expert = expert_for_env(args.env)
+    if expert is None:
+        print(f"robot-rl demos: {args.env} has no scripted expert", file=sys.stderr)
+        return 2
+    if not args.goal:
+        print("robot-rl demos --env: give the task's goal sentence with --goal", file=sys.stderr)
+        return 2
+    env_kwargs = {"image_size": args.image_size, "randomization_split": args.split}
+    # Appended in place (episode by episode, as the writer commits them); otherwise built beside --out and
+    # renamed into place when complete, so a failed run leaves no partial or half-replaced dataset.
+    with contextlib.nullcontext(args.out) if args.append else atomic_path(args.out, directory=True) as target:
+        stats = record_scripted_episodes(str(target), args.env, expert, args.episodes, goal=args.goal,
+                                         seed=args.seed, noise=args.noise, env_kwargs=env_kwargs,
+                                         successful_only=not args.random)
+    print(f"wrote {stats['episodes']} episodes ({stats['steps']} steps, {stats['attempts']} attempts) to {args.out}")
+    return 0
+
+
+def cmd_dataset(args: argparse.Namespace) -> int:
+    from robot_rl.data.integrity import verify_dataset
+
+    print(verify_dataset(args.path).summary())
+    return 0
+
+
+def cmd_record_bag(args: argparse.Namespace) -> int:
+    from robot_rl.bag import record
+
+    check_output(args.out, "bag file", overwrite=args.overwrite)
+    summary = record(args.topics, args.out, duration=args.duration, compression=args.compression,
+                     overwrite=args.overwrite)
+    print(f"record-bag: wrote {summary.messages} messages from {len(summary.topics)} topic(s) to {summary.path} "
+          f"in {summary.duration_s:.1f} s", flush=True)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from robot_rl.training.report import load_run, write_report
+
+    try:
+        rows = load_run(args.run)
+        out = write_report(rows, args.out or Path(args.run) / "report.png", window=args.window,
+                           title=args.title or Path(args.run).resolve().name)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"robot-rl report: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out} ({len(rows)} episodes)")
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    demos = sub.add_parser("demos", help="record scripted demonstrations to a zarr dataset")
+    demos.add_argument("--task", default="arm_lift")
+    demos.add_argument("--episodes", type=at_least(1), default=20)
+    demos.add_argument("--noise", type=at_least(0.0, float), default=0.1)
+    demos.add_argument("--seed", type=at_least(0), default=0)
+    demos.add_argument("--out", required=True)
+    dataset_flags(demos)
+    demos.add_argument("--env", help="a camera Gymnasium task with a scripted expert (e.g. robot_rl/ArmPickCube-v0): "
+                                     "write an episode dataset with frames, success labels and --goal")
+    demos.add_argument("--goal", help="with --env: the task's goal sentence, stored in the dataset")
+    demos.add_argument("--image-size", type=at_least(8), default=128, help="with --env: camera frame size")
+    demos.add_argument("--split", default="train", help="with --env: randomization split")
+    demos.add_argument("--random", action="store_true", help="with --env: uniformly random actions instead of the "
+                                                             "expert, every episode kept (failures: negatives for a "
+                                                             "reward model)")
+    demos.set_defaults(handler=cmd_demos)
+    rep = sub.add_parser("report", help="PNG of success and intervention rate over a run")
+    rep.add_argument("run", help="run directory (episodes.jsonl of robot-rl train, or history.json of train --env)")
+    rep.add_argument("--out", help="output PNG (default: <run>/report.png)")
+    rep.add_argument("--window", type=at_least(1), default=20, help="episodes per moving average")
+    rep.add_argument("--title")
+    rep.set_defaults(handler=cmd_report)
+    dataset = sub.add_parser("dataset", help="check a zarr dataset")
+    dataset_sub = dataset.add_subparsers(dest="action", required=True)
+    verify = dataset_sub.add_parser("verify", help="check that every chunk of every array is there and its checksum "
+                                                   "matches (exit 2 naming the first damaged one)")
+    verify.add_argument("path", help="zarr dataset (robot-rl demos, record)")
+    dataset.set_defaults(handler=cmd_dataset)
+    bag = sub.add_parser("record-bag", help="record topics to an MCAP file (ROS 2 profile) until Ctrl-C or "
+                                            "--duration")
+    bag.add_argument("--topics", nargs="+", required=True, metavar="TOPIC", help="topics to record (any types)")
+    bag.add_argument("--out", required=True, help="output .mcap file")
+    bag.add_argument("--duration", type=at_least(0.001, float), help="seconds to record (default: until Ctrl-C)")
+    bag.add_argument("--compression", default="zstd", choices=["zstd", "lz4", "none"], help="MCAP chunk compression")
+    overwrite_flag(bag, "the bag file")
+    bag.set_defaults(handler=cmd_record_bag)

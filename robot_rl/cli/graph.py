@@ -1,0 +1,297 @@
+"""`robot-rl train`, `record`, `node` and `security init`: the commands that start (or secure) the
+task's ROS 2 node graph."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+from robot_rl.cli.args import at_least, dataset_flags, domain_id_arg, parse_settings
+from robot_rl.cli.data import dataset_out
+from robot_rl.cli.gym import cmd_train_env
+from robot_rl.outputs import TEMP_PREFIX, UserError, atomic_path
+from robot_rl.ros.security import ENFORCEMENT_NOTE, ensure_run_secret, init_keystore
+from robot_rl.ros.session import Monitor, check_resumable, claim_run_dir, run_graph
+
+
+def _refuse_settings_outside(nodes: list[str], settings: dict) -> None:
+    """A --set for a node the graph does not start would be dropped without a word."""
+    for key in settings:
+        node = key.partition(".")[0]
+        if node != "robot_rl" and node not in nodes:
+            raise UserError(f"--set {key}: node {node!r} is not in this graph ({', '.join(nodes)}); "
+                            "add it with --set 'robot_rl.nodes=[...]'")
+
+
+def _flag_settings(args: argparse.Namespace, nodes: list[str]) -> dict:
+    """--steps, --eval-episodes and --seed as settings of the graph's nodes that declare them; a
+    flag no node of the graph uses is refused rather than dropped."""
+    from robot_rl.ros.settings import declared_params, node_using
+
+    out = {}
+    for flag, param, value in (("--steps", "total_steps", args.steps),
+                               ("--eval-episodes", "eval_episodes", args.eval_episodes)):
+        if value is not None:
+            node = node_using(param, nodes)
+            if node is None:
+                raise UserError(f"{flag}: no node of this graph ({', '.join(nodes)}) declares {param}")
+            out[f"{node}.{param}"] = value
+    if args.seed is not None:
+        seeded = [n for n in nodes if "seed" in declared_params(n)]
+        if not seeded:
+            raise UserError(f"--seed: no node of this graph ({', '.join(nodes)}) declares seed")
+        out.update({f"{n}.seed": args.seed for n in seeded})
+    return out
+
+
+def _domain_id(requested: int | None) -> tuple[int, str]:
+    """(ROS_DOMAIN_ID, where it came from): --domain-id, else the exported one (so `ros2 topic
+    echo` in the user's other shells sees the graph), else a fresh one, which keeps concurrent
+    runs (and CI) from seeing each other's topics."""
+    if requested is not None:
+        return requested, "--domain-id"
+    exported = os.environ.get("ROS_DOMAIN_ID", "").strip()
+    if not exported:
+        return random.SystemRandom().randint(1, 101), "fresh: none was exported"
+    if not exported.isdigit():
+        raise UserError(f"ROS_DOMAIN_ID={exported!r} is not a domain id (a number)")
+    return int(exported), "exported"
+
+
+def _discovery_note(backend: str, env: dict) -> str:
+    if backend == "sim":
+        return "discovery on localhost only (simulation)"
+    return f"discovery range {env.get('ROS_AUTOMATIC_DISCOVERY_RANGE', 'SUBNET (default)')}, as configured"
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    if args.env:
+        return cmd_train_env(args)
+    from robot_rl.ros.graph import (
+        apply_overrides,
+        build_graph,
+        config_path,
+        discovery_environment,
+        load_config,
+        node_names,
+        params_file,
+        prepare_run,
+        simulated_demos,
+    )
+    from robot_rl.ros.settings import node_using, warmup_warning
+
+    config = load_config(args.config or config_path(args.task))
+    settings = parse_settings(args.set)
+    config = apply_overrides(config, settings)  # first: `robot_rl.nodes` decides which nodes the flags reach
+    nodes = node_names(config, args.backend)
+    _refuse_settings_outside(nodes, settings)
+    config = apply_overrides(config, _flag_settings(args, nodes))
+    actor = node_using("total_steps", nodes) or "actor"  # the node that steps the task: the arm's actor, or the car's
+    warning = warmup_warning(config, nodes)
+    if warning:
+        print(f"robot_rl: warning: {warning}", file=sys.stderr, flush=True)
+    run_dir = Path(args.run_dir or f"runs/{config['robot_rl']['task']}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    claim_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite)
+    ensure_run_secret(run_dir)  # the key the learner checks every transition batch against (kept on resume)
+    domain_id, domain_source = _domain_id(args.domain_id)
+    env = discovery_environment(args.backend, domain_id)
+    os.environ.update(env)  # the monitor and demonstration recording join the same graph
+    print(f"robot_rl: task {config['robot_rl']['task']}, backend {args.backend}, run dir {run_dir}, "
+          f"ROS_DOMAIN_ID={domain_id} ({domain_source}), {_discovery_note(args.backend, env)}", flush=True)
+    demo_episodes = simulated_demos(config, args.backend, asked="robot_rl.demos" in settings)
+    if demo_episodes > 0:
+        print("robot_rl: generating scripted demonstrations ...", flush=True)
+    config = prepare_run(config, run_dir, demo_episodes)
+    specs = build_graph(config, args.backend, str(run_dir), args.namespace)
+    if args.resume:
+        check_resumable(run_dir, specs)
+    params_path = params_file(specs, run_dir / "params.yaml")
+    actor_params = next((s.parameters for s in specs if s.name == actor), {})
+    eval_path = run_dir / "eval.json"
+    eval_path.unlink(missing_ok=True)
+    juggle_path = run_dir / "juggle_actor_summary.json"  # the juggling actor's result instead
+    juggle_path.unlink(missing_ok=True)
+
+    monitor = Monitor(int(actor_params.get("total_steps", 0)), int(actor_params.get("eval_episodes", 0)), actor=actor)
+    codes, code = run_graph(specs, params_path, run_dir, env, monitor, plain=args.plain,
+                            status_period=args.status_period)
+    if codes:
+        print("robot_rl: exit codes " + ", ".join(f"{n}={c}" for n, c in codes.items()), flush=True)
+    if eval_path.exists():
+        result = json.loads(eval_path.read_text())
+        print(f"robot_rl: evaluation success rate {result['success_rate'] * 100:.1f}% over {result['episodes']} "
+              f"episodes (policy v{result['policy_version']}, {result['train_steps']} training steps)", flush=True)
+        if "laps" in result:
+            print(f"robot_rl: {len(result['laps'])} clean laps, first at step {result['first_lap_step']}, best "
+                  f"{result['best_lap_s']} s", flush=True)
+        print(json.dumps(result), flush=True)
+        if not result.get("transitions_acked_all", True):
+            code = code or 3
+    elif juggle_path.exists():
+        result = json.loads(juggle_path.read_text())
+        print(f"robot_rl: juggling, {result['mean_hits']:.1f} hits per episode over {result['episodes']} episodes "
+              f"(ended by {result['ended_by']})", flush=True)
+        print(json.dumps(result), flush=True)
+    elif code == 0:
+        code = 1
+        print("robot_rl: no evaluation result was produced", file=sys.stderr)
+    return code
+
+
+def _replace_dataset(out: Path, recording: Path) -> None:
+    """Puts the dataset a session recorded in place of `out` (one directory swap)."""
+    if not recording.exists():
+        print(f"robot_rl: nothing was recorded; {out} is unchanged", flush=True)
+        return
+    with atomic_path(out, directory=True) as swap:
+        os.replace(recording, swap)
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    """A teleop recording session: robot (sim in real time, or the real arm), teleop node, and the
+    actor in record mode writing the person's episodes to a zarr dataset."""
+    from robot_rl.ros.graph import (
+        apply_overrides,
+        build_graph,
+        config_path,
+        discovery_environment,
+        load_config,
+        node_names,
+        params_file,
+    )
+
+    config = load_config(args.config or config_path(args.task))
+    out = dataset_out(args).resolve()
+    # Replacing a dataset: the session records a new one beside it, swapped in when the session ends;
+    # otherwise the actor commits episode by episode into --out itself.
+    recording = out.with_name(f"{TEMP_PREFIX}{out.name}-{os.getpid()}") if args.overwrite and out.exists() else out
+    scripted = args.device == "scripted"
+    robot = [n for n in config["robot_rl"]["nodes"] if n not in ("actor", "learner", "teleop", "scripted_human")]
+    nodes = [*robot, "actor", "teleop", *(["scripted_human"] if scripted else [])]
+    overrides = {"robot_rl.nodes": nodes, "robot_rl.demos": {"episodes": 0},
+                 "actor.mode": "record", "actor.record_path": str(recording), "actor.record_episodes": args.episodes,
+                 "actor.sync_updates_per_step": 0.0, "teleop.device": "joy" if scripted else args.device}
+    if "sim" in robot:
+        overrides["sim.clock_mode"] = "realtime"  # a person (scripted too: it reacts in wall time) needs real time
+    keyboard_here = args.device == "keyboard" and not args.device_path
+    if keyboard_here:
+        if not sys.stdin.isatty():
+            raise SystemExit("record --device keyboard needs a terminal (or --device-path /dev/pts/N of another one)")
+        overrides["teleop.device_path"] = os.ttyname(sys.stdin.fileno())
+    elif args.device_path:
+        overrides["teleop.device_path"] = args.device_path
+    if args.mapping:
+        overrides["teleop.mapping"] = args.mapping
+    if scripted:
+        overrides.update({"scripted_human.task": config["robot_rl"]["task"], "scripted_human.takeover_prob_start": 1.0,
+                          "scripted_human.takeover_prob_end": 1.0, "scripted_human.off_track_steps": 1,
+                          "scripted_human.hold_steps": 1_000, "scripted_human.label_success": True,
+                          "teleop.hold_s": 0.05})
+    settings = parse_settings(args.set)
+    config = apply_overrides(config, {**overrides, **settings})
+    _refuse_settings_outside(node_names(config, args.backend), settings)
+    run_dir = Path(args.run_dir or f"runs/record-{config['robot_rl']['task']}-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir = run_dir.resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    domain_id, domain_source = _domain_id(args.domain_id)
+    env = discovery_environment(args.backend, domain_id)
+    os.environ.update(env)
+    print(f"robot_rl: recording {config['robot_rl']['task']} with {args.device} into {out}, run dir {run_dir}, "
+          f"ROS_DOMAIN_ID={domain_id} ({domain_source}), {_discovery_note(args.backend, env)}", flush=True)
+    specs = build_graph(config, args.backend, str(run_dir))
+    params_path = params_file(specs, run_dir / "params.yaml")
+    (run_dir / "record.json").unlink(missing_ok=True)
+    monitor = Monitor(0, 0, record_episodes=args.episodes)
+    # The keyboard puts this terminal in raw mode: plain lines with their own carriage returns.
+    codes, code = run_graph(specs, params_path, run_dir, env, monitor, plain=args.plain or keyboard_here,
+                            status_period=args.status_period, line_end="\r" if keyboard_here else "")
+    if recording != out:
+        _replace_dataset(out, recording)
+    summary_path = run_dir / "record.json"
+    if summary_path.exists():
+        print(json.dumps(json.loads(summary_path.read_text())), flush=True)
+    elif out.exists():
+        from robot_rl.data.episodes import EpisodeDataset
+
+        data = EpisodeDataset(out)
+        print(json.dumps({"dataset": str(out), "episodes": len(data), "steps": data.num_steps}), flush=True)
+    if codes.get("actor", 0) not in (0, None):
+        code = code or 1
+    return code
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    from robot_rl.ros.graph import NODE_KINDS
+
+    if args.name not in NODE_KINDS:
+        raise UserError(f"unknown node {args.name!r}; known: {', '.join(sorted(NODE_KINDS))}")
+    import importlib
+
+    module = importlib.import_module(NODE_KINDS[args.name].module)
+    return module.main([sys.argv[0], *args.rest])
+
+
+def cmd_security(args: argparse.Namespace) -> int:
+    enclaves = init_keystore(args.task, args.keystore, overwrite=args.overwrite, backend=args.backend,
+                             namespace=args.namespace)
+    print(f"robot-rl security: keystore {args.keystore} with enclaves {', '.join(enclaves)}")
+    print(ENFORCEMENT_NOTE.format(keystore=Path(args.keystore).resolve()))
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    train = sub.add_parser("train", help="start the task's node graph (sim, actor, learner) and train")
+    train.add_argument("--task", default="arm_lift")
+    train.add_argument("--env", help="train on this Gymnasium id in one process, without ROS (--set FIELD=VALUE "
+                                     "and --set sac.FIELD=VALUE set GymTrainConfig/SACConfig)")
+    train.add_argument("--encoder", help="with --env: a pretrained encoder directory, used frozen")
+    train.add_argument("--config", help="task config YAML (default: config/<task>.yaml of the package)")
+    train.add_argument("--backend", default="sim", choices=["sim", "real"])
+    train.add_argument("--namespace", default="", help="namespace for every node of the graph")
+    train.add_argument("--run-dir", help="where checkpoints, logs and results go (default: runs/<task>-<time>)")
+    train.add_argument("--resume", action="store_true", help="carry on an existing run directory (its checkpoint, "
+                                                             "journal, step counters and logs)")
+    train.add_argument("--overwrite", action="store_true", help="empty an existing run directory and start afresh")
+    train.add_argument("--steps", type=at_least(1), help="training environment steps (actor.total_steps)")
+    train.add_argument("--eval-episodes", type=at_least(0), help="evaluation episodes after training")
+    train.add_argument("--seed", type=at_least(0))
+    train.add_argument("--domain-id", type=domain_id_arg, help="ROS_DOMAIN_ID (default: the exported one, else a random one)")
+    train.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
+                       help="override a node parameter, e.g. --set learner.utd_ratio=2")
+    train.add_argument("--plain", action="store_true", help="plain status lines instead of a live display")
+    train.add_argument("--status-period", type=at_least(0.1, float), default=10.0, help="seconds between plain status lines")
+    train.set_defaults(handler=cmd_train)
+    node = sub.add_parser("node", help="run one node of the package (ROS arguments follow)")
+    node.add_argument("name")
+    node.set_defaults(handler=cmd_node)
+    rec = sub.add_parser("record", help="teleop recording session: a person drives, episodes go to a zarr dataset")
+    rec.add_argument("--task", default="arm_pick_cube", help="task (its config/<task>.yaml gives the robot and cameras)")
+    rec.add_argument("--config", help="task config YAML instead of the package's")
+    rec.add_argument("--out", required=True, help="zarr episode dataset")
+    dataset_flags(rec)
+    rec.add_argument("--episodes", type=at_least(0), default=20, help="episodes to keep (0: until Ctrl-C)")
+    rec.add_argument("--device", default="spacemouse", choices=["spacemouse", "evdev", "joy", "keyboard", "scripted"],
+                     help="input device; scripted: the scripted human on a virtual gamepad (tests, demos)")
+    rec.add_argument("--device-path", help="which device (see the teleop node's device_path)")
+    rec.add_argument("--mapping", help="teleop mapping file (default: the device's)")
+    rec.add_argument("--backend", default="sim", choices=["sim", "real"])
+    rec.add_argument("--run-dir", help="logs and record.json (default: runs/record-<task>-<time>)")
+    rec.add_argument("--domain-id", type=domain_id_arg, help="ROS_DOMAIN_ID (default: the exported one, else a random one)")
+    rec.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE", help="override a node parameter")
+    rec.add_argument("--plain", action="store_true", help="plain status lines instead of a live display")
+    rec.add_argument("--status-period", type=at_least(0.1, float), default=5.0, help="seconds between plain status lines")
+    rec.set_defaults(handler=cmd_record)
+    security = sub.add_parser("security", help="SROS2 keystore with least-privilege enclaves for a task's graph")
+    security_sub = security.add_subparsers(dest="action", required=True)
+    sinit = security_sub.add_parser("init", help="write a CA and one enclave per node (permissions from the graph)")
+    sinit.add_argument("--task", default="arm_lift")
+    sinit.add_argument("--keystore", default="keystore", help="output directory")
+    sinit.add_argument("--backend", default="sim", choices=["sim", "real"])
+    sinit.add_argument("--namespace", default="", help="namespace of the graph's nodes")
+    sinit.add_argument("--overwrite", action="store_true", help="replace an existing keystore")
+    security.set_defaults(handler=cmd_security)

@@ -1,0 +1,119 @@
+"""`robot-rl train --env`: SAC/RLPD on any Gymnasium environment in one process, without ROS."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from robot_rl.cli.args import parse_settings
+from robot_rl.outputs import UserError, atomic_path, check_output
+
+
+def checked_fields(defaults, values: dict, prefix: str, exclude: tuple[str, ...] = ()) -> dict:
+    """`values` for fields of the dataclass instance `defaults`, each converted to the type of its
+    default as node parameters are (an integer where a float is declared is that float); an
+    unknown field or a value of the wrong type raises UserError naming it (and the closest field)."""
+    from dataclasses import fields
+
+    from robot_rl.ros.node_utils import Param, ParameterError, closest_name, coerce_value
+
+    declared = {f.name: getattr(defaults, f.name) for f in fields(defaults) if f.name not in exclude}
+    out = {}
+    for name, value in values.items():
+        if name not in declared:
+            raise UserError(f"unknown setting {prefix}{name}{closest_name(name, declared)}")
+        default = declared[name]
+        if default is None or value is None or isinstance(default, dict):  # no type to hold it to
+            out[name] = value
+            continue
+        try:
+            out[name] = coerce_value(Param(f"{prefix}{name}", default, ""), value)
+        except ParameterError as exc:
+            raise UserError(str(exc)) from None
+    return out
+
+
+def checked_env_id(env_id: str) -> str:
+    """A registered Gymnasium id (ours included); UserError with the closest registered ones otherwise."""
+    import difflib
+
+    import gymnasium as gym
+
+    import robot_rl.envs  # noqa: F401 - registers our environments
+
+    try:
+        gym.spec(env_id)
+    except gym.error.Error as exc:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
+        raise UserError(f"--env {env_id!r}: {exc}" + (f" Closest: {', '.join(close)}" if close else "")) from None
+    return env_id
+
+
+def gym_train_config(args: argparse.Namespace):
+    """GymTrainConfig from --env/--steps/--seed/--encoder and --set field=value (sac.*, encoder.* nest)."""
+    from dataclasses import replace
+
+    from robot_rl.agents.encoders import pretrained_config
+    from robot_rl.agents.sac import SACConfig
+    from robot_rl.training.gym_loop import GymTrainConfig
+
+    checked_env_id(args.env)
+    top, sac = {}, {}
+    for key, value in parse_settings(args.set).items():
+        group, _, name = key.rpartition(".")
+        if group not in ("", "sac"):
+            raise UserError(f"--set with --env takes FIELD=VALUE or sac.FIELD=VALUE, got {key!r}")
+        (sac if group == "sac" else top)[name] = value
+    misplaced = sorted(k for k in top if hasattr(SACConfig(), k) and not hasattr(GymTrainConfig(args.env), k))
+    if misplaced:
+        raise UserError(f"unknown setting --set {misplaced[0]} (did you mean 'sac.{misplaced[0]}'?)")
+    sac = checked_fields(SACConfig(), sac, "--set sac.")
+    top = checked_fields(GymTrainConfig(args.env), top, "--set ", exclude=("env_id", "sac", "encoder"))
+    config = GymTrainConfig(args.env, sac=SACConfig(**sac), **top)
+    if args.steps is not None:
+        config = replace(config, total_steps=args.steps)
+    if args.seed is not None:
+        config = replace(config, seed=args.seed)
+    if args.eval_episodes is not None:
+        config = replace(config, eval_episodes=args.eval_episodes)
+    if args.encoder:
+        import gymnasium as gym
+
+        probe = gym.make(args.env, **config.env_kwargs)
+        state = probe.observation_space.spaces.get("state") if hasattr(probe.observation_space, "spaces") else None
+        probe.close()
+        config = replace(config, encoder=pretrained_config(args.encoder, state_dim=state.shape[0] if state else 0))
+    return config
+
+
+def cmd_train_env(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    import robot_rl.envs  # noqa: F401 - registers our environments
+    from robot_rl.tasks import expert_for_env
+    from robot_rl.training.gym_loop import Trainer
+
+    if getattr(args, "resume", False):
+        raise UserError("--resume is for node-graph runs; a --env run starts afresh (--overwrite or a new --run-dir)")
+    config = gym_train_config(args)
+    run_dir = Path(args.run_dir or f"runs/{config.env_id.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}")
+    check_output(run_dir, "run directory", overwrite=getattr(args, "overwrite", False))
+    expert = expert_for_env(config.env_id)
+    if expert is None:
+        config = replace(config, demo_episodes=0)
+    trainer = Trainer(config, expert=expert, log=lambda row: print(json.dumps(row), flush=True))
+    print(f"robot_rl: {config.env_id} for {config.total_steps} steps on {trainer.device}, run dir {run_dir}", flush=True)
+    history = trainer.run()
+    trainer.agent.policy.network.cpu()
+    import torch
+
+    with atomic_path(run_dir, directory=True) as tmp:  # the run appears whole, with its policy, or not at all
+        (tmp / "history.json").write_text(json.dumps(history, indent=1))
+        torch.save({"spec": trainer.agent.policy.spec.to_json(), "weights": trainer.agent.policy.network.state_dict()},
+                   tmp / "policy.pt")
+    final = history[-1]
+    print(f"robot_rl: evaluation success rate {final['success_rate'] * 100:.1f}%, mean return "
+          f"{final['mean_return']:.2f} after {final['steps']} steps", flush=True)
+    return 0
