@@ -21,7 +21,7 @@ from launch_ros.actions import Node
 
 from robot_rl.ros.graph import build_graph, config_path, fastdds_profile_path, load_config, prepare_run, \
     simulated_demos
-from robot_rl.ros.graph import crashed
+from robot_rl.ros.node_kinds import crashed
 from robot_rl.ros.supervisor import RESTART_DELAY_S
 
 

@@ -15,7 +15,8 @@ from robot_rl.cli import main
 from robot_rl.data import dataset
 from robot_rl.data.dataset import load_transitions, save_transitions
 from robot_rl.data.episodes import EpisodeDataset, EpisodeSchema, EpisodeWriter
-from robot_rl.data.integrity import MANIFEST_ATTR, DatasetCorruptError, verify_dataset
+from robot_rl.data.integrity import MANIFEST_ATTR, DatasetCorruptError
+from robot_rl.data.verify import verify_dataset
 from robot_rl.outputs import OutputExistsError, UserError
 
 SCHEMA = EpisodeSchema({"front": (2, 2, 3)}, state_dim=2, action_dim=1)

@@ -71,7 +71,7 @@ def _demos_episodes(args: argparse.Namespace) -> int:
 
 
 def cmd_dataset(args: argparse.Namespace) -> int:
-    from robot_rl.data.integrity import verify_dataset
+    from robot_rl.data.verify import verify_dataset
 
     print(verify_dataset(args.path).summary())
     return 0

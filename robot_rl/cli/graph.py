@@ -226,7 +226,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def cmd_node(args: argparse.Namespace) -> int:
-    from robot_rl.ros.graph import NODE_KINDS
+    from robot_rl.ros.node_kinds import NODE_KINDS
 
     if args.name not in NODE_KINDS:
         raise UserError(f"unknown node {args.name!r}; known: {', '.join(sorted(NODE_KINDS))}")

@@ -11,7 +11,7 @@ and decode. Writers update the manifest in the same attribute write that commits
 chunk is read), `read` turns a decoding failure into a `DatasetCorruptError` naming the dataset,
 array, chunk, rows and episodes, and `verify` decodes every chunk. Datasets written before
 checksums (no manifest) still load: a damaged chunk is still named, but a missing one cannot be
-told from one never written, so `verify_dataset` reports them as unverifiable.
+told from one never written, so `robot_rl.data.verify` reports them as unverifiable.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
-from zarr.errors import GroupNotFoundError
 
 from robot_rl.outputs import UserError
 
@@ -198,43 +197,3 @@ class ChunkGuard:
         if problems:
             raise self._error(problems)
         return checked
-
-
-@dataclass(frozen=True)
-class VerifyReport:
-    path: Path
-    format: str
-    arrays: int
-    chunks: int
-    episodes: int | None
-    checksummed: bool
-
-    def summary(self) -> str:
-        episodes = f", {self.episodes} episodes" if self.episodes is not None else ""
-        if self.checksummed:
-            return f"{self.path}: OK ({self.format}{episodes}, {self.arrays} arrays, {self.chunks} chunks checked)"
-        return (f"{self.path}: {self.chunks} chunks of {self.arrays} arrays decode ({self.format}{episodes}), but "
-                "it was written before chunk checksums: missing chunks cannot be detected; re-record it to protect it")
-
-
-def verify_dataset(path: str | os.PathLike) -> VerifyReport:
-    """Checks every chunk of every array of the dataset at `path`; raises DatasetCorruptError naming
-    the first damaged one (array, chunk, rows, episodes), FileNotFoundError or ValueError."""
-    # Imported here: both formats' modules use this one.
-    from robot_rl.data.dataset import TRANSITIONS_FORMAT, open_transitions
-    from robot_rl.data.episodes import FORMAT as EPISODES_FORMAT
-    from robot_rl.data.episodes import EpisodeDataset
-
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no dataset at {path}")
-    try:
-        format_name = zarr.open_group(str(path), mode="r").attrs.get("format", TRANSITIONS_FORMAT)
-    except GroupNotFoundError:
-        raise ValueError(f"{path} is not a zarr dataset") from None
-    if format_name == EPISODES_FORMAT:
-        guard = EpisodeDataset(path).guard
-    else:
-        guard = open_transitions(path)[2]
-    chunks = guard.verify()
-    episodes = len(guard.episode_ends) if guard.episode_ends is not None else None
-    return VerifyReport(Path(path), format_name, len(guard.rows), chunks, episodes, guard.checksummed)

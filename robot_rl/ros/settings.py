@@ -14,8 +14,8 @@ import importlib
 from typing import Any, Mapping
 
 from robot_rl.outputs import UserError
-from robot_rl.ros.graph import NODE_KINDS
 from robot_rl.ros.hardware_node import SAFETY_PARAMS, HardwareNode
+from robot_rl.ros.node_kinds import NODE_KINDS
 from robot_rl.ros.node_utils import Param, ParameterError, check_bounds, closest_name, coerce_value
 
 GRAPH_KEYS = ("task", "nodes", "demos", "restarts")

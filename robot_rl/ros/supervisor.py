@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from robot_rl.ros.graph import NodeSpec, crashed
+from robot_rl.ros.graph import NodeSpec
+from robot_rl.ros.node_kinds import crashed
 
 # Stop order: the actor first (it stops commanding the robot), the learner next (it writes
 # its final checkpoint), the robot side last.

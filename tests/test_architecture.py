@@ -1,0 +1,131 @@
+"""The layering written in ARCHITECTURE.md, enforced on the package's imports (top-level and the
+ones inside functions alike: both are dependencies)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "robot_rl"
+
+
+def documented_layers() -> list[list[str]]:
+    """The layer table of ARCHITECTURE.md, top first: rows like `| 2 | `ros` | ... |`."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    layers = []
+    for line in text.splitlines():
+        match = re.match(r"^\|\s*(\d+)\s*\|([^|]*)\|", line)
+        if match:
+            layers.append(re.findall(r"`([\w.]+)`", match.group(2)))
+    assert layers, "ARCHITECTURE.md has no layer table"
+    return layers
+
+
+LAYERS = documented_layers()
+LAYER_OF = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
+ROS_ONLY = re.compile(r"^(rclpy|rcl_interfaces|launch|launch_ros|\w+_msgs|std_srvs)(\.|$)")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def part_of(module: str) -> str:
+    """The layer unit a module belongs to: `robot_rl.ros.codec` -> `ros`, `robot_rl.tasks` -> `tasks`."""
+    return module.split(".")[1] if module.count(".") >= 1 else module
+
+
+def imports(path: Path) -> set[str]:
+    """Absolute names of everything `path` imports (relative imports resolved)."""
+    module = module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def internal_imports(module: str) -> set[str]:
+    """The package's own modules that `module` imports (a name imported from a module counts as that module)."""
+    out = set()
+    for name in imports(MODULES[module]):
+        while name and name not in MODULES:
+            name = name.rpartition(".")[0]
+        if name and name != module and name.startswith("robot_rl."):
+            out.add(name)
+    return out
+
+
+def test_every_part_of_the_package_has_a_layer():
+    parts = {part_of(m) for m in MODULES if m != "robot_rl"}
+    assert not parts - set(LAYER_OF), f"add these to ARCHITECTURE.md's layer table: {sorted(parts - set(LAYER_OF))}"
+
+
+def test_no_import_reaches_up_a_layer():
+    upward = []
+    for module in MODULES:
+        if module == "robot_rl":
+            continue
+        for target in internal_imports(module):
+            if target != "robot_rl" and LAYER_OF[part_of(target)] < LAYER_OF[part_of(module)]:
+                upward.append(f"{module} -> {target}")
+    assert not upward, "imports from a lower layer to a higher one:\n" + "\n".join(sorted(upward))
+
+
+def test_message_code_only_under_ros_and_nodes():
+    outside = []
+    for module, path in MODULES.items():
+        if part_of(module) in ("ros", "nodes"):
+            continue
+        outside += {f"{module} imports {name.split('.')[0]}" for name in imports(path) if ROS_ONLY.match(name)}
+    assert not outside, "\n".join(sorted(outside))
+
+
+def test_no_node_imports_another_node():
+    crossing = [f"{m} -> {t}" for m in MODULES if m.startswith("robot_rl.nodes.")
+                for t in internal_imports(m) if t.startswith("robot_rl.nodes.")]
+    assert not crossing, "\n".join(crossing)
+
+
+def test_no_import_cycles():
+    graph = {m: internal_imports(m) - {"robot_rl"} for m in MODULES}
+    state: dict[str, int] = defaultdict(int)  # 0 new, 1 on the current path, 2 done
+    cycles = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state[target] == 1:
+                cycles.append(" -> ".join(path[path.index(target):] + [target]))
+            elif state[target] == 0:
+                visit(target, path + [target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if state[module] == 0:
+            visit(module, [module])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+@pytest.mark.parametrize("folder", ["robot_rl", "benchmarks"])
+def test_no_file_over_600_lines(folder):
+    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / folder).rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > 600}
+    assert not long, long
