@@ -19,7 +19,7 @@ from mcap_ros2._dynamic import generate_dynamic  # noqa: E402
 from mcap_ros2.reader import read_ros2_messages  # noqa: E402
 from rclpy.serialization import serialize_message  # noqa: E402
 
-from robot_rl.bag import message_definition, normalize_type  # noqa: E402
+from robot_rl.ros.bag import message_definition, normalize_type  # noqa: E402
 from robot_rl.ros.graph import loopback_environment  # noqa: E402
 from robot_rl.ros.probe import fresh_domain_id  # noqa: E402
 

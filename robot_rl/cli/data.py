@@ -78,7 +78,7 @@ def cmd_dataset(args: argparse.Namespace) -> int:
 
 
 def cmd_record_bag(args: argparse.Namespace) -> int:
-    from robot_rl.bag import record
+    from robot_rl.ros.bag import record
 
     check_output(args.out, "bag file", overwrite=args.overwrite)
     summary = record(args.topics, args.out, duration=args.duration, compression=args.compression,
