@@ -865,7 +865,7 @@ class FakeAutopilot:
 
         from pymavlink import mavutil
 
-        from robot_rl.hardware.quad_links import flu_to_frd, px4_thrust
+        from robot_rl.hardware.quad_links.mavlink import flu_to_frd, px4_thrust
 
         self.mav = mavutil.mavlink
         self.conn = mavutil.mavlink_connection(f"udpout:127.0.0.1:{port}", source_system=1, source_component=1)
@@ -994,7 +994,7 @@ class QuadBench(Bench):
 
 
 def run_quad(n_fuzz: int, tmp: Path) -> dict:
-    from robot_rl.hardware.quad_links import load_quad_hardware
+    from robot_rl.hardware.quad_links.config import load_quad_hardware
 
     hw = load_quad_hardware(QUAD_HARDWARE)
     domain_id = random.randint(120, 230)

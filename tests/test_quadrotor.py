@@ -28,11 +28,13 @@ from nav_msgs.msg import Odometry  # noqa: E402
 from pymavlink import mavutil  # noqa: E402
 
 from robot_rl.ros.probe import RosProbe, start_node, stop_node  # noqa: E402
-from robot_rl.hardware.quad_links import (  # noqa: E402
-    CF_MANUAL_THRUST_MAX, CF_MANUAL_THRUST_MIN, FLYING, IDLE, KILLED, LANDING, STOPPED, CrazyflieConfig, CrazyflieLink,
-    Geofence, LinkError, MavlinkConfig, MavlinkLink, MotorThrustModel, crazyflie_rates_deg,
-    crazyflie_thrust_percentage, flu_to_frd, load_quad_hardware, parse_quad_hardware, px4_thrust,
+from robot_rl.hardware.quad_links.base import FLYING, IDLE, KILLED, LANDING, STOPPED, Geofence, LinkError  # noqa: E402
+from robot_rl.hardware.quad_links.config import load_quad_hardware, parse_quad_hardware  # noqa: E402
+from robot_rl.hardware.quad_links.crazyflie import (  # noqa: E402
+    CF_MANUAL_THRUST_MAX, CF_MANUAL_THRUST_MIN, CrazyflieConfig, CrazyflieLink, MotorThrustModel, crazyflie_rates_deg,
+    crazyflie_thrust_percentage,
 )
+from robot_rl.hardware.quad_links.mavlink import MavlinkConfig, MavlinkLink, flu_to_frd, px4_thrust  # noqa: E402
 from robot_rl.hardware.safety import Rejected  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,7 +124,7 @@ def _ctbr(thrust=9.8, rates=(0.0, 0.0, 0.0), frame="base_link", lateral=(0.0, 0.
 
 
 def test_command_and_state_validation():
-    from robot_rl.nodes.quadrotor import parse_ctbr, parse_odom
+    from robot_rl.ros.quad_io import parse_ctbr, parse_odom
 
     hw = load_quad_hardware("px4_quad")
     thrust, rates, tc, rc = parse_ctbr(_ctbr(9.0, (0.5, -0.5, 1.0)), hw)

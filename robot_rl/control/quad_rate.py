@@ -50,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from robot_rl.control.checks import finite
+
 __all__ = [
     "CTBR_MAX_RATE",
     "CTBR_THRUST_RANGE",
@@ -173,11 +175,6 @@ class RateGains:
 # --------------------------------------------------------------------------- helpers
 
 
-def _finite(name: str, x: np.ndarray) -> None:
-    if not np.all(np.isfinite(x)):
-        raise ValueError(f"{name} must be finite, got {x}")
-
-
 def ctbr_from_action(action: Any) -> np.ndarray:
     """Policy action in ``[-1, 1]^4`` (tanh-squashed upstream) -> CTBR command.
 
@@ -189,7 +186,7 @@ def ctbr_from_action(action: Any) -> np.ndarray:
     a = np.asarray(action, dtype=np.float64)
     if a.ndim == 0 or a.shape[-1] != 4:
         raise ValueError(f"action must have shape (..., 4), got {a.shape}")
-    _finite("action", a)
+    finite("action", a)
     a = np.clip(a, -1.0, 1.0)
     lo, hi = CTBR_THRUST_RANGE
     out = np.empty_like(a)
@@ -461,7 +458,7 @@ class QuadController:
         expected = (4,) if self.n is None else (self.n, 4)
         if c.shape != expected:
             raise ValueError(f"ctbr must have shape {expected}, got {c.shape}")
-        _finite("ctbr", c)
+        finite("ctbr", c)
         out = np.empty_like(c)
         out[..., 0] = np.clip(c[..., 0], self.thrust_low, self.thrust_high)
         out[..., 1:] = np.clip(c[..., 1:], -self.max_rate, self.max_rate)
@@ -480,7 +477,7 @@ class QuadController:
         if not validated:
             if w.shape != c.shape[:-1] + (3,):
                 raise ValueError(f"body_rates_measured must have shape {c.shape[:-1] + (3,)}, got {w.shape}")
-            _finite("body_rates_measured", w)
+            finite("body_rates_measured", w)
             if not (dt > 0 and math.isfinite(dt)):
                 raise ValueError(f"dt must be finite and positive, got {dt}")
         self.torques = self.rate.step(c[..., 1:], w, dt)

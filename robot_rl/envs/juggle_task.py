@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from robot_rl.control.rotations import quat_to_mat
+
 __all__ = [
     "OBS_DIM",
     "PRIVILEGED_DIM",
@@ -27,7 +29,6 @@ __all__ = [
     "JuggleRewardWeights",
     "JuggleState",
     "JuggleTask",
-    "quat_to_rotmat",
     "yaw_of",
 ]
 
@@ -156,23 +157,6 @@ class JuggleState:
         return np.all(np.isfinite(np.concatenate(parts, axis=1)), axis=1)
 
 
-def quat_to_rotmat(q: np.ndarray) -> np.ndarray:
-    """(N, 4) wxyz quaternions (normalised here) -> (N, 3, 3) body-to-world rotation matrices."""
-    q = q / np.linalg.norm(q, axis=-1, keepdims=True)
-    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
-    r = np.empty(q.shape[:-1] + (3, 3))
-    r[..., 0, 0] = 1 - 2 * (y * y + z * z)
-    r[..., 0, 1] = 2 * (x * y - w * z)
-    r[..., 0, 2] = 2 * (x * z + w * y)
-    r[..., 1, 0] = 2 * (x * y + w * z)
-    r[..., 1, 1] = 1 - 2 * (x * x + z * z)
-    r[..., 1, 2] = 2 * (y * z - w * x)
-    r[..., 2, 0] = 2 * (x * z - w * y)
-    r[..., 2, 1] = 2 * (y * z + w * x)
-    r[..., 2, 2] = 1 - 2 * (x * x + y * y)
-    return r
-
-
 def yaw_of(rotmat: np.ndarray) -> np.ndarray:
     """Heading angle [rad] of (N, 3, 3) rotation matrices (ZYX convention)."""
     return np.arctan2(rotmat[..., 1, 0], rotmat[..., 0, 0])
@@ -214,7 +198,7 @@ class JuggleTask:
 
     def racket(self, s: JuggleState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Rotation matrices (N, 3, 3), racket surface centres (N, 3), racket normals (N, 3)."""
-        rot = quat_to_rotmat(s.quad_quat)
+        rot = quat_to_mat(s.quad_quat)
         normal = rot[..., :, 2]
         return rot, s.quad_pos + self.config.racket_top_offset * normal, normal
 

@@ -8,6 +8,8 @@ from typing import Any, Callable, TypeVar
 
 import yaml
 
+from robot_rl.resources import share_dir as package_share_dir
+
 T = TypeVar("T")
 
 
@@ -15,11 +17,7 @@ def hardware_path(name_or_path: str, share_dir: Path | None = None) -> Path:
     """`franka_cartesian` -> <share>/hardware/franka_cartesian.yaml; a path is used as is."""
     if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
         return Path(name_or_path)
-    if share_dir is None:
-        from robot_rl.ros.graph import share_dir as find_share  # imports only yaml/os
-
-        share_dir = find_share()
-    return share_dir / "hardware" / f"{name_or_path}.yaml"
+    return (share_dir or package_share_dir()) / "hardware" / f"{name_or_path}.yaml"
 
 
 def load_hardware_file(name_or_path: str, parse: Callable[[Any, str, str], T], share_dir: Path | None = None) -> T:

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from robot_rl.control.checks import finite
+
 __all__ = ["Rejected", "SafetyConfig", "SafetyGate", "StopReason", "clamp_box", "limit_step"]
 
 
@@ -45,6 +47,11 @@ class Rejected(ValueError):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+
+    @classmethod
+    def nan(cls, detail: str) -> Rejected:
+        """A message holding NaN or Inf (what message parsers pass `finite` as its error)."""
+        return cls("nan", detail)
 
 
 class StopReason(Enum):
@@ -282,21 +289,11 @@ class SafetyGate:
 # ---- vector helpers -------------------------------------------------------------------------------
 
 
-def _finite(name: str, x: Any) -> np.ndarray:
-    try:
-        a = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} is not numeric: {exc}") from None
-    if not np.isfinite(a).all():
-        raise ValueError(f"{name} contains NaN or Inf")
-    return a
-
-
 def clamp_box(v: Any, low: Any, high: Any) -> tuple[np.ndarray, bool]:
     """Clamps `v` element-wise into [low, high] (scalars or arrays broadcast to v's shape).
     Returns (clamped copy as float64, whether anything changed). Raises ValueError on NaN/Inf,
     on low > high or on shapes that do not fit."""
-    v, lo, hi = _finite("value", v), _finite("low", low), _finite("high", high)
+    v, lo, hi = finite("value", v), finite("low", low), finite("high", high)
     try:
         shape = np.broadcast_shapes(v.shape, lo.shape, hi.shape)
     except ValueError:
@@ -313,7 +310,7 @@ def limit_step(target: Any, current: Any, max_step: Any) -> tuple[np.ndarray, bo
     """Moves from `current` toward `target` by at most `max_step` per element (scalar or array,
     >= 0). Returns (the limited target as float64, whether it was limited); an unlimited element
     equals the target exactly. Raises ValueError on NaN/Inf, negative steps or shape mismatch."""
-    t, c, m = _finite("target", target), _finite("current", current), _finite("max_step", max_step)
+    t, c, m = finite("target", target), finite("current", current), finite("max_step", max_step)
     if t.shape != c.shape:
         raise ValueError(f"target shape {t.shape} differs from current shape {c.shape}")
     try:

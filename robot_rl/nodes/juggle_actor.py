@@ -28,15 +28,14 @@ from std_srvs.srv import Trigger
 from robot_rl.agents.ppo import DeployedPolicy
 from robot_rl.control.quad_rate import ctbr_from_action
 from robot_rl.envs.juggle_task import JuggleConfig, JuggleTask
-from robot_rl.hardware.quad_links import load_quad_hardware
+from robot_rl.hardware.quad_links.config import load_quad_hardware
 from robot_rl.hardware.safety import Rejected
-from robot_rl.nodes.quadrotor import parse_ball, parse_odom
 from robot_rl.resources import package_path
 from robot_rl.ros import qos
 from robot_rl.ros.messages import stamp_to_ns, uint8_multiarray_view
 from robot_rl.ros.node_utils import (Param, ParameterError, declare_params, diagnostics, reset_stamp, run_node,
                                      timer_once)
-from robot_rl.ros.quad_io import JuggleObserver, ctbr_to_msg
+from robot_rl.ros.quad_io import JuggleObserver, ctbr_to_msg, parse_ball, parse_odom
 from robot_rl.ros.sync import StampSynchronizer
 
 PARAMS = [

@@ -29,15 +29,14 @@ from std_srvs.srv import Trigger
 
 from robot_rl.control.quad_rate import GRAVITY
 from robot_rl.envs.quad_juggle_vec import JuggleCore, SimPhysics
-from robot_rl.hardware.quad_links import load_quad_hardware
+from robot_rl.hardware.quad_links.config import load_quad_hardware
 from robot_rl.hardware.safety import Rejected
-from robot_rl.nodes.quadrotor import parse_ctbr
 from robot_rl.resources import package_path
 from robot_rl.ros import qos
 from robot_rl.ros.hardware_node import SimEstop
 from robot_rl.ros.messages import ns_to_stamp, stamp_to_ns
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
-from robot_rl.ros.quad_io import state_to_msgs
+from robot_rl.ros.quad_io import parse_ctbr, state_to_msgs
 
 PARAMS = [
     Param("clock_mode", "lockstep", "Simulated-time lockstep or wall-clock real time.",

@@ -55,15 +55,15 @@ from geometry_msgs.msg import PoseStamped, TwistStamped
 from nav_msgs.msg import Odometry
 from std_srvs.srv import Trigger
 
-from robot_rl.hardware.quad_links import (
-    FLYING, IDLE, LinkError, QuadHardware, QuadLink, load_quad_hardware, make_link,
-)
-from robot_rl.hardware.safety import Rejected, StopReason, clamp_box
+from robot_rl.hardware.quad_links.base import FLYING, IDLE, LinkError, QuadLink
+from robot_rl.hardware.quad_links.config import load_quad_hardware, make_link
+from robot_rl.hardware.safety import StopReason
 from robot_rl.ros import qos
 from robot_rl.ros.hardware_node import HardwareError, HardwareNode
+from robot_rl.ros.quad_io import parse_ball, parse_ctbr, parse_odom
 from robot_rl.ros.node_utils import Param, ParameterError, run_node
 
-__all__ = ["QuadrotorNode", "parse_ball", "parse_ctbr", "parse_odom", "main"]
+__all__ = ["QuadrotorNode", "main"]
 
 PARAMS = [
     Param("hardware", "px4_quad", "Hardware description: a name in the package's hardware/ folder "
@@ -88,71 +88,6 @@ INPUT_COMMAND.depth = 10
 # Motion capture / ball tracker: best effort (matches any publisher) with room for a burst.
 INPUT_STATE = copy.copy(qos.SENSOR)
 INPUT_STATE.depth = 20
-
-
-# ---- validation (pure: messages in, numbers out) ---------------------------------------------------
-
-
-def _finite(values, what: str) -> np.ndarray:
-    a = np.asarray(values, dtype=np.float64)
-    if not np.isfinite(a).all():
-        raise Rejected("nan", f"{what} contains NaN or Inf")
-    return a
-
-
-def parse_ctbr(msg: TwistStamped, hw: QuadHardware) -> tuple[float, np.ndarray, bool, bool]:
-    """Validates a quad/cmd_ctbr command; returns (thrust m/s^2, FLU rates rad/s, thrust clamped,
-    rates clamped). Raises Rejected ("frame", "nan", "lateral")."""
-    if msg.header.frame_id != hw.command_frame:
-        raise Rejected("frame", f"frame_id {msg.header.frame_id!r}, expected {hw.command_frame!r} (FLU body)")
-    t, r = msg.twist.linear, msg.twist.angular
-    values = _finite([t.x, t.y, t.z, r.x, r.y, r.z], "command")
-    if values[0] != 0.0 or values[1] != 0.0:
-        raise Rejected("lateral", f"twist.linear.x/y must be 0 for a CTBR command, got {values[:2].tolist()}")
-    lo, hi = hw.thrust_limits
-    thrust, thrust_clamped = clamp_box(values[2], lo, hi)
-    rates, rates_clamped = clamp_box(values[3:], -hw.max_rates, hw.max_rates)
-    return float(thrust), rates, thrust_clamped, rates_clamped
-
-
-def _check_quaternion(o, tolerance: float) -> np.ndarray:
-    q = _finite([o.x, o.y, o.z, o.w], "orientation")
-    if abs(float(np.linalg.norm(q)) - 1.0) > tolerance:
-        raise Rejected("quaternion", f"orientation norm {np.linalg.norm(q):.4f} is not 1")
-    return q
-
-
-def _check_position(p, max_position_m: float) -> np.ndarray:
-    pos = _finite([p.x, p.y, p.z], "position")
-    if float(np.abs(pos).max()) > max_position_m:
-        raise Rejected("implausible", f"position {pos.tolist()} is further than {max_position_m:g} m")
-    return pos
-
-
-def parse_odom(msg: Odometry, hw: QuadHardware, quaternion_tolerance: float = 0.05,
-               max_position_m: float = 1000.0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Validates quad/odom; returns (position, quaternion xyzw, linear velocity, angular velocity)."""
-    if msg.header.frame_id != hw.state_frame:
-        raise Rejected("frame", f"frame_id {msg.header.frame_id!r}, expected {hw.state_frame!r}")
-    pose, twist = msg.pose.pose, msg.twist.twist
-    pos = _check_position(pose.position, max_position_m)
-    quat = _check_quaternion(pose.orientation, quaternion_tolerance)
-    vel = _finite([twist.linear.x, twist.linear.y, twist.linear.z], "linear velocity")
-    ang = _finite([twist.angular.x, twist.angular.y, twist.angular.z], "angular velocity")
-    return pos, quat, vel, ang
-
-
-def parse_ball(msg: PoseStamped, hw: QuadHardware, quaternion_tolerance: float = 0.05,
-               max_position_m: float = 1000.0) -> np.ndarray:
-    """Validates ball/pose; returns its position (the orientation must be a unit quaternion or all
-    zeros, as trackers without orientation send)."""
-    if msg.header.frame_id != hw.state_frame:
-        raise Rejected("frame", f"frame_id {msg.header.frame_id!r}, expected {hw.state_frame!r}")
-    pos = _check_position(msg.pose.position, max_position_m)
-    o = msg.pose.orientation
-    if any(v != 0.0 for v in (o.x, o.y, o.z, o.w)):
-        _check_quaternion(o, quaternion_tolerance)
-    return pos
 
 
 # ---- the node -------------------------------------------------------------------------------------

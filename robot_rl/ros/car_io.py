@@ -34,6 +34,7 @@ from sensor_msgs.msg import Imu
 from std_msgs.msg import String
 
 from robot_rl.control.car_practice import PracticeConfig, PracticeMonitor, Recovery
+from robot_rl.control.checks import finite
 from robot_rl.hardware.safety import Rejected
 from robot_rl.hardware.vesc import CarLimits
 from robot_rl.ros.messages import ns_to_stamp
@@ -120,15 +121,8 @@ def imu_msg(sensors: dict[str, np.ndarray], stamp_ns: int, frame_id: str = BODY_
     return msg
 
 
-def _finite(values, what: str) -> np.ndarray:
-    a = np.array(values, dtype=np.float64)
-    if not np.isfinite(a).all():
-        raise Rejected("nan", f"{what} contains NaN or Inf: {a.tolist()}")
-    return a
-
-
 def _unit_quat(o, what: str) -> np.ndarray:
-    q = _finite([o.w, o.x, o.y, o.z], f"{what} orientation")
+    q = finite(f"{what} orientation", [o.w, o.x, o.y, o.z], error=Rejected.nan)
     if abs(float(np.linalg.norm(q)) - 1.0) > QUATERNION_TOLERANCE:
         raise Rejected("quaternion", f"{what} orientation norm {np.linalg.norm(q):.4f} is not 1")
     return q / np.linalg.norm(q)
@@ -138,8 +132,8 @@ def parse_imu(msg: Imu) -> dict[str, np.ndarray | None]:
     """Validates an Imu; returns accel, gyro and quat (w, x, y, z; None when the IMU gives no orientation)."""
     a, g = msg.linear_acceleration, msg.angular_velocity
     quat = None if msg.orientation_covariance[0] == -1 else _unit_quat(msg.orientation, "imu")
-    return {"accel": _finite([a.x, a.y, a.z], "imu linear_acceleration"),
-            "gyro": _finite([g.x, g.y, g.z], "imu angular_velocity"), "quat": quat}
+    return {"accel": finite("imu linear_acceleration", [a.x, a.y, a.z], error=Rejected.nan),
+            "gyro": finite("imu angular_velocity", [g.x, g.y, g.z], error=Rejected.nan), "quat": quat}
 
 
 def msgs_to_sensors(odom: Odometry, imu: Imu) -> dict[str, np.ndarray]:
@@ -151,9 +145,9 @@ def msgs_to_sensors(odom: Odometry, imu: Imu) -> dict[str, np.ndarray]:
     pose, twist = odom.pose.pose, odom.twist.twist
     quat = _unit_quat(pose.orientation, "odom")
     inertial = parse_imu(imu)
-    return {"accel": inertial["accel"], "gyro": inertial["gyro"],
-            "velocity": _finite([twist.linear.x, twist.linear.y, twist.linear.z], "odom twist"),
-            "position": _finite([pose.position.x, pose.position.y, pose.position.z], "odom position"),
+    velocity = finite("odom twist", [twist.linear.x, twist.linear.y, twist.linear.z], error=Rejected.nan)
+    position = finite("odom position", [pose.position.x, pose.position.y, pose.position.z], error=Rejected.nan)
+    return {"accel": inertial["accel"], "gyro": inertial["gyro"], "velocity": velocity, "position": position,
             "yaw": np.array(quat_yaw(quat)), "quat": quat}
 
 

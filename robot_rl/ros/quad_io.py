@@ -20,17 +20,21 @@ import numpy as np
 from geometry_msgs.msg import PoseStamped, TwistStamped
 from nav_msgs.msg import Odometry
 
-from robot_rl.envs.juggle_task import JuggleState, quat_to_rotmat
+from robot_rl.control.checks import finite
+from robot_rl.control.rotations import quat_to_mat
+from robot_rl.envs.juggle_task import JuggleState
+from robot_rl.hardware.quad_links.config import QuadHardware
+from robot_rl.hardware.safety import Rejected, clamp_box
 from robot_rl.ros.messages import ns_to_stamp
 
-__all__ = ["JuggleObserver", "ctbr_to_msg", "state_to_msgs"]
+__all__ = ["JuggleObserver", "ctbr_to_msg", "parse_ball", "parse_ctbr", "parse_odom", "state_to_msgs"]
 
 
 def state_to_msgs(state: JuggleState, index: int, stamp_ns: int, world_frame: str,
                   body_frame: str) -> tuple[Odometry, PoseStamped]:
     """Odometry and ball pose of pair ``index`` of ``state``, stamped ``stamp_ns``."""
     stamp = ns_to_stamp(stamp_ns)
-    rot = quat_to_rotmat(state.quad_quat[index:index + 1])[0]
+    rot = quat_to_mat(state.quad_quat[index])
     odom = Odometry()
     odom.header.stamp, odom.header.frame_id, odom.child_frame_id = stamp, world_frame, body_frame
     p, q = state.quad_pos[index], state.quad_quat[index] / np.linalg.norm(state.quad_quat[index])
@@ -55,6 +59,64 @@ def ctbr_to_msg(ctbr: np.ndarray, stamp_ns: int, body_frame: str) -> TwistStampe
     return msg
 
 
+# ---- validation of what a real vehicle's node receives (messages in, numbers out) -----------------
+
+
+def parse_ctbr(msg: TwistStamped, hw: QuadHardware) -> tuple[float, np.ndarray, bool, bool]:
+    """Validates a quad/cmd_ctbr command; returns (thrust m/s^2, FLU rates rad/s, thrust clamped,
+    rates clamped). Raises Rejected ("frame", "nan", "lateral")."""
+    if msg.header.frame_id != hw.command_frame:
+        raise Rejected("frame", f"frame_id {msg.header.frame_id!r}, expected {hw.command_frame!r} (FLU body)")
+    t, r = msg.twist.linear, msg.twist.angular
+    values = finite("command", [t.x, t.y, t.z, r.x, r.y, r.z], error=Rejected.nan)
+    if values[0] != 0.0 or values[1] != 0.0:
+        raise Rejected("lateral", f"twist.linear.x/y must be 0 for a CTBR command, got {values[:2].tolist()}")
+    lo, hi = hw.thrust_limits
+    thrust, thrust_clamped = clamp_box(values[2], lo, hi)
+    rates, rates_clamped = clamp_box(values[3:], -hw.max_rates, hw.max_rates)
+    return float(thrust), rates, thrust_clamped, rates_clamped
+
+
+def _check_quaternion(o, tolerance: float) -> np.ndarray:
+    q = finite("orientation", [o.x, o.y, o.z, o.w], error=Rejected.nan)
+    if abs(float(np.linalg.norm(q)) - 1.0) > tolerance:
+        raise Rejected("quaternion", f"orientation norm {np.linalg.norm(q):.4f} is not 1")
+    return q
+
+
+def _check_position(p, max_position_m: float) -> np.ndarray:
+    pos = finite("position", [p.x, p.y, p.z], error=Rejected.nan)
+    if float(np.abs(pos).max()) > max_position_m:
+        raise Rejected("implausible", f"position {pos.tolist()} is further than {max_position_m:g} m")
+    return pos
+
+
+def parse_odom(msg: Odometry, hw: QuadHardware, quaternion_tolerance: float = 0.05,
+               max_position_m: float = 1000.0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Validates quad/odom; returns (position, quaternion xyzw, linear velocity, angular velocity)."""
+    if msg.header.frame_id != hw.state_frame:
+        raise Rejected("frame", f"frame_id {msg.header.frame_id!r}, expected {hw.state_frame!r}")
+    pose, twist = msg.pose.pose, msg.twist.twist
+    pos = _check_position(pose.position, max_position_m)
+    quat = _check_quaternion(pose.orientation, quaternion_tolerance)
+    vel = finite("linear velocity", [twist.linear.x, twist.linear.y, twist.linear.z], error=Rejected.nan)
+    ang = finite("angular velocity", [twist.angular.x, twist.angular.y, twist.angular.z], error=Rejected.nan)
+    return pos, quat, vel, ang
+
+
+def parse_ball(msg: PoseStamped, hw: QuadHardware, quaternion_tolerance: float = 0.05,
+               max_position_m: float = 1000.0) -> np.ndarray:
+    """Validates ball/pose; returns its position (the orientation must be a unit quaternion or all
+    zeros, as trackers without orientation send)."""
+    if msg.header.frame_id != hw.state_frame:
+        raise Rejected("frame", f"frame_id {msg.header.frame_id!r}, expected {hw.state_frame!r}")
+    pos = _check_position(msg.pose.position, max_position_m)
+    o = msg.pose.orientation
+    if any(v != 0.0 for v in (o.x, o.y, o.z, o.w)):
+        _check_quaternion(o, quaternion_tolerance)
+    return pos
+
+
 class JuggleObserver:
     """Rebuilds the task's :class:`JuggleState` from validated odometry and ball positions; the
     ball's velocity is the difference of its last two positions over their stamps (0 for the first
@@ -70,7 +132,7 @@ class JuggleObserver:
               rates: np.ndarray, ball: np.ndarray) -> JuggleState:
         """A one-pair state. Raises ValueError for a stamp that does not advance."""
         quat = np.array([quat_xyzw[3], quat_xyzw[0], quat_xyzw[1], quat_xyzw[2]], dtype=np.float64)
-        rot = quat_to_rotmat(quat[None])[0]
+        rot = quat_to_mat(quat)
         ball = np.asarray(ball, dtype=np.float64)
         if self._ball is None:
             ball_vel = np.zeros(3)
