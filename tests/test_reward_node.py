@@ -1,5 +1,6 @@
-"""The reward node: its logic (robot_rl.rewards.online) without rclpy, then the node as a separate
-process over loopback DDS scoring a recorded demonstration with a small progress model trained here."""
+"""The reward node: its logic (robot_rl.rewards, fed image messages by robot_rl.ros.reward_io) without a node, then
+the node as a separate process over loopback DDS scoring a recorded demonstration with a small progress model
+trained here."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from robot_rl.rewards.online import (BACKENDS, BackendLoadError, FrameRejected, LatestSlot, LoadedBackend,
-                                     RewardConfig, RewardStream, ScoringWorker, StampPairer, SuccessScorer,
-                                     check_model_path, decode_frame, load_backend, resolve_device)
+from robot_rl.device import resolve_device
+from robot_rl.rewards.backends import (BACKENDS, BackendLoadError, LoadedBackend, SuccessScorer, check_model_path,
+                                       load_backend)
+from robot_rl.rewards.frames import FrameRejected, StampPairer, check_frame_shape
+from robot_rl.rewards.online import LatestSlot, RewardConfig, RewardStream, ScoringWorker
 from robot_rl.rewards.progress import accumulate_value, share_of_remaining
+from robot_rl.ros.reward_io import decode_image, feed_image
 
 GOAL = "pick up the cube"
 S = 1_000_000_000
@@ -67,8 +71,8 @@ def image_msg(level: float, stamp_ns: int, size: int = 8, encoding: str = "rgb8"
 
 def feed(stream: RewardStream, level: float, stamp_ns: int) -> str:
     """Both cameras' frames of one observation; returns what became of the set."""
-    stream.on_image("wrist", image_msg(0.5, stamp_ns))
-    return stream.on_image("front", image_msg(level, stamp_ns))
+    feed_image(stream, "wrist", image_msg(0.5, stamp_ns))
+    return feed_image(stream, "front", image_msg(level, stamp_ns))
 
 
 def run_episode(stream: RewardStream, levels, start_ns: int = S) -> list:
@@ -124,33 +128,41 @@ def test_resolve_device():
 
 # ---- frames --------------------------------------------------------------------------------
 
-def test_decode_frame_and_rejections():
-    stamp, frame = decode_frame(image_msg(0.2, 5 * S + 7))
+def test_decode_image_and_rejections():
+    stamp, frame = decode_image(image_msg(0.2, 5 * S + 7))
     assert stamp == 5 * S + 7 and frame.shape == (8, 8, 3) and frame.dtype == np.uint8 and frame[0, 0, 0] == 51
     padded = np.arange(8 * 28, dtype=np.uint8).reshape(8, 28)  # rows of 24 bytes padded to 28
-    _, frame = decode_frame(image_msg(0, S, step=28, data=padded.tobytes()))
+    _, frame = decode_image(image_msg(0, S, step=28, data=padded.tobytes()))
     np.testing.assert_array_equal(frame.reshape(8, 24), padded[:, :24])
     assert frame.flags.c_contiguous
-    cases = [(image_msg(0.2, 0), {}, "stamp"),
-             (image_msg(0.2, S, encoding="bgr8"), {}, "encoding"),
-             (image_msg(0.2, S, encoding="16UC1"), {}, "encoding"),
-             (image_msg(0.2, S, data=b"\x00" * 10), {}, "layout"),
-             (image_msg(0.2, S, step=5), {}, "layout"),
-             (image_msg(0.2, S, height=0), {}, "layout"),
-             (image_msg(0.2, S, height=8, width=6), {"square": True}, "shape"),
-             (image_msg(0.2, S, size=8), {"size": 16}, "size")]
-    for msg, kwargs, reason in cases:
+    cases = [(image_msg(0.2, 0), "stamp"),
+             (image_msg(0.2, S, encoding="bgr8"), "encoding"),
+             (image_msg(0.2, S, encoding="16UC1"), "encoding"),
+             (image_msg(0.2, S, data=b"\x00" * 10), "layout"),
+             (image_msg(0.2, S, step=5), "layout"),
+             (image_msg(0.2, S, height=0), "layout")]
+    for msg, reason in cases:
         with pytest.raises(FrameRejected) as info:
-            decode_frame(msg, **kwargs)
+            decode_image(msg)
         assert info.value.reason == reason, info.value.detail
-    decode_frame(image_msg(0.2, S, height=8, width=6))  # any shape when the model resizes freely
+
+
+def test_frame_shape_rejections():
+    for frame, kwargs, reason in [(np.zeros((8, 6, 3), np.uint8), {"square": True}, "shape"),
+                                  (np.zeros((6, 8, 3), np.uint8), {"size": 6}, "shape"),
+                                  (np.zeros((8, 8, 3), np.uint8), {"size": 16}, "size")]:
+        with pytest.raises(FrameRejected) as info:
+            check_frame_shape(frame, **kwargs)
+        assert info.value.reason == reason, info.value.detail
+    check_frame_shape(np.zeros((8, 6, 3), np.uint8))  # any shape when the model resizes freely
+    check_frame_shape(np.zeros((16, 16, 3), np.uint8), square=True, size=16)
 
 
 def test_stream_counts_rejected_images_and_goes_on():
     stream = RewardStream(config(), backend=backend(image_size=8, square=True))
-    assert stream.on_image("front", image_msg(0.1, S, encoding="bgr8")) == "rejected:encoding"
-    assert stream.on_image("front", image_msg(0.1, S, size=16)) == "rejected:size"
-    assert stream.on_image("wrist", image_msg(0.1, S, data=b"x")) == "rejected:layout"
+    assert feed_image(stream, "front", image_msg(0.1, S, encoding="bgr8")) == "rejected:encoding"
+    assert feed_image(stream, "front", image_msg(0.1, S, size=16)) == "rejected:size"
+    assert feed_image(stream, "wrist", image_msg(0.1, S, data=b"x")) == "rejected:layout"
     stats = stream.stats()
     assert stats["frames_rejected"] == 3 and stats["frames_received"] == 3
     assert stats["frames_rejected_encoding"] == stats["frames_rejected_size"] == stats["frames_rejected_layout"] == 1
@@ -195,8 +207,8 @@ def test_stamp_pairing_and_drop_counting():
 
 def test_exact_stamps_required_without_tolerance():
     stream = RewardStream(config(stamp_tolerance_s=0.0), backend=backend())
-    stream.on_image("front", image_msg(0.1, S))
-    assert stream.on_image("wrist", image_msg(0.1, S + 1)) == "waiting"
+    feed_image(stream, "front", image_msg(0.1, S))
+    assert feed_image(stream, "wrist", image_msg(0.1, S + 1)) == "waiting"
     assert stream.stats()["frames_paired"] == 0
     assert feed(stream, 0.1, 2 * S) == "first"
     assert stream.stats()["frames_unmatched"] == 2
@@ -411,12 +423,12 @@ def test_success_classifier_as_a_sparse_backend(tmp_path):
         SuccessScorer(classifier, threshold=1.0)
     # the stream refuses frames of another size for it
     stream = RewardStream(config(cameras=("front",), goal=""), backend=loaded)
-    assert stream.on_image("front", image_msg(0.5, S, size=8)) == "rejected:size"
-    assert stream.on_image("front", image_msg(0.5, S, size=16)) == "first"
+    assert feed_image(stream, "front", image_msg(0.5, S, size=8)) == "rejected:size"
+    assert feed_image(stream, "front", image_msg(0.5, S, size=16)) == "first"
     both = RewardStream(config(goal=""), backend=loaded)  # a camera the model does not read: any size
-    assert both.on_image("wrist", image_msg(0.5, S, height=8, width=6)) == "waiting"
-    assert both.on_image("front", image_msg(0.5, S, size=16)) == "first"
-    stream.on_image("front", image_msg(0.5, 2 * S, size=16))
+    assert feed_image(both, "wrist", image_msg(0.5, S, height=8, width=6)) == "waiting"
+    assert feed_image(both, "front", image_msg(0.5, S, size=16)) == "first"
+    feed_image(stream, "front", image_msg(0.5, 2 * S, size=16))
     result = stream.run_once(0)
     assert result.progress_delta in (0.0, 1.0) and 0 <= result.done_probability <= 1
 

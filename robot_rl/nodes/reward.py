@@ -51,11 +51,13 @@ from rclpy.node import Node
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header, String
 
-from robot_rl.rewards.online import (EPISODE_EVENTS, RewardConfig, RewardResult, RewardStream, ScoringWorker,
-                                     backend_names, check_model_path, load_backend, resolve_device)
+from robot_rl.device import resolve_device
+from robot_rl.rewards.backends import backend_names, check_model_path, load_backend
+from robot_rl.rewards.online import RewardConfig, RewardResult, RewardStream, ScoringWorker
 from robot_rl.ros import qos
 from robot_rl.ros.messages import ns_to_stamp, stamp_to_ns
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.ros.reward_io import EPISODE_EVENTS, feed_image
 
 PARAMS = [
     Param("backend", "progress", "Reward model: progress (the local progress model), success (a success "
@@ -151,7 +153,7 @@ class RewardNode(Node):
     # ---- executor --------------------------------------------------------------------------------
 
     def _on_image(self, camera: str, msg: Image) -> None:
-        status = self.stream.on_image(camera, msg)
+        status = feed_image(self.stream, camera, msg)
         if status.startswith("rejected"):
             self.get_logger().warning(f"rejected an image ({self.stream.last_rejection})",
                                       throttle_duration_sec=5.0)

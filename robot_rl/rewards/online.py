@@ -1,15 +1,14 @@
-"""Scoring a live camera stream with a progress backend: everything the reward node does, without rclpy.
+"""Scoring a live camera stream with a progress backend: everything the reward node does, without ROS.
 
 The reward node (`robot_rl.nodes.reward`) is a thin wrapper around `RewardStream`:
 
-* `decode_frame` checks an image message (any object with ``header.stamp``, ``encoding``,
-  ``height``, ``width``, ``step``, ``data``, as sensor_msgs/Image has) and turns it into a uint8
-  (H, W, 3) array, or raises `FrameRejected` with a reason (``encoding``, ``layout``, ``shape``,
-  ``size``, ``stamp``) that the stream counts.
-* `StampPairer` pairs the cameras' frames by header stamp (equal within a tolerance); frames that
+* `robot_rl.ros.reward_io.feed_image` turns each image message into a stamped uint8 (H, W, 3) frame
+  for `RewardStream.on_frame` (or its rejection for `RewardStream.on_rejected`); frames the model
+  cannot read (`robot_rl.rewards.frames.check_frame_shape`) are refused too, each counted by reason.
+* `StampPairer` pairs the cameras' frames by stamp (equal within a tolerance); frames that
   never find partners are dropped and counted.
 * `RewardStream` keeps the episodes: the first paired frame after a new episode starts (a
-  ``reset`` / ``rerecord`` teleop event, an ``episode/event`` ``start``, or a new goal) is the
+  ``reset`` / ``rerecord`` teleop event, a stamped episode start, or a new goal) is the
   episode's first frame; of the paired frames after it, every `frame_skip`-th is handed to a
   depth-1 `LatestSlot` (a newer frame replaces one the worker has not taken yet, counted as
   skipped), so the caller (a subscription callback) never waits for the model.
@@ -19,10 +18,7 @@ The reward node (`robot_rl.nodes.reward`) is a thin wrapper around `RewardStream
   frames and returns a `RewardResult` stamped with the observation's stamp, flagged late when it
   is ready more than `max_latency_s` after that stamp.
 
-Backends (`BACKENDS`, extensible with `register_backend`): a loader per name,
-``loader(model_path, device) -> LoadedBackend``. ``progress``: the local `ProgressModel`;
-``success``: a `SuccessClassifier` as a sparse scorer (`SuccessScorer`); ``vlac``: the large model
-from ``robot_rl.rewards.vlac.VlacScorer`` (imported only when chosen).
+The models it scores with are loaded by `robot_rl.rewards.backends`.
 """
 
 from __future__ import annotations
@@ -33,166 +29,19 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from robot_rl.device import check_device_name, resolve_device
+from robot_rl.device import check_device_name
+from robot_rl.rewards.backends import BACKENDS, LoadedBackend, backend_names
+from robot_rl.rewards.frames import FrameRejected, StampPairer, check_frame_shape
 
-__all__ = ["BACKENDS", "BackendEntry", "BackendLoadError", "FrameRejected", "LatestSlot", "LoadedBackend",
-           "RewardConfig", "RewardResult", "RewardStream", "ScoringWorker", "StampPairer", "SuccessScorer",
-           "backend_names", "check_model_path", "decode_frame", "load_backend", "register_backend",
-           "resolve_device"]
+__all__ = ["LatestSlot", "RewardConfig", "RewardResult", "RewardStream", "ScoringWorker"]
 
 NS_PER_S = 1_000_000_000
-EPISODE_EVENTS = {"teleop/event": ("reset", "rerecord"), "episode/event": ("start",)}
-"""Events (topic -> values) that start a new episode. teleop/event is a String (from a person, now);
-episode/event a std_msgs/Header: frame_id the event, stamp the first observation of the new episode."""
 _CAMERA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$")
 _WORDS = re.compile(r"[A-Za-z0-9]")
-
-
-# ---- backends -------------------------------------------------------------------------------
-
-class BackendLoadError(RuntimeError):
-    """The backend's model could not be loaded or does not fit the node's configuration."""
-
-
-@dataclass(frozen=True)
-class LoadedBackend:
-    """A loaded scorer and what the stream must know about it."""
-
-    scorer: Any
-    """Implements `robot_rl.rewards.progress.ProgressScorer` (``score(first, previous, current, goal)``)."""
-    cameras: tuple[str, ...] | None
-    """Cameras the model reads (each must be among the node's cameras); None: any."""
-    done_threshold: float
-    """The model's own done threshold (used when the node's done_threshold is 0)."""
-    image_size: int | None = None
-    """Frames must be square of exactly this size; None: any size."""
-    square: bool = False
-    """Frames must be square (any size when image_size is None)."""
-    needs_goal: bool = True
-    """Scoring needs a goal sentence (a success classifier does not)."""
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class BackendEntry:
-    loader: Callable[[str, str], LoadedBackend]
-    """(model_path, device) -> LoadedBackend."""
-    how_to_make: str
-    """How a user gets a model directory for this backend (shown when model_path is missing)."""
-
-
-class SuccessScorer:
-    """A `SuccessClassifier` as a (sparse) progress scorer: progress_delta = 1.0 where the success
-    probability of `current` is >= the classifier's threshold, else 0.0; done_probability = that
-    probability. `first`, `previous` and the goal are ignored (the classifier judges one frame)."""
-
-    def __init__(self, classifier: Any, threshold: float | None = None):
-        self.classifier = classifier
-        self.threshold = float(classifier.threshold if threshold is None else threshold)
-        if not 0.0 < self.threshold < 1.0:
-            raise ValueError(f"threshold must be in (0, 1), got {self.threshold}")
-
-    @property
-    def cameras(self) -> tuple[str, ...]:
-        return tuple(self.classifier.cameras)
-
-    def score(self, first, previous, current, goal) -> tuple[np.ndarray, np.ndarray]:
-        frames = {c: (f[None] if np.ndim(f) == 3 else f) for c, f in current.items()}
-        probability = np.asarray(self.classifier.probability(frames), np.float32)
-        return (probability >= self.threshold).astype(np.float32), probability
-
-
-def _load_progress(model_path: str, device: str) -> LoadedBackend:
-    from robot_rl.rewards.progress import ProgressModel
-
-    model = ProgressModel.load(model_path, device)
-    return LoadedBackend(model, tuple(model.cameras), float(model.done_threshold), None, True, True,
-                         f"progress model {model_path}")
-
-
-def _load_success(model_path: str, device: str) -> LoadedBackend:
-    from robot_rl.rewards.success import SuccessClassifier
-
-    classifier = SuccessClassifier.load(model_path, device)
-    return LoadedBackend(SuccessScorer(classifier), tuple(classifier.cameras), float(classifier.threshold),
-                         int(classifier.image_size), True, False, f"success classifier {model_path}")
-
-
-def _load_vlac(model_path: str, device: str) -> LoadedBackend:
-    from robot_rl.rewards.vlac import VlacScorer
-
-    scorer = VlacScorer.load(model_path, device)
-    cameras = getattr(scorer, "cameras", None)
-    return LoadedBackend(scorer, None if cameras is None else tuple(cameras),
-                         float(getattr(scorer, "done_threshold", 0.5)), None, False, True, f"VLAC model {model_path}")
-
-
-BACKENDS: dict[str, BackendEntry] = {
-    "progress": BackendEntry(_load_progress, "train one from demonstrations with "
-                             "`robot-rl reward train --demos <dataset> --out <dir>`"),
-    "success": BackendEntry(_load_success, "train one on labelled frames with "
-                            "robot_rl.rewards.success.train_success_classifier and save it with "
-                            "SuccessClassifier.save(<dir>)"),
-    "vlac": BackendEntry(_load_vlac, "download the VLAC model weights to a local directory"),
-}
-
-
-def register_backend(name: str, loader: Callable[[str, str], LoadedBackend], how_to_make: str) -> None:
-    """Adds (or replaces) a backend: `loader(model_path, device) -> LoadedBackend`."""
-    if not name or not isinstance(name, str):
-        raise ValueError("a backend needs a non-empty name")
-    BACKENDS[name] = BackendEntry(loader, how_to_make)
-
-
-def backend_names() -> list[str]:
-    return list(BACKENDS)
-
-
-def check_model_path(backend: str, model_path: str) -> Path:
-    """The model directory as a Path; ValueError naming the path and how to make one when it is
-    missing."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend {backend!r} is not one of {backend_names()}")
-    hint = BACKENDS[backend].how_to_make
-    if not model_path:
-        raise ValueError(f"model_path is required (the {backend} backend has no built-in model): {hint}, "
-                         "then pass model_path:=<dir>")
-    path = Path(model_path).expanduser()
-    if not path.exists():
-        raise ValueError(f"model_path {str(path)!r} does not exist: {hint}, then pass model_path:=<dir>")
-    return path
-
-
-def load_backend(backend: str, model_path: str, device: str,
-                 cameras: Sequence[str] | None = None) -> LoadedBackend:
-    """Loads a backend's model and checks that the given cameras include the model's.
-
-    Raises:
-        ValueError: unknown backend, missing model_path.
-        BackendLoadError: the model could not be loaded, or reads a camera not among `cameras`.
-    """
-    path = check_model_path(backend, model_path)
-    try:
-        loaded = BACKENDS[backend].loader(str(path), device)
-    except Exception as exc:  # noqa: BLE001 - any loader failure becomes one clear error
-        raise BackendLoadError(f"cannot load the {backend} model from {str(path)!r}: {type(exc).__name__}: {exc}") \
-            from exc
-    if not isinstance(loaded, LoadedBackend) or not callable(getattr(loaded.scorer, "score", None)):
-        raise BackendLoadError(f"the {backend} loader returned {type(loaded).__name__}, not a LoadedBackend "
-                               "with a scorer")
-    if cameras is not None and loaded.cameras is not None:
-        missing = [c for c in loaded.cameras if c not in cameras]
-        if missing:
-            raise BackendLoadError(f"the {backend} model at {str(path)!r} reads cameras {list(loaded.cameras)}, "
-                                   f"but `cameras` is {list(cameras)} (missing {missing})")
-    if not 0.0 < loaded.done_threshold < 1.0:
-        raise BackendLoadError(f"the {backend} model's done threshold {loaded.done_threshold} is not in (0, 1)")
-    return loaded
 
 
 # ---- configuration --------------------------------------------------------------------------
@@ -242,118 +91,6 @@ class RewardConfig:
         if not (math.isfinite(self.stamp_tolerance_s) and self.stamp_tolerance_s >= 0):
             raise ValueError(f"stamp_tolerance_s must be >= 0, got {self.stamp_tolerance_s}")
         check_device_name(self.device)
-
-
-# ---- frames ---------------------------------------------------------------------------------
-
-class FrameRejected(ValueError):
-    """An image message the stream refuses: `reason` is a short key for counting."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-
-
-def decode_frame(msg: Any, square: bool = False, size: int | None = None) -> tuple[int, np.ndarray]:
-    """(stamp ns, uint8 (H, W, 3) copy) of an rgb8 image message.
-
-    Raises:
-        FrameRejected: reason ``stamp`` (zero or negative stamp), ``encoding`` (not rgb8),
-            ``layout`` (height, width, step and data disagree), ``shape`` (not square where the
-            model needs square frames) or ``size`` (not the model's size).
-    """
-    try:
-        stamp = int(msg.header.stamp.sec) * NS_PER_S + int(msg.header.stamp.nanosec)
-    except (AttributeError, TypeError, ValueError) as exc:
-        raise FrameRejected("stamp", f"no usable header stamp: {exc}") from None
-    if stamp <= 0:
-        raise FrameRejected("stamp", "unstamped image (header.stamp is zero): rewards are matched by stamp")
-    encoding = getattr(msg, "encoding", None)
-    if encoding != "rgb8":
-        raise FrameRejected("encoding", f"encoding {encoding!r}, expected 'rgb8'")
-    try:
-        height, width, step = int(msg.height), int(msg.width), int(msg.step)
-        buf = np.frombuffer(msg.data, np.uint8)
-    except (AttributeError, TypeError, ValueError) as exc:
-        raise FrameRejected("layout", f"unreadable image fields: {exc}") from None
-    if height <= 0 or width <= 0:
-        raise FrameRejected("layout", f"empty image {width}x{height}")
-    if step < 3 * width:
-        raise FrameRejected("layout", f"step {step} < 3 x width {width}")
-    if buf.size != height * step:
-        raise FrameRejected("layout", f"{buf.size} data bytes, expected height {height} x step {step} = "
-                                      f"{height * step}")
-    if (square or size is not None) and height != width:
-        raise FrameRejected("shape", f"{width}x{height} image; the model needs square frames")
-    if size is not None and height != size:
-        raise FrameRejected("size", f"{width}x{height} image; the model needs {size}x{size}")
-    rows = buf.reshape(height, step)[:, :3 * width]
-    return stamp, np.ascontiguousarray(rows).reshape(height, width, 3)
-
-
-class StampPairer:
-    """Pairs frames of several cameras by stamp: a set completes when every camera has a frame
-    within `tolerance_ns` of the newest frame's stamp (the closest one). Frames older than a
-    completed set, repeats and overflow of the per-camera queue are dropped and counted in
-    `dropped`. The set's stamp is the first camera's."""
-
-    def __init__(self, cameras: Sequence[str], tolerance_ns: int = 0, queue_size: int = 8):
-        if not cameras:
-            raise ValueError("need at least one camera to pair")
-        if tolerance_ns < 0 or queue_size < 1:
-            raise ValueError("tolerance_ns must be >= 0 and queue_size >= 1")
-        self.cameras = tuple(cameras)
-        self.tolerance_ns = int(tolerance_ns)
-        self._queues: dict[str, deque[tuple[int, Any]]] = {c: deque() for c in self.cameras}
-        self._last_used = dict.fromkeys(self.cameras, -1)
-        self.queue_size = queue_size
-        self.dropped = 0
-        self.paired = 0
-
-    def add(self, camera: str, stamp_ns: int, frame: Any) -> tuple[int, dict[str, Any]] | None:
-        """Adds a frame; returns (stamp, {camera: frame}) when it completes a set."""
-        if camera not in self._queues:
-            raise KeyError(f"unknown camera {camera!r}; pairing {list(self.cameras)}")
-        if stamp_ns <= self._last_used[camera]:
-            self.dropped += 1  # a repeat or a frame older than a set already used
-            return None
-        queue = self._queues[camera]
-        if any(s == stamp_ns for s, _ in queue):
-            self.dropped += 1  # a repeat of a frame still waiting
-            return None
-        queue.append((stamp_ns, frame))
-        if len(queue) > 1 and stamp_ns < queue[-2][0]:  # out of order: keep the queue sorted
-            self._queues[camera] = queue = deque(sorted(queue, key=lambda e: e[0]))
-        if len(queue) > self.queue_size:
-            self.dropped += 1
-            if queue.popleft()[0] == stamp_ns:  # the new frame was the oldest
-                return None
-        chosen = {camera: (stamp_ns, frame)}
-        for other in self.cameras:
-            if other == camera:
-                continue
-            match = min((e for e in self._queues[other] if abs(e[0] - stamp_ns) <= self.tolerance_ns),
-                        key=lambda e: abs(e[0] - stamp_ns), default=None)
-            if match is None:
-                return None
-            chosen[other] = match
-        for c, (used, _) in chosen.items():
-            q = self._queues[c]
-            while q and q[0][0] <= used:
-                if q.popleft()[0] != used:
-                    self.dropped += 1  # older than the set: it will never be paired
-            self._last_used[c] = used
-        self.paired += 1
-        return chosen[self.cameras[0]][0], {c: chosen[c][1] for c in self.cameras}
-
-    def clear(self) -> int:
-        """Drops every waiting frame (counted); returns how many."""
-        n = sum(len(q) for q in self._queues.values())
-        for q in self._queues.values():
-            q.clear()
-        self.dropped += n
-        return n
 
 
 class LatestSlot:
@@ -459,7 +196,7 @@ class _Counters:
 class RewardStream:
     """Episode bookkeeping, frame pairing and scoring of a live stream (see the module docstring).
 
-    Thread-safe: the subscription side calls `on_image` / `on_frames`, `set_goal` and
+    Thread-safe: the subscription side calls `on_frame` / `on_frames`, `set_goal` and
     `new_episode`; the worker side calls `run_once` (or `score_job`). `now_ns` is the clock rewards
     are judged late by (the node's clock)."""
 
@@ -544,25 +281,34 @@ class RewardStream:
             self.counters.rejected[reason] = self.counters.rejected.get(reason, 0) + 1
             self.last_rejection = f"{reason}: {detail}"
 
-    def on_image(self, camera: str, msg: Any) -> str:
-        """An image message of `camera`: decoded, checked, paired and (when a set completes) handed
-        on. Returns what became of it: rejected:<reason>, waiting (for its partners), or the status
-        of `on_frames`."""
+    def on_frame(self, camera: str, stamp_ns: int, frame: np.ndarray) -> str:
+        """A decoded (H, W, 3) frame of `camera`: checked against the model's input, paired and (when
+        a set completes) handed on. Returns what became of it: rejected:<reason>, waiting (for its
+        partners), or the status of `on_frames`."""
         with self._lock:
             self.counters.received += 1
         backend = self.backend
         # size rules only for the cameras the model reads
-        checked = backend is not None and (backend.cameras is None or camera in backend.cameras)
-        try:
-            stamp, frame = decode_frame(msg, checked and backend.square, backend.image_size if checked else None)
-        except FrameRejected as exc:
-            self.reject(exc.reason, f"{camera}: {exc.detail}")
-            return f"rejected:{exc.reason}"
+        if backend is not None and (backend.cameras is None or camera in backend.cameras):
+            try:
+                check_frame_shape(frame, backend.square, backend.image_size)
+            except FrameRejected as exc:
+                return self._refuse(camera, exc)
         with self._lock:
-            paired = self.pairer.add(camera, stamp, frame)
+            paired = self.pairer.add(camera, stamp_ns, frame)
         if paired is None:
             return "waiting"
         return self.on_frames(*paired)
+
+    def on_rejected(self, camera: str, rejection: FrameRejected) -> str:
+        """A frame of `camera` that could not be decoded: counted as received and rejected."""
+        with self._lock:
+            self.counters.received += 1
+        return self._refuse(camera, rejection)
+
+    def _refuse(self, camera: str, rejection: FrameRejected) -> str:
+        self.reject(rejection.reason, f"{camera}: {rejection.detail}")
+        return f"rejected:{rejection.reason}"
 
     def on_frames(self, stamp_ns: int, frames: dict[str, np.ndarray]) -> str:
         """A paired set of frames: returns "before_model", "no_goal", "first" (the episode's first
