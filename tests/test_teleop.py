@@ -22,7 +22,7 @@ from robot_rl.teleop import (
     ArbitrationConfig, Arbitrator, DeviceError, EngageRule, EvdevState, InputMapper, InputRejections, JoyDecoder,
     KeyDecoder, SpaceMouseReport, TeleopInput, backend_opener, load_mapping, parse_mapping, parse_spacemouse_report,
 )
-from robot_rl.teleop import devices
+from robot_rl.teleop import devices, evdev_gamepad, spacemouse
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,7 +111,7 @@ def _open_fake_spacemouse(monkeypatch, reports, infos=None):
         {"vendor_id": 0x256F, "product_id": 0xC62F, "path": b"/dev/hidraw8", "usage_page": 1, "usage": 8,
          "product_string": "SpaceMouse Wireless Receiver"},
     ]
-    monkeypatch.setattr(devices, "_hid_module", lambda: FakeHidModule(infos, hid))
+    monkeypatch.setattr(devices, "hid_module", lambda: FakeHidModule(infos, hid))
     rejections = InputRejections()
     return backend_opener("spacemouse", mapping, "", rejections)(), hid, rejections
 
@@ -157,14 +157,14 @@ def test_spacemouse_open_failures_are_device_errors(monkeypatch):
 
     mapping = load_mapping("teleop_spacemouse", "spacemouse")
     info = {"vendor_id": 0x046D, "product_id": 0xC626, "path": b"/dev/hidraw1"}
-    monkeypatch.setattr(devices, "_hid_module", lambda: FakeHidModule([info], NoPermission([])))
+    monkeypatch.setattr(devices, "hid_module", lambda: FakeHidModule([info], NoPermission([])))
     with pytest.raises(DeviceError, match="open failed.*udev"):
         backend_opener("spacemouse", mapping, "", InputRejections())()
 
 
 def test_hidapi_module_is_found():
     pytest.importorskip("hid", reason="cython-hidapi (pip install hidapi) is not installed")
-    module = devices._hid_module()
+    module = spacemouse.hid_module()
     assert hasattr(module, "device") and hasattr(module, "enumerate")
 
 
@@ -295,7 +295,7 @@ def test_evdev_backend_with_a_fake_device():
     mapping = parse_mapping(data, "evdev")
     codes = {name: evdev.ecodes.ecodes[name] for name in ("ABS_X", "ABS_Y", "ABS_RY", "BTN_TR", "BTN_A")}
     device = FakeInputDevice()
-    backend = devices.EvdevBackend(device, codes, mapping, InputRejections())
+    backend = evdev_gamepad.EvdevBackend(device, codes, mapping, InputRejections())
     try:
         first = backend.read(0.01)
         assert len(first) == 1 and first[0].buttons == {"takeover"}  # state read back at open
@@ -685,7 +685,7 @@ def test_raw_for_inverts_the_joy_mapping():
 
 def test_scripted_gamepad_takes_over_through_the_joy_layout():
     from robot_rl.envs.arm import ArmSim, ArmSimConfig, scripted_lift_action
-    from robot_rl.teleop.devices import JoyDecoder
+    from robot_rl.teleop.joy import JoyDecoder
     from robot_rl.teleop.scripted import ScriptedGamepad
     from robot_rl.training.interventions import InterventionConfig, ScriptedIntervener
 

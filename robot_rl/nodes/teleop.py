@@ -38,8 +38,10 @@ from robot_rl.ros import qos
 from robot_rl.ros.hardware_node import ESTOP_QOS
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
 from robot_rl.teleop.arbitration import ArbitrationConfig, Arbitrator
-from robot_rl.teleop.devices import DeviceError, InputBackend, JoyDecoder, backend_opener
+from robot_rl.teleop.backend import DeviceError, InputBackend
+from robot_rl.teleop.devices import backend_opener
 from robot_rl.teleop.inputs import InputRejections, TeleopInput
+from robot_rl.teleop.joy import JoyDecoder
 from robot_rl.teleop.mapping import DEVICE_KINDS, load_mapping
 
 DEFAULT_MAPPINGS = {"spacemouse": "teleop_spacemouse", "evdev": "teleop_gamepad", "joy": "teleop_gamepad",

@@ -1,6 +1,6 @@
 """What every teleop device backend produces, and the count of what they refuse.
 
-A backend turns raw device input (HID reports, evdev events, `sensor_msgs/Joy`, terminal bytes)
+A backend turns raw device input (HID reports, evdev events, a Joy message's content, terminal bytes)
 into `TeleopInput` snapshots: the device's whole state after the per-device mapping, so the
 arbitration never sees device details.
 """

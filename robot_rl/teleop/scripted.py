@@ -4,7 +4,7 @@ It watches the robot state and each executed action, decides like
 `robot_rl.training.interventions.ScriptedIntervener` (take over when the policy goes off track,
 with a probability that decays as training goes on) and expresses the decision as a gamepad's
 raw state: takeover button held, sticks deflected toward the expert's motion, gripper buttons
-pressed. The scripted human node publishes that state as `sensor_msgs/Joy`, so the teleop node,
+pressed. The scripted human node publishes that state as a Joy message, so the teleop node,
 its arbitration and the actor treat it exactly as a person at a real gamepad.
 """
 

@@ -4,7 +4,7 @@ The teleop node publishes `teleop/engaged`, `teleop/cmd` (the twist in the task'
 and `teleop/gripper`; the actor executes the person's action instead of the policy's while they
 are engaged. Messages can stop (a crashed teleop node, a lost link): a command older than
 `timeout_s` is stale, and the policy drives again rather than repeating an old command.
-No rclpy here: the node feeds the values in, tests drive it directly.
+No ROS here: the node feeds the values in, tests drive it directly.
 """
 
 from __future__ import annotations
