@@ -12,9 +12,8 @@ import torch
 import robot_rl.envs  # noqa: F401 - registers robot_rl/QuadJuggle-v0
 
 from robot_rl.envs.juggle_task import OBS_DIM, PRIVILEGED_DIM, JuggleConfig, JuggleRewardWeights, JuggleState, JuggleTask
-from robot_rl.envs.quad_juggle_vec import (
-    HOVER_ACTION, NOMINAL_PLANT, JuggleCore, QuadJuggleEnv, QuadJuggleGymVectorEnv, QuadJuggleVecEnv, RolloutPhysics,
-)
+from robot_rl.envs.quad_juggle_physics import NOMINAL_PLANT, RolloutPhysics
+from robot_rl.envs.quad_juggle_vec import HOVER_ACTION, JuggleCore, QuadJuggleEnv, QuadJuggleGymVectorEnv, QuadJuggleVecEnv
 from robot_rl.envs.randomization import Randomization
 
 HOVER = np.array([HOVER_ACTION, 0.0, 0.0, 0.0])

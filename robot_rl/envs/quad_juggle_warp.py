@@ -1,6 +1,6 @@
 """MuJoCo Warp back end of the juggling vector env: every pair in one batched model on the GPU.
 
-:class:`WarpPhysics` is a drop-in for :class:`~robot_rl.envs.quad_juggle_vec.RolloutPhysics`
+:class:`WarpPhysics` is a drop-in for :class:`~robot_rl.envs.quad_juggle_physics.RolloutPhysics`
 (the same scene, plant draws, rate controller and state), so :class:`JuggleCore` and the PPO
 runner use it unchanged: ``QuadJuggleVecEnv(..., device="cuda")`` picks it. Each pair keeps its
 own drawn masses, inertia and restitution as per-world rows of the batched model fields
@@ -24,7 +24,7 @@ import numpy as np
 
 from robot_rl.envs.juggle_task import JuggleState
 from robot_rl.envs.quad_juggle import QuadJuggleConfig
-from robot_rl.envs.quad_juggle_vec import MODEL_PARAMS, BatchedPhysics, plant_model_fields
+from robot_rl.envs.quad_juggle_physics import MODEL_PARAMS, BatchedPhysics, plant_model_fields
 
 __all__ = ["WarpPhysics", "warp_available"]
 

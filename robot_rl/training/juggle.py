@@ -21,7 +21,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from robot_rl.envs.juggle_task import JuggleConfig
-from robot_rl.envs.quad_juggle_vec import DEFAULT_RANDOMIZATION, JuggleCore, RolloutPhysics
+from robot_rl.envs.quad_juggle_physics import RolloutPhysics
+from robot_rl.envs.quad_juggle_vec import DEFAULT_RANDOMIZATION, JuggleCore
 
 __all__ = ["JuggleTrainConfig", "TrialResult", "evaluate_policy", "train_juggling"]
 
