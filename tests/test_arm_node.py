@@ -24,9 +24,11 @@ from std_msgs.msg import Float32, Float64MultiArray  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
 from robot_rl.ros.probe import RosProbe, start_node, stop_node  # noqa: E402
-from robot_rl.hardware.arm_adapters import (  # noqa: E402
-    CartesianTargetShaper, DHChain, Measured, dls_step, load_hardware, make_adapter, parse_command, parse_ee_pose,
-    parse_gripper, parse_hardware, parse_joint_states,
+from robot_rl.control.arm_kinematics import DHChain, dls_step  # noqa: E402
+from robot_rl.hardware.arm_adapters import CartesianTargetShaper, Measured, make_adapter  # noqa: E402
+from robot_rl.hardware.arm_config import load_hardware, parse_hardware  # noqa: E402
+from robot_rl.ros.arm_driver_io import (  # noqa: E402
+    output_msg, output_violations, parse_command, parse_ee_pose, parse_gripper, parse_joint_states,
 )
 from robot_rl.hardware.safety import Rejected  # noqa: E402
 from robot_rl.ros.messages import ns_to_stamp  # noqa: E402
@@ -127,10 +129,10 @@ def _drive(name: str, steps: int = 400, seed: int = 0, follow: float = 1.0):
         velocity, _ = parse_command(_twist(v), hw)
         prev = shaper.target.copy()
         if i % 7 == 3:
-            msgs.append(adapter.hold(prev, ns_to_stamp(i)))
+            msgs.append(output_msg(hw, adapter.hold(prev), ns_to_stamp(i)))
         else:
             new, _ = shaper.advance(velocity, measured)
-            msgs.append(adapter.command(prev, new, ns_to_stamp(i)))
+            msgs.append(output_msg(hw, adapter.command(prev, new), ns_to_stamp(i)))
         measured = measured + follow * (shaper.target - measured)
     return hw, adapter, msgs
 
@@ -152,13 +154,13 @@ def test_cartesian_pose_adapter_respects_workspace_and_step():
         assert ((p >= hw.workspace_low) & (p <= hw.workspace_high)).all()
         if prev is not None:
             assert (np.abs(p - prev) <= step + 1e-12).all()
-        assert adapter.violations(msg) == []
+        assert output_violations(adapter, msg) == []
         prev = p
     # the check itself catches a violation
     bad = PoseStamped()
     bad.header.frame_id = hw.output_frame
     bad.pose.position.x, bad.pose.orientation.w = 5.0, 1.0
-    assert adapter.violations(bad, msgs[-1])
+    assert output_violations(adapter, bad, msgs[-1])
 
 
 def test_servo_twist_adapter_respects_speed():
@@ -166,7 +168,7 @@ def test_servo_twist_adapter_respects_speed():
     for msg in msgs:
         v = np.array([msg.twist.linear.x, msg.twist.linear.y, msg.twist.linear.z])
         assert (np.abs(v) <= hw.max_speed + 1e-9).all() and msg.header.frame_id == hw.output_frame
-        assert adapter.violations(msg) == []
+        assert output_violations(adapter, msg) == []
     assert any(np.abs(m.twist.linear.x) > 0.2 for m in msgs)  # it does move, up to the limit
     holds = msgs[3::7]
     assert all(m.twist.linear.x == m.twist.linear.y == m.twist.linear.z == 0.0 for m in holds)
@@ -192,7 +194,7 @@ def test_joint_adapters_respect_joint_limits_and_steps(interface, tmp_path):
         if prev is not None:
             assert (np.abs(q - prev) <= step + 1e-12).all()
         prev = q
-    assert all(adapter.violations(m, p) == [] for p, m in zip(msgs, msgs[1:]))
+    assert all(output_violations(adapter, m, p) == [] for p, m in zip(msgs, msgs[1:]))
 
 
 def test_dls_ik_follows_a_cartesian_target():
@@ -486,7 +488,7 @@ def test_joint_trajectory_node_from_joint_states_only(tmp_path):
             spin(0.1)
         spin(0.3)
         adapter = make_adapter(hw, 10.0)
-        assert all(adapter.violations(m, p) == [] for p, m in zip(got["traj"], got["traj"][1:]))
+        assert all(output_violations(adapter, m, p) == [] for p, m in zip(got["traj"], got["traj"][1:]))
         end_pos = np.array([got["ee"][-1].pose.position.x, got["ee"][-1].pose.position.y,
                             got["ee"][-1].pose.position.z])
         assert 0.08 < end_pos[0] - start[0] < 0.17 and np.abs(end_pos[1:] - start[1:]).max() < 0.01

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.envs.arm import _quat_to_mat, cube_rest_z, cube_size
+from robot_rl.control.rotations import quat_to_mat
+from robot_rl.envs.arm import cube_rest_z, cube_size
 from robot_rl.envs.pick_cube import ArmPickCubeEnv
 
 __all__ = ["MAX_PUSH_HEIGHT", "PUSH_DIRECTION", "PUSH_DISTANCE", "ArmPushCubeEnv", "cube_displacement",
@@ -62,7 +63,7 @@ def push_progress(state: dict[str, np.ndarray]) -> float:
 
 def _cube_extent(state: dict[str, np.ndarray], axis: np.ndarray) -> float:
     """Half extent of the (possibly yawed or tilted) cube along a world axis."""
-    return cube_size(state) / 2 * float(np.abs(_quat_to_mat(state["cube_quat"]).T @ axis).sum())
+    return cube_size(state) / 2 * float(np.abs(quat_to_mat(state["cube_quat"]).T @ axis).sum())
 
 
 def scripted_push_action(

@@ -34,12 +34,15 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32, Float64
 from std_srvs.srv import Trigger
 
-from robot_rl.hardware.arm_adapters import (
-    Adapter, CartesianTargetShaper, DHChain, Measured, gripper_msg, load_hardware, make_adapter, mat_to_quat,
-    parse_command, parse_ee_pose, parse_gripper, parse_joint_states,
-)
+from robot_rl.control.arm_kinematics import DHChain
+from robot_rl.control.rotations import mat_to_quat
+from robot_rl.hardware.arm_adapters import Adapter, CartesianTargetShaper, Measured, make_adapter
+from robot_rl.hardware.arm_config import load_hardware
 from robot_rl.hardware.safety import StopReason
 from robot_rl.ros import qos
+from robot_rl.ros.arm_driver_io import (
+    OUTPUT_TYPES, gripper_msg, output_msg, parse_command, parse_ee_pose, parse_gripper, parse_joint_states,
+)
 from robot_rl.ros.hardware_node import HardwareError, HardwareNode
 from robot_rl.ros.messages import stamp_to_ns
 from robot_rl.ros.node_utils import Param, ParameterError, run_node
@@ -97,7 +100,8 @@ class ArmNode(HardwareNode):
     def configure_hardware(self) -> None:
         self.adapter = make_adapter(self.hw, self.control_hz)
         self.shaper = CartesianTargetShaper(self.hw, self.control_hz)
-        self.output_pub = self.create_lifecycle_publisher(self.adapter.msg_type, self.hw.output_topic, qos.COMMAND)
+        output_type = OUTPUT_TYPES[self.hw.interface]
+        self.output_pub = self.create_lifecycle_publisher(output_type, self.hw.output_topic, qos.COMMAND)
         if self.hw.gripper_topic:
             self.gripper_pub = self.create_lifecycle_publisher(Float64, self.hw.gripper_topic, qos.COMMAND)
 
@@ -212,13 +216,13 @@ class ArmNode(HardwareNode):
             else:
                 target, limited = self.shaper.advance(self.velocity, measured)
             self.counts["limited_target"] += int(limited)
-            msg = self.adapter.command(prev, target, stamp)
+            output = self.adapter.command(prev, target)
         else:
             if verdict.is_estop and self.homing:
                 self.homing = False
                 self.get_logger().warning("homing aborted by the e-stop")
-            msg = self.adapter.hold(prev, stamp)
-        self.output_pub.publish(msg)
+            output = self.adapter.hold(prev)
+        self.output_pub.publish(output_msg(self.hw, output, stamp))
         self.counts["outputs"] += 1
         if moving and self.gripper_pub is not None and self.gripper_cmd is not None \
                 and (self.gripper_sent is None or abs(self.gripper_cmd - self.gripper_sent) > 1e-4):
