@@ -7,10 +7,7 @@ domain id of its own)."""
 from __future__ import annotations
 
 import math
-import select
-import socket
 import struct
-import threading
 import time
 from pathlib import Path
 
@@ -27,6 +24,7 @@ from hypothesis import strategies as st  # noqa: E402
 from nav_msgs.msg import Odometry  # noqa: E402
 from pymavlink import mavutil  # noqa: E402
 
+from robot_rl.hardware.fake_autopilot import FakeAutopilot, free_udp_port  # noqa: E402
 from robot_rl.ros.probe import RosProbe, start_node, stop_node  # noqa: E402
 from robot_rl.hardware.quad_links.base import FLYING, IDLE, KILLED, LANDING, STOPPED, Geofence, LinkError  # noqa: E402
 from robot_rl.hardware.quad_links.config import load_quad_hardware, parse_quad_hardware  # noqa: E402
@@ -39,16 +37,8 @@ from robot_rl.hardware.safety import Rejected  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MAV = mavutil.mavlink
-PX4_POSCTL = 3 << 16
 PX4_OFFBOARD = 6 << 16
-PX4_AUTO_LAND = (4 << 16) | (6 << 24)
 FENCE = Geofence((-2.0, -2.0, -0.2), (2.0, 2.0, 2.5))
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---- conversions ----------------------------------------------------------------------------------
@@ -156,96 +146,6 @@ def test_command_and_state_validation():
 
 
 # ---- MAVLink: the link against a fake autopilot on loopback ----------------------------------------
-
-
-class FakeAutopilot:
-    """A test-side PX4 on 127.0.0.1: sends HEARTBEATs (10 Hz) to the link's `udpin` port, parses and
-    records (arrival time, message) everything the link sends, and answers COMMAND_LONGs with a
-    COMMAND_ACK (DENIED for the commands in `deny`), switching mode / arming / landing like PX4.
-    After a land it disarms `disarm_after_land_s` later (PX4's auto-disarm after touchdown)."""
-
-    def __init__(self, port: int, deny=(), disarm_after_land_s: float = 0.3, heartbeat: bool = True):
-        self.conn = mavutil.mavlink_connection(f"udpout:127.0.0.1:{port}", source_system=1, source_component=1)
-        self.lock = threading.Lock()
-        self.received: list[tuple[float, object]] = []
-        self.armed = False
-        self.custom_mode = PX4_POSCTL
-        self.deny = set(deny)
-        self.heartbeat = heartbeat
-        self.disarm_after_land_s = disarm_after_land_s
-        self.land_time: float | None = None
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._heartbeats, daemon=True),
-                         threading.Thread(target=self._receive, daemon=True)]
-        for t in self._threads:
-            t.start()
-
-    def _heartbeats(self):
-        while not self._stop.is_set():
-            with self.lock:
-                if self.land_time is not None and time.monotonic() - self.land_time > self.disarm_after_land_s:
-                    self.armed, self.land_time = False, None
-                if self.heartbeat:
-                    base = MAV.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED | (MAV.MAV_MODE_FLAG_SAFETY_ARMED if self.armed else 0)
-                    self.conn.mav.heartbeat_send(MAV.MAV_TYPE_QUADROTOR, MAV.MAV_AUTOPILOT_PX4, base, self.custom_mode,
-                                                 MAV.MAV_STATE_ACTIVE)
-            self._stop.wait(0.1)
-
-    def _receive(self):
-        while not self._stop.is_set():
-            ready, _, _ = select.select([self.conn.fd], [], [], 0.02)
-            if not ready:
-                continue
-            while True:
-                msg = self.conn.recv_msg()
-                if msg is None:
-                    break
-                now = time.monotonic()
-                with self.lock:
-                    self.received.append((now, msg))
-                    if msg.get_type() == "COMMAND_LONG":
-                        self._command(msg, now)
-
-    def _command(self, msg, now):
-        cmd = msg.command
-        if cmd in self.deny:
-            result = MAV.MAV_RESULT_DENIED
-        else:
-            result = MAV.MAV_RESULT_ACCEPTED
-            if cmd == MAV.MAV_CMD_DO_SET_MODE:
-                self.custom_mode = (int(msg.param2) << 16) | (int(msg.param3) << 24)
-            elif cmd == MAV.MAV_CMD_COMPONENT_ARM_DISARM:
-                self.armed = msg.param1 == 1.0
-            elif cmd == MAV.MAV_CMD_NAV_LAND:
-                if self.armed:
-                    self.custom_mode, self.land_time = PX4_AUTO_LAND, now
-                else:
-                    result = MAV.MAV_RESULT_DENIED
-        self.conn.mav.command_ack_send(cmd, result)
-
-    def messages(self, kind: str, since: float = 0.0):
-        with self.lock:
-            return [(t, m) for t, m in self.received if m.get_type() == kind and t >= since]
-
-    def commands(self, command: int, since: float = 0.0):
-        return [(t, m) for t, m in self.messages("COMMAND_LONG", since) if m.command == command]
-
-    def wait_for(self, predicate, timeout: float, what: str, spin=None):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if predicate():
-                return
-            if spin is not None:
-                spin(0.01)
-            else:
-                time.sleep(0.005)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-    def close(self):
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=1.0)
-        self.conn.close()
 
 
 def _link(port: int, **overrides) -> MavlinkLink:

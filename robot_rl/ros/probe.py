@@ -54,6 +54,12 @@ class RosProbe:
         while time.monotonic() < end:
             self.executor.spin_once(timeout_sec=0.005)
 
+    def spin_until(self, deadline: float) -> None:
+        """Runs callbacks until `time.monotonic()` reaches `deadline`, waiting in the executor (no
+        polling), so that a paced publisher wakes on time and misses no callback meanwhile."""
+        while (left := deadline - time.monotonic()) > 0:
+            self.executor.spin_once(timeout_sec=left)
+
     def wait_for(self, predicate, timeout: float, what: str) -> None:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
