@@ -16,7 +16,6 @@ from robot_rl.control.osc import TOP_DOWN_QUAT, quat_error  # noqa: E402
 from robot_rl.envs.arm import (  # noqa: E402
     CUBE_REST_Z,
     LIFT_OBS_DIM,
-    ArmLiftEnv,
     ArmSim,
     ArmSimConfig,
     lift_observation,
@@ -24,6 +23,7 @@ from robot_rl.envs.arm import (  # noqa: E402
     lift_success,
     scripted_lift_action,
 )
+from robot_rl.envs.arm_lift import ArmLiftEnv  # noqa: E402
 
 
 @pytest.fixture

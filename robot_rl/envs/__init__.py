@@ -3,7 +3,7 @@
 Importing this package registers the gymnasium environments (MuJoCo is only imported
 when an environment is created):
 
-* ``robot_rl/ArmLift-v0`` -- :class:`robot_rl.envs.arm.ArmLiftEnv` (simulated 7-DoF arm
+* ``robot_rl/ArmLift-v0`` -- :class:`robot_rl.envs.arm_lift.ArmLiftEnv` (simulated 7-DoF arm
   picking and lifting a cube).  Keyword arguments of ``gymnasium.make`` are forwarded to the
   constructor (``config``, ``image_obs``, ``max_episode_steps``, ``terminate_on_success``,
   ``render_mode``).  The horizon is enforced by the environment itself (default 50 steps).
@@ -27,7 +27,7 @@ ARM_PUSH_CUBE_ENV_ID = "robot_rl/ArmPushCube-v0"
 QUAD_JUGGLE_ENV_ID = "robot_rl/QuadJuggle-v0"
 
 if ARM_LIFT_ENV_ID not in registry:
-    register(id=ARM_LIFT_ENV_ID, entry_point="robot_rl.envs.arm:ArmLiftEnv")
+    register(id=ARM_LIFT_ENV_ID, entry_point="robot_rl.envs.arm_lift:ArmLiftEnv")
 if ARM_PICK_CUBE_ENV_ID not in registry:
     register(id=ARM_PICK_CUBE_ENV_ID, entry_point="robot_rl.envs.pick_cube:ArmPickCubeEnv")
 if ARM_PUSH_CUBE_ENV_ID not in registry:

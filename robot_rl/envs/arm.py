@@ -8,7 +8,8 @@ Layers:
 * Task functions that only take the ``state`` dict (so a ROS actor can rebuild the same
   state from messages): :func:`lift_observation`, :func:`lift_reward`, :func:`lift_success`,
   :func:`cube_grasped` and the scripted expert :func:`scripted_lift_action`.
-* :class:`ArmLiftEnv` -- a gymnasium environment (registered as ``robot_rl/ArmLift-v0``).
+* :class:`~robot_rl.envs.arm_lift.ArmLiftEnv` -- the gymnasium environment on them (registered as
+  ``robot_rl/ArmLift-v0``).
 
 Action (4,) in [-1, 1]: ``dx, dy, dz`` (scaled by ``action_scale``; the EE target moves by
 that delta and is clamped to the workspace box) and ``gripper`` (> 0 close, <= 0 open).
@@ -27,14 +28,11 @@ if "MUJOCO_GL" not in os.environ and not (
     os.environ["MUJOCO_GL"] = "osmesa"
 
 import math  # noqa: E402
-from dataclasses import dataclass, replace  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
 
-import gymnasium as gym  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
-from gymnasium import spaces  # noqa: E402
 
 from robot_rl.control.osc import TOP_DOWN_QUAT, OperationalSpaceController, OSCGains  # noqa: E402
 from robot_rl.control.rotations import quat_to_mat  # noqa: E402
@@ -49,7 +47,6 @@ __all__ = [
     "LIFT_OBS_DIM",
     "LIFT_OBS_LAYOUT",
     "LIFT_HEIGHT",
-    "ArmLiftEnv",
     "ArmSim",
     "ArmSimConfig",
     "cube_grasped",
@@ -96,7 +93,7 @@ DEFAULT_SCENE_XML: Path = _find_scene_xml()
 
 @dataclass
 class ArmSimConfig:
-    """Configuration of :class:`ArmSim` / :class:`ArmLiftEnv`."""
+    """Configuration of :class:`ArmSim` / :class:`~robot_rl.envs.arm_lift.ArmLiftEnv`."""
 
     control_hz: float = 10.0
     """Rate of ``ArmSim.step`` calls (agent actions) [Hz]."""
@@ -514,110 +511,3 @@ def scripted_lift_action(
             rng = np.random.default_rng()
         a[:3] += rng.normal(0.0, noise, size=3)
     return np.clip(a, -1.0, 1.0).astype(np.float32)
-
-
-# --------------------------------------------------------------------------- gymnasium env
-
-
-class ArmLiftEnv(gym.Env):
-    """Pick-and-lift a cube with the simulated 7-DoF arm.
-
-    Observation: ``Box(LIFT_OBS_DIM,)`` float32 (``image_obs=False``) or ``Dict`` with
-    ``state`` and one uint8 ``(H, W, 3)`` image per camera in ``config.cameras``
-    (``image_obs=True``; ``None`` follows ``config.render``).
-    Action: ``Box(-1, 1, (4,))`` = (dx, dy, dz, gripper).  Reward: :func:`lift_reward`.
-    Episodes are truncated after ``max_episode_steps``; with ``terminate_on_success`` they
-    terminate on the first successful step.  ``info`` has ``success``/``is_success``.
-    """
-
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
-
-    def __init__(
-        self,
-        config: ArmSimConfig | None = None,
-        image_obs: bool | None = None,
-        max_episode_steps: int = 50,
-        terminate_on_success: bool = False,
-        render_mode: str | None = None,
-        render_camera: str = "front",
-    ) -> None:
-        super().__init__()
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"unsupported render_mode {render_mode!r}")
-        cfg = config if config is not None else ArmSimConfig()
-        if image_obs is None:
-            image_obs = cfg.render
-        if image_obs and not cfg.render:
-            cfg = replace(cfg, render=True)
-        self.config = cfg
-        self.image_obs = bool(image_obs)
-        self.max_episode_steps = int(max_episode_steps)
-        self.terminate_on_success = bool(terminate_on_success)
-        self.render_mode = render_mode
-        self.render_camera = render_camera
-        self.metadata = {**self.metadata, "render_fps": cfg.control_hz}
-        self.sim = ArmSim(cfg)
-        state_space = spaces.Box(-np.inf, np.inf, shape=(LIFT_OBS_DIM,), dtype=np.float32)
-        if self.image_obs:
-            s = cfg.image_size
-            self.observation_space = spaces.Dict(
-                {
-                    "state": state_space,
-                    **{
-                        cam: spaces.Box(0, 255, shape=(s, s, 3), dtype=np.uint8)
-                        for cam in cfg.cameras
-                    },
-                }
-            )
-        else:
-            self.observation_space = state_space
-        self.action_space = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
-        self._steps = 0
-        self._state: dict[str, np.ndarray] | None = None
-
-    def _obs(self, state: dict[str, np.ndarray]) -> Any:
-        vec = lift_observation(state)
-        if not self.image_obs:
-            return vec
-        return {"state": vec, **self.sim.render_all()}
-
-    def _info(self, state: dict[str, np.ndarray]) -> dict[str, Any]:
-        ok = lift_success(state)
-        return {
-            "success": ok,
-            "is_success": ok,
-            "grasped": cube_grasped(state),
-            "cube_height": float(state["cube_pos"][2] - cube_rest_z(state)),
-        }
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        self.sim.reset(self.np_random)
-        self._steps = 0
-        self._state = self.sim.state()
-        return self._obs(self._state), self._info(self._state)
-
-    def step(self, action):
-        if self._state is None:
-            raise RuntimeError("call reset() before step()")
-        self.sim.step(action)
-        self._steps += 1
-        self._state = state = self.sim.state()
-        reward = lift_reward(state)
-        info = self._info(state)
-        terminated = bool(self.terminate_on_success and info["success"])
-        truncated = self._steps >= self.max_episode_steps
-        return self._obs(state), reward, terminated, truncated, info
-
-    @property
-    def state(self) -> dict[str, np.ndarray] | None:
-        """Last state dict (for scripted experts)."""
-        return self._state
-
-    def render(self):
-        if self.render_mode == "rgb_array":
-            return self.sim.render(self.render_camera)
-        return None
-
-    def close(self) -> None:
-        self.sim.close()
