@@ -13,19 +13,19 @@ in the message) and retried with exponential backoff; the node itself keeps runn
 
 from __future__ import annotations
 
-import array
-import sys
 import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image
-from std_msgs.msg import Header
 
-from robot_rl.hardware.cameras import (Backoff, CameraError, CameraSource, EndOfStream, Frame, Geometry,
-                                       Intrinsics, OpenCVSource, RealSenseSource, SourceClosed)
+from robot_rl.hardware.cameras.base import Backoff, CameraError, CameraSource, EndOfStream, SourceClosed
+from robot_rl.hardware.cameras.frames import Frame, Geometry, Intrinsics
+from robot_rl.hardware.cameras.opencv import OpenCVSource
+from robot_rl.hardware.cameras.realsense import RealSenseSource
 from robot_rl.ros import qos
+from robot_rl.ros.camera_io import camera_info_msg, depth_to_msg
 from robot_rl.ros.messages import image_to_msg, ns_to_stamp
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
 
@@ -56,37 +56,6 @@ PARAMS = [
     Param("reconnect_backoff_max_s", 5.0, "Longest wait between reopening attempts.", 0.01, 600.0),
     Param("diagnostics_period_s", 1.0, "Period of /diagnostics.", 0.05, 60.0),
 ]
-
-
-def depth_to_msg(depth, stamp, frame_id: str) -> Image:
-    """uint16 (H, W) -> sensor_msgs/Image 16UC1 with one memcpy (see robot_rl.ros.messages)."""
-    if depth.dtype.kind != "u" or depth.itemsize != 2 or depth.ndim != 2:
-        raise ValueError(f"depth must be uint16 (H, W), got {depth.dtype} {depth.shape}")
-    if not depth.flags.c_contiguous:
-        depth = depth.copy()
-    msg = Image()
-    msg.header = Header(stamp=stamp, frame_id=frame_id)
-    msg.height, msg.width = int(depth.shape[0]), int(depth.shape[1])
-    msg.encoding = "16UC1"
-    msg.is_bigendian = int(depth.dtype.byteorder == ">" or (depth.dtype.byteorder == "=" and sys.byteorder == "big"))
-    msg.step = msg.width * 2
-    data = array.array("B")
-    data.frombytes(memoryview(depth).cast("B"))
-    msg.data = data
-    return msg
-
-
-def camera_info_msg(intrinsics: Intrinsics, frame_id: str) -> CameraInfo:
-    """CameraInfo of a (rectification-free) pinhole camera; K/P stay zero when uncalibrated."""
-    info = CameraInfo(width=intrinsics.width, height=intrinsics.height,
-                      distortion_model=intrinsics.distortion_model)
-    info.header.frame_id = frame_id
-    info.d = [float(c) for c in intrinsics.coeffs]
-    i = intrinsics
-    info.k = [i.fx, 0.0, i.cx, 0.0, i.fy, i.cy, 0.0, 0.0, 1.0 if i.calibrated else 0.0]
-    info.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
-    info.p = [i.fx, 0.0, i.cx, 0.0, 0.0, i.fy, i.cy, 0.0, 0.0, 0.0, 1.0 if i.calibrated else 0.0, 0.0]
-    return info
 
 
 def make_source(p: dict) -> CameraSource:

@@ -38,12 +38,12 @@ from std_srvs.srv import Trigger
 from robot_rl.envs.car_race import CarSim
 from robot_rl.envs.randomization import OPTIONAL_SPLITS, SPLITS, Randomization
 from robot_rl.envs.track import generate_track
-from robot_rl.hardware.cameras import Intrinsics
+from robot_rl.hardware.cameras.frames import Intrinsics
 from robot_rl.hardware.safety import Rejected
 from robot_rl.hardware.vesc import CarLimits, load_car_hardware
-from robot_rl.nodes.camera import camera_info_msg
 from robot_rl.resources import package_path
 from robot_rl.ros import qos
+from robot_rl.ros.camera_io import camera_info_msg
 from robot_rl.ros.car_io import CarCommand, CarPractice, PracticeEvent, imu_msg, odometry_msg, parse_cmd_vel, \
     practice_msg
 from robot_rl.ros.hardware_node import SimEstop
