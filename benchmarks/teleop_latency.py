@@ -80,10 +80,6 @@ class Listener:
         self.joy_pub.publish(msg)
         return sent
 
-    def spin_until(self, deadline: float) -> None:
-        while time.monotonic() < deadline:
-            self.probe.executor.spin_once(timeout_sec=max(0.0, min(0.002, deadline - time.monotonic())))
-
 
 def _answer(commands: list[tuple[float, float]], since: float, sign: float) -> float | None:
     """Arrival time of the first command after `since` pointing the new way."""
@@ -103,21 +99,21 @@ def measure(listener: Listener, send, events: int, rng: random.Random) -> tuple[
         sent = send(sign)
         deadline = sent + 0.5
         while time.monotonic() < deadline:
-            listener.spin_until(time.monotonic() + 0.002)
+            listener.probe.spin_until(time.monotonic() + 0.002)
             arrived = _answer(listener.commands[-50:], sent, sign)
             if arrived is not None:
                 latencies.append((arrived - sent) * 1e3)
                 break
         else:
             latencies.append(float("inf"))  # lost: counts against p99
-        listener.spin_until(time.monotonic() + rng.uniform(0.02, 0.06))
+        listener.probe.spin_until(time.monotonic() + rng.uniform(0.02, 0.06))
     return latencies, sent
 
 
 def release(listener: Listener, last_input: float, expected_s: float, early_s: float = 0.0) -> dict:
     """After the last input: when control went back (expected after `expected_s`, up to `early_s`
     sooner), whether the last command was a zero, and that nothing followed the release."""
-    listener.spin_until(last_input + expected_s + 1.0)
+    listener.probe.spin_until(last_input + expected_s + 1.0)
     handbacks = [t for t, e in listener.events if e == "handback" and t >= last_input]
     handback_s = (handbacks[0] - last_input) if handbacks else None
     after_release = [x for t, x in listener.commands if handbacks and t > handbacks[0] + 0.02]
@@ -135,14 +131,14 @@ def summary(latencies: list[float]) -> dict:
             "max_ms": round(float(finite.max()), 3) if finite.size else None}
 
 
-def run_keyboard(events: int, workdir: Path, domain_id: int, hold_s: float) -> dict:
+def run_keyboard(events: int, workdir: Path, hold_s: float) -> dict:
     from robot_rl.ros.probe import start_node, stop_node
 
     master, slave = pty.openpty()
     log = workdir / "teleop_keyboard.log"
     proc, domain_id = start_node("robot_rl.nodes.teleop", log, "device:=keyboard",
                                  f"device_path:={os.ttyname(slave)}", f"hold_s:={hold_s}", "silence_timeout_s:=2.0",
-                                 "diagnostics_period_s:=0.2", domain_id=domain_id)
+                                 "diagnostics_period_s:=0.2")
     listener = Listener(domain_id)
     try:
         listener.probe.wait_for(lambda: listener.probe.diag.get("device_status") == "connected", 30,
@@ -166,17 +162,17 @@ def run_keyboard(events: int, workdir: Path, domain_id: int, hold_s: float) -> d
     return result
 
 
-def run_joy(events: int, workdir: Path, domain_id: int, silence_s: float) -> dict:
+def run_joy(events: int, workdir: Path, silence_s: float) -> dict:
     from robot_rl.ros.probe import start_node, stop_node
 
     log = workdir / "teleop_joy.log"
     proc, domain_id = start_node("robot_rl.nodes.teleop", log, "device:=joy", "hold_s:=0.1",
-                                 f"silence_timeout_s:={silence_s}", "diagnostics_period_s:=0.2", domain_id=domain_id)
+                                 f"silence_timeout_s:={silence_s}", "diagnostics_period_s:=0.2")
     listener = Listener(domain_id)
     try:
         def connected() -> bool:
             listener.publish_joy(0.0, False)
-            listener.spin_until(time.monotonic() + 0.05)
+            listener.probe.spin_until(time.monotonic() + 0.05)
             return listener.probe.diag.get("device_status") == "connected"
 
         listener.probe.wait_for(connected, 30, "the joy node connected")
@@ -198,12 +194,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="50 inputs per path (a smoke run)")
     args = parser.parse_args()
     events = 50 if args.quick else args.events
-    base_domain = random.randint(120, 200)
     with tempfile.TemporaryDirectory(prefix="teleop_latency_") as tmp:
         workdir = Path(tmp)
-        keyboard = run_keyboard(events, workdir, base_domain, hold_s=0.3)
+        keyboard = run_keyboard(events, workdir, hold_s=0.3)
         print(json.dumps({"path": "keyboard", **keyboard}), flush=True)
-        joy = run_joy(events, workdir, base_domain + 1, silence_s=0.3)
+        joy = run_joy(events, workdir, silence_s=0.3)
         print(json.dumps({"path": "joy", **joy}), flush=True)
     p99 = max(keyboard["p99_ms"], joy["p99_ms"])
     releases_ok = keyboard["release_ok"] and joy["release_ok"]

@@ -63,7 +63,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import signal
 import statistics
 import subprocess
@@ -78,6 +77,8 @@ if str(REPO_ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
+from robot_rl.ros.probe import fresh_domain_id  # noqa: E402
+
 TARGETS = {"weights_5mb_ms": 30.0, "transitions_per_s": 200.0, "image_128_codec_ms": 0.1}
 BATCH = 32
 IMG_SHAPE = (128, 128, 3)
@@ -86,8 +87,6 @@ ACTION_DIM = 7
 
 TOPIC_DATA = "rrl_bench/data"
 TOPIC_ACK = "rrl_bench/ack"
-
-_used_domains: set[int] = set()
 
 
 # ==========================================================================
@@ -335,18 +334,11 @@ def _sender(args, node, executor, data_qos, deadline) -> dict:
 # ==========================================================================
 
 
-def _fresh_domain() -> int:
-    free = [d for d in range(100, 201) if d not in _used_domains]
-    d = random.choice(free)
-    _used_domains.add(d)
-    return d
-
-
 def _ros_env(mode: str, profile_path: str) -> dict[str, str]:
     env = dict(os.environ)
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     env["ROS_LOCALHOST_ONLY"] = "1"
-    env["ROS_DOMAIN_ID"] = str(_fresh_domain())
+    env["ROS_DOMAIN_ID"] = str(fresh_domain_id())
     for k in ("ROS_PYTHON_CHECK_FIELDS", "FASTDDS_BUILTIN_TRANSPORTS",
               "FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE",
               "RMW_FASTRTPS_USE_QOS_FROM_XML", "RMW_FASTRTPS_PUBLICATION_MODE"):
