@@ -6,12 +6,12 @@ import torch
 
 from robot_rl.agents.policy import Policy, PolicySpec
 from robot_rl.agents.sac import SACConfig
-from robot_rl.data.delivery import Outbox
-from robot_rl.ros import codec
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.tasks import TaskSpec
 from robot_rl.training.actor import ActorConfig, ActorCore
 from robot_rl.training.learner import LearnerConfig, LearnerCore
+from robot_rl.transport import codec
+from robot_rl.transport.outbox import Outbox
 
 
 def _task(horizon=3, terminate=False):

@@ -37,7 +37,7 @@ def module_name(path: Path) -> str:
 
 
 def part_of(module: str) -> str:
-    """The layer unit a module belongs to: `robot_rl.ros.codec` -> `ros`, `robot_rl.tasks` -> `tasks`."""
+    """The layer unit a module belongs to: `robot_rl.ros.qos` -> `ros`, `robot_rl.tasks` -> `tasks`."""
     return module.split(".")[1] if module.count(".") >= 1 else module
 
 

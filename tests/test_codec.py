@@ -1,4 +1,4 @@
-"""Unit tests for robot_rl.ros.codec (pure Python/numpy; torch only for the
+"""Unit tests for robot_rl.transport.codec (pure Python/numpy; torch only for the
 state_dict helpers). No DDS, no rclpy."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import zlib
 import numpy as np
 import pytest
 
-from robot_rl.ros import codec
-from robot_rl.ros.codec import (
+from robot_rl.transport import codec
+from robot_rl.transport.codec import (
     CODEC_VERSION,
     MAGIC,
     PREFIX_SIZE,
@@ -553,7 +553,7 @@ def test_codec_module_does_not_import_rclpy_or_torch_at_import_time():
     import subprocess
 
     code = (
-        "import sys, robot_rl.ros.codec as c; "
+        "import sys, robot_rl.transport.codec as c; "
         "print('rclpy' in sys.modules, 'torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

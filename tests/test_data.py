@@ -3,9 +3,11 @@
 import numpy as np
 import pytest
 
-from robot_rl.data.delivery import Outbox, SequenceTracker
-from robot_rl.data.journal import PayloadJournal
-from robot_rl.data.replay import MixedSampler, ReplayBuffer, transition_layout
+from robot_rl.data.replay import MixedSampler, ReplayBuffer
+from robot_rl.transport.journal import PayloadJournal
+from robot_rl.transport.layout import transition_layout
+from robot_rl.transport.outbox import Outbox
+from robot_rl.transport.sequences import SequenceTracker
 
 
 def _transitions(n, start=0, obs_dim=2):

@@ -9,7 +9,8 @@ import zarr
 from robot_rl.data.dataset import load_transitions, save_transitions
 from robot_rl.data.episodes import EpisodeDataset, EpisodeSchema, EpisodeWriter
 from robot_rl.data.frames import FrameReplayBuffer
-from robot_rl.data.replay import ReplayBuffer, transition_layout
+from robot_rl.data.replay import ReplayBuffer
+from robot_rl.transport.layout import transition_layout
 
 SCHEMA = EpisodeSchema({"front": (2, 2, 3)}, state_dim=2, action_dim=1)
 CONFIG = {"task": "toy", "control_hz": 10}

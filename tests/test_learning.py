@@ -5,12 +5,12 @@ import numpy as np
 import torch
 
 from robot_rl.agents.sac import SACConfig
-from robot_rl.data.delivery import Outbox
 from robot_rl.envs.arm import ArmSim
 from robot_rl.tasks import get_task
 from robot_rl.training.actor import ActorConfig, ActorCore
 from robot_rl.training.learner import LearnerConfig, LearnerCore
 from robot_rl.training.local import collect_demonstrations, train_in_process
+from robot_rl.transport.outbox import Outbox
 
 
 def _lift_in_3000_steps(tmp_path, seed: int) -> tuple[dict, dict, LearnerCore]:

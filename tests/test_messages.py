@@ -15,7 +15,6 @@ from rclpy.serialization import deserialize_message, serialize_message  # noqa: 
 from sensor_msgs.msg import Image  # noqa: E402
 from std_msgs.msg import UInt8MultiArray  # noqa: E402
 
-from robot_rl.ros import codec  # noqa: E402
 from robot_rl.ros.messages import (  # noqa: E402
     bytes_to_uint8_multiarray,
     image_to_msg,
@@ -24,6 +23,7 @@ from robot_rl.ros.messages import (  # noqa: E402
     stamp_to_ns,
     uint8_multiarray_view,
 )
+from robot_rl.transport import codec  # noqa: E402
 
 
 def _img(h=6, w=5, c=3, seed=0):

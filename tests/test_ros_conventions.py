@@ -185,11 +185,11 @@ def test_every_node_stops_within_two_seconds_of_sigint(name, tmp_path):
 def test_evaluation_pins_the_policy_version_it_started_with(tmp_path):
     import numpy as np
 
-    from robot_rl.data.delivery import Outbox
-    from robot_rl.ros import codec
     from robot_rl.tasks import TaskSpec
     from robot_rl.training.actor import ActorConfig, ActorCore
     from robot_rl.training.learner import LearnerConfig, LearnerCore
+    from robot_rl.transport import codec
+    from robot_rl.transport.outbox import Outbox
 
     task = TaskSpec(name="toy", obs_dim=2, action_dim=1, max_episode_steps=2, control_hz=10.0,
                     observation=lambda s: np.array([s["x"], 1.0], np.float32), reward=lambda s: 0.0,

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from robot_rl.cli import main as cli_main
-from robot_rl.data.delivery import SequenceTracker
-from robot_rl.ros import codec
-from robot_rl.ros.security import SECRET_FILE, ensure_run_secret
 from robot_rl.training.learner import LearnerConfig, LearnerCore
+from robot_rl.transport import codec
+from robot_rl.transport.secret import SECRET_FILE, ensure_run_secret
+from robot_rl.transport.sequences import SequenceTracker
 
 KEY = bytes(range(32))
 

@@ -15,8 +15,9 @@ from robot_rl.cli.args import at_least, dataset_flags, domain_id_arg, parse_sett
 from robot_rl.cli.data import dataset_out
 from robot_rl.cli.gym import cmd_train_env
 from robot_rl.outputs import TEMP_PREFIX, UserError, atomic_path
-from robot_rl.ros.security import ENFORCEMENT_NOTE, ensure_run_secret, init_keystore
+from robot_rl.ros.security import ENFORCEMENT_NOTE, init_keystore
 from robot_rl.ros.session import Monitor, check_resumable, claim_run_dir, run_graph
+from robot_rl.transport.secret import ensure_run_secret
 
 
 def _refuse_settings_outside(nodes: list[str], settings: dict) -> None:

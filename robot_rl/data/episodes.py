@@ -206,7 +206,7 @@ class EpisodeDataset:
 
     def transitions(self, cameras: Sequence[str] = ()) -> dict[str, np.ndarray]:
         """All steps as flat transitions on the state vector (obs, action, reward, next_obs, terminated,
-        truncated, intervention): the layout of `replay.transition_layout` for `ReplayBuffer.add_batch`.
+        truncated, intervention): the layout of `transport.layout.transition_layout` for `ReplayBuffer.add_batch`.
         With `cameras`, also each camera's `obs_<camera>` / `next_obs_<camera>` frames (the layout
         pixel tasks send to the learner)."""
         unknown = sorted(set(cameras) - set(self.schema.cameras))

@@ -35,7 +35,6 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Bool, Float32, Header, String
 from std_srvs.srv import Trigger
 
-from robot_rl.data.delivery import Outbox
 from robot_rl.data.episodes import EpisodeSchema, EpisodeWriter
 from robot_rl.envs.arm import ArmSimConfig
 from robot_rl.ros import qos
@@ -44,11 +43,12 @@ from robot_rl.ros.learner_link import LearnerLink
 from robot_rl.ros.messages import msg_to_image, ns_to_stamp, stamp_to_ns
 from robot_rl.ros.node_utils import (Param, ParameterError, declare_params, diagnostics, reset_stamp, run_node,
                                      timer_once)
-from robot_rl.ros.security import run_key
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.tasks import get_task, task_names
 from robot_rl.teleop.takeover import HumanCommand
 from robot_rl.training.actor import LABELS, ActorConfig, ActorCore
+from robot_rl.transport.outbox import Outbox
+from robot_rl.transport.secret import run_key
 
 PARAMS = [
     Param("task", "arm_lift", "Task name.", choices=task_names()),

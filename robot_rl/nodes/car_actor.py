@@ -41,7 +41,6 @@ from std_srvs.srv import Trigger
 
 from robot_rl.agents.frame_stack_policy import load_frame_stack_policy
 from robot_rl.agents.policy import Policy, PolicySpec
-from robot_rl.data.delivery import Outbox
 from robot_rl.envs.car_race import CarRaceConfig
 from robot_rl.hardware.safety import Rejected
 from robot_rl.ros import qos
@@ -50,11 +49,12 @@ from robot_rl.ros.learner_link import LearnerLink
 from robot_rl.ros.messages import msg_to_image, stamp_to_ns
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, reset_stamp, run_node, \
     timer_once
-from robot_rl.ros.security import run_key
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.tasks import get_task
 from robot_rl.training.actor import ActorConfig, ActorCore
 from robot_rl.training.car_observer import CarObserver, load_checkpoints
+from robot_rl.transport.outbox import Outbox
+from robot_rl.transport.secret import run_key
 
 PARAMS = [
     Param("policy_dir", "policies/car_race_iql_64", "Frame-stack policy (IQL export): its frozen encoder makes the "

@@ -21,12 +21,13 @@ from std_msgs.msg import Header, UInt8MultiArray
 
 from robot_rl.agents.sac import SACConfig
 from robot_rl.data.dataset import load_transitions
-from robot_rl.ros import codec, qos
+from robot_rl.ros import qos
 from robot_rl.ros.messages import bytes_to_uint8_multiarray, stamp_to_ns, uint8_multiarray_view
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
-from robot_rl.ros.security import SECRET_FILE, ensure_run_secret
 from robot_rl.tasks import get_task, task_names
 from robot_rl.training.learner import LearnerConfig, LearnerCore
+from robot_rl.transport import codec
+from robot_rl.transport.secret import SECRET_FILE, ensure_run_secret
 
 PARAMS = [
     Param("task", "arm_lift", "Task name (decides observation and action sizes).", choices=task_names()),

@@ -13,9 +13,10 @@ import threading
 from rclpy.node import Node
 from std_msgs.msg import UInt8MultiArray
 
-from robot_rl.ros import codec, qos
+from robot_rl.ros import qos
 from robot_rl.ros.messages import bytes_to_uint8_multiarray, uint8_multiarray_view
 from robot_rl.training.actor import ActorCore
+from robot_rl.transport import codec
 
 
 class LearnerLink:

@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 
 from robot_rl.agents.policy import Policy, PolicySpec
-from robot_rl.data.delivery import Outbox
 from robot_rl.data.episodes import EpisodeWriter
-from robot_rl.data.replay import TRANSITION_FIELDS, stack_transitions
 from robot_rl.outputs import atomic_write_text
-from robot_rl.ros import codec
 from robot_rl.tasks import State, TaskSpec
-from robot_rl.training.learner import ACK, POLICY, TRANSITIONS
+from robot_rl.transport import codec
+from robot_rl.transport.kinds import ACK, POLICY, TRANSITIONS
+from robot_rl.transport.layout import TRANSITION_FIELDS, stack_transitions
+from robot_rl.transport.outbox import Outbox
 
 
 LABELS = ("success", "failure", "reset", "rerecord")

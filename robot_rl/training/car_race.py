@@ -27,9 +27,10 @@ from robot_rl.agents.encoders import EncoderConfig, ImageEncoder
 from robot_rl.agents.frame_stack_policy import FeatureStack, FrameStackPolicy, load_frame_stack_policy, \
     save_frame_stack_policy
 from robot_rl.agents.sac import SAC, SACConfig
-from robot_rl.data.replay import ReplayBuffer, transition_layout
+from robot_rl.data.replay import ReplayBuffer
 from robot_rl.device import resolve_device
 from robot_rl.envs.car_race import STATE_DIM, CarRaceEnv
+from robot_rl.transport.layout import transition_layout
 
 __all__ = ["CarTrainConfig", "CarTrainer", "fastrlap_sac"]
 

@@ -29,9 +29,10 @@ from robot_rl.agents.encoders import EncoderConfig
 from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.data.episodes import EpisodeDataset
 from robot_rl.data.frames import FrameReplayBuffer
-from robot_rl.data.replay import MixedSampler, ReplayBuffer, transition_layout
+from robot_rl.data.replay import MixedSampler, ReplayBuffer
 from robot_rl.rewards.env_reward import LearnedRewardConfig, learned_reward_env
 from robot_rl.training.interventions import InterventionConfig, ScriptedIntervener
+from robot_rl.transport.layout import transition_layout
 from robot_rl.device import resolve_device
 
 Expert = Callable[[dict, np.random.Generator, float], np.ndarray]

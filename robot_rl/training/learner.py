@@ -27,17 +27,15 @@ import numpy as np
 import torch
 
 from robot_rl.agents.sac import SAC, SACConfig
-from robot_rl.data.delivery import SequenceTracker
-from robot_rl.data.journal import PayloadJournal
 from robot_rl.agents.encoders import pretrained_config
 from robot_rl.device import resolve_device
-from robot_rl.data.replay import MixedSampler, ReplayBuffer, transition_layout, validate_transitions
+from robot_rl.data.replay import MixedSampler, ReplayBuffer
 from robot_rl.outputs import TEMP_PREFIX, atomic_path
-from robot_rl.ros import codec
-
-TRANSITIONS = "transitions"
-POLICY = "policy"
-ACK = "ack"
+from robot_rl.transport import codec
+from robot_rl.transport.journal import PayloadJournal
+from robot_rl.transport.kinds import ACK, POLICY, TRANSITIONS
+from robot_rl.transport.layout import transition_layout, validate_transitions
+from robot_rl.transport.sequences import SequenceTracker
 
 
 @dataclass
@@ -86,7 +84,7 @@ class IngestResult:
 
 class LearnerCore:
     def __init__(self, config: LearnerConfig, run_dir: str | os.PathLike, key: bytes | None = None):
-        """`key`: the run's secret (robot_rl/ros/security.py). With it, only transition payloads
+        """`key`: the run's secret (robot_rl/transport/secret.py). With it, only transition payloads
         signed with it are stored (others are counted in `forged`) and policies and acks are signed."""
         self.config = config
         self.key = key

@@ -1,5 +1,6 @@
 """Versioned, validated binary payload codec for everything that crosses a
-process boundary in robot_rl (transition batches, policy weights, acks).
+process boundary in robot_rl (transition batches, policy weights, acks; the
+kinds are listed in kinds.py).
 
 Pure Python + numpy (+ safetensors). This module must never import rclpy so
 it can be used by offline tools, tests and non-ROS processes alike. Nothing is
@@ -14,7 +15,7 @@ Wire format (all integers little-endian)::
     6       4     u32 CRC-32 (zlib polynomial) of the body
     10      ...   body: a safetensors blob
     end-32  32    version 2 only: HMAC-SHA256 of everything before it, keyed
-                  with the run's secret (robot_rl/ros/security.py)
+                  with the run's secret (secret.py)
 
 ``encode(..., key=k)`` writes version 2; without a key, version 1.
 ``decode(..., key=k)`` accepts only a version 2 payload whose tag verifies
