@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Safety benchmark of the real-arm node (and a fuzz of the simulator node).
+"""Safety benchmark of the hardware nodes (real arm, quadrotor) and a fuzz of the simulator node.
 
 Run from the repo root::
 
