@@ -22,6 +22,7 @@ from typing import IO
 import yaml
 
 from robot_rl.outputs import UserError, check_output
+from robot_rl.ros.settings import declared_params
 from robot_rl.ros.supervisor import Supervisor
 
 LOCK_NAME = ".lock"
@@ -62,17 +63,19 @@ def claim_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
                 child.unlink()
 
 
+NETWORK_PARAMETERS = ("task", "hidden_dims", "num_critics", "grasp_critic", "encoder")
+"""Learner parameters that decide the networks' shapes: a run directory resumes only with the same ones."""
+
+
 def check_resumable(run_dir: Path, specs) -> None:
     """A resumed run must build the learner's networks as the run that made `run_dir` did (its
     checkpoint holds their weights); raises UserError naming the first setting that differs."""
-    from robot_rl.nodes.learner import NETWORK_PARAMETERS, PARAMS
-
     learner = next((spec for spec in specs if spec.name == "learner"), None)
     earlier_path = run_dir / "params.yaml"
     if learner is None or not earlier_path.exists():
         return
     earlier = (yaml.safe_load(earlier_path.read_text()) or {}).get("learner", {}).get("ros__parameters", {})
-    defaults = {p.name: p.default for p in PARAMS}
+    defaults = {name: param.default for name, param in declared_params("learner").items()}
     for name in NETWORK_PARAMETERS:
         before, now = earlier.get(name, defaults[name]), learner.parameters.get(name, defaults[name])
         if before != now:
