@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import array
+
 import numpy as np
 import pytest
 import torch
 
 from robot_rl.agents.ppo import (
-    PPO, ActorCritic, DeployedPolicy, EmpiricalNormalization, PPOConfig, ValueNormalizer, compute_gae, export_policy,
-    policy_to_bytes, surrogate_loss, value_loss,
+    PPO, ActorCritic, DeployedPolicy, EmpiricalNormalization, PPOConfig, ValueNormalizer, compute_gae, deployable,
+    export_policy, surrogate_loss, value_loss,
 )
 from robot_rl.training.ppo_runner import OnPolicyRunner
+from robot_rl.transport import codec
+from robot_rl.transport.kinds import POLICY, PPO_POLICY
+from robot_rl.transport.ppo_policy import decode_ppo_policy, encode_ppo_policy
 
 
 def test_gae_by_hand_with_an_episode_end():
@@ -90,12 +95,26 @@ def test_export_round_trip_and_bad_inputs(tmp_path):
         policy(np.full(6, np.nan))
     with pytest.raises(FileNotFoundError, match="missing"):
         DeployedPolicy.load(tmp_path / "nothing")
-    # the same policy as a message payload (what the learner node publishes)
-    payload = policy_to_bytes(ac, {"iteration": 3})
-    np.testing.assert_allclose(DeployedPolicy.from_bytes(payload)(obs), expected, atol=1e-6)
-    for bad in (payload[:3], payload[:-10], b"\x00\x00\x00\x02{}" + payload[10:]):
-        with pytest.raises(ValueError):
-            DeployedPolicy.from_bytes(bad)
+
+    # the same policy as a message payload (what the learner node publishes): a codec payload signed with the run
+    # secret, read from UInt8MultiArray.data (an array.array)
+    key = b"k" * 32
+    payload = encode_ppo_policy(ac, {"iteration": 3}, key=key)
+    received = decode_ppo_policy(array.array("B", payload), key=key)
+    np.testing.assert_allclose(received(obs), expected, atol=1e-6)
+    assert received.card["iteration"] == 3 and codec.decode(payload).kind == PPO_POLICY
+    np.testing.assert_allclose(decode_ppo_policy(encode_ppo_policy(ac, {}))(obs), expected, atol=1e-6)  # no run dir
+    tensors, card = deployable(ac, {})
+    arrays = codec.state_dict_to_arrays(tensors)
+    refused = [("too_short", payload[:3]), ("bad_mac", payload[:-10]), ("unsigned", encode_ppo_policy(ac, {})),
+               ("bad_mac", encode_ppo_policy(ac, {}, key=b"o" * 32)),  # another run's key
+               ("wrong_kind", codec.encode(POLICY, arrays, card, key=key))]
+    for reason, bad in refused:
+        with pytest.raises(codec.PayloadError) as info:
+            decode_ppo_policy(bad, key=key)
+        assert info.value.reason == reason
+    with pytest.raises(ValueError, match="do not match the card"):
+        decode_ppo_policy(codec.encode(PPO_POLICY, arrays, {**card, "actor_hidden": [8]}, key=key), key=key)
 
 
 class PointMassEnv:

@@ -7,12 +7,12 @@
 * :class:`RolloutStorage` and :class:`PPO` -- collection buffers and the clipped update with
   rsl_rl's time-out bootstrapping and KL-adaptive learning rate.
 * :func:`export_policy` / :class:`DeployedPolicy` -- what runs on the robot: the actor and its
-  observation normalizer only (safetensors + a JSON card), nothing of the training.
+  observation normalizer only (safetensors + a JSON card), nothing of the training. The same
+  tensors and card travel on ``rl/policy`` as a codec payload (robot_rl/transport/ppo_policy.py).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,7 +25,7 @@ from torch import nn
 from robot_rl.artifacts import load_card, load_weights, model_directory, save_card, save_weights
 
 __all__ = ["ActorCritic", "DeployedPolicy", "EmpiricalNormalization", "PPO", "PPOConfig", "RolloutStorage",
-           "ValueNormalizer", "compute_gae", "export_policy", "policy_to_bytes", "surrogate_loss", "value_loss"]
+           "ValueNormalizer", "compute_gae", "deployable", "export_policy", "surrogate_loss", "value_loss"]
 
 POLICY_FILE = "policy.safetensors"
 CARD_FILE = "card.json"
@@ -413,8 +413,8 @@ class PPO:
 # --------------------------------------------------------------------------- deployment
 
 
-def _deployable(actor_critic: ActorCritic, card: dict[str, Any],
-                config: PPOConfig | None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def deployable(actor_critic: ActorCritic, card: dict[str, Any],
+               config: PPOConfig | None = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The actor's tensors (weights + observation normalizer) and the card that rebuilds it."""
     tensors = {f"actor.{k}": v.detach().cpu().contiguous() for k, v in actor_critic.actor.state_dict().items()}
     if actor_critic.normalize_obs:
@@ -435,21 +435,11 @@ def export_policy(actor_critic: ActorCritic, directory: str | Path, card: dict[s
                   config: PPOConfig | None = None) -> Path:
     """Writes the deployable policy: ``policy.safetensors`` (actor + observation normalizer) and
     ``card.json`` (``card`` plus what is needed to rebuild the network)."""
-    tensors, full_card = _deployable(actor_critic, card, config)
+    tensors, full_card = deployable(actor_critic, card, config)
     with model_directory(directory) as tmp:
         save_weights(tensors, tmp / POLICY_FILE)
         save_card(full_card, tmp / CARD_FILE, indent=1)
     return Path(directory)
-
-
-def policy_to_bytes(actor_critic: ActorCritic, card: dict[str, Any]) -> bytes:
-    """The deployable policy as one message payload: 4-byte big-endian card length, the card's JSON,
-    then the safetensors bytes (what a learner node publishes on ``rl/policy``)."""
-    from safetensors.torch import save
-
-    tensors, full_card = _deployable(actor_critic, card, None)
-    head = json.dumps(full_card, default=str).encode()
-    return len(head).to_bytes(4, "big") + head + save(tensors)
 
 
 class DeployedPolicy:
@@ -470,24 +460,12 @@ class DeployedPolicy:
             if not path.is_file():
                 raise FileNotFoundError(f"policy directory {directory}: missing {path.name} "
                                         f"(export one with robot-rl juggle train --out DIR)")
-        return cls._build(load_weights(weights_path), load_card(card_path), device, str(directory))
+        return cls.from_tensors(load_weights(weights_path), load_card(card_path), device, str(directory))
 
     @classmethod
-    def from_bytes(cls, data: bytes, device: str = "cpu") -> DeployedPolicy:
-        """From a :func:`policy_to_bytes` payload; ValueError for a malformed one."""
-        from safetensors.torch import load
-
-        if len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
-            raise ValueError(f"policy payload of {len(data)} bytes is truncated")
-        n = int.from_bytes(data[:4], "big")
-        try:
-            card, tensors = json.loads(data[4:4 + n]), load(bytes(data[4 + n:]))
-        except Exception as exc:  # noqa: BLE001 - any decoding failure is a bad payload
-            raise ValueError(f"malformed policy payload: {exc}") from None
-        return cls._build(tensors, card, device, "payload")
-
-    @classmethod
-    def _build(cls, tensors: dict[str, torch.Tensor], card: dict[str, Any], device: str, source: str) -> DeployedPolicy:
+    def from_tensors(cls, tensors: dict[str, torch.Tensor], card: dict[str, Any], device: str,
+                     source: str) -> DeployedPolicy:
+        """From the tensors and card of :func:`deployable`; ValueError (naming `source`) when they do not fit."""
         if card.get("format_version") != FORMAT_VERSION:
             raise ValueError(f"{source}: format_version {card.get('format_version')} != {FORMAT_VERSION}")
         try:

@@ -2,8 +2,8 @@
 
 Subscribes `quad/odom` and `ball/pose` (paired by stamp; validated by the real quadrotor node's
 functions), publishes `quad/cmd_ctbr` stamped with the observation it answers. With
-`follow_learner`, policies arriving on `rl/policy` (from the `ppo_learner` node) replace the
-loaded one at the next episode. The observation,
+`follow_learner`, policies arriving on `rl/policy` (from the `ppo_learner` node; with a `run_dir`,
+only those signed with its run secret) replace the loaded one at the next episode. The observation,
 hit counting and termination are the training env's own (robot_rl/envs/juggle_task.py): the
 policy sees here what it saw in training, less the simulated noise. An episode ends when the task
 terminates (ball lost, crash) or after `max_episode_s`; the actor then calls `reset_service` and
@@ -37,6 +37,8 @@ from robot_rl.ros.node_utils import (Param, ParameterError, declare_params, diag
                                      timer_once)
 from robot_rl.ros.quad_io import JuggleObserver, ctbr_to_msg, parse_ball, parse_odom
 from robot_rl.ros.sync import StampSynchronizer
+from robot_rl.transport.ppo_policy import decode_ppo_policy
+from robot_rl.transport.secret import ensure_run_secret
 
 PARAMS = [
     Param("policy_dir", "policies/quad_juggle", "Exported policy directory (policy.safetensors + card.json)."),
@@ -45,7 +47,7 @@ PARAMS = [
     Param("max_episode_s", 600.0, "End an episode after this much (simulated) time [s].", 0.1, 86400.0),
     Param("reset_service", "/quad_sim/reset", "Trigger service that starts a new episode ('' for none: a "
           "person resets the real robot and the next observation starts the episode)."),
-    Param("run_dir", "", "Where the summary goes ('' for none)."),
+    Param("run_dir", "", "Where the summary goes and the secret policies must be signed with ('' for none)."),
     Param("device", "cpu", "Torch device of the policy."),
     Param("follow_learner", False, "Fly the policies the ppo_learner publishes on rl/policy (from the next episode)."),
 ]
@@ -81,6 +83,8 @@ class JuggleActorNode(Node):
         self.next_policy: DeployedPolicy | None = None
         self.policy_version = 0
         self.invalid_policies = 0
+        # With a run directory, only policies signed with the run's secret are flown.
+        self.key = ensure_run_secret(p["run_dir"]) if p["follow_learner"] and p["run_dir"] else None
         if p["follow_learner"]:
             self.create_subscription(UInt8MultiArray, "rl/policy", self._on_policy, qos.POLICY)
         self.reset_client = self.create_client(Trigger, p["reset_service"]) if p["reset_service"] else None
@@ -92,7 +96,7 @@ class JuggleActorNode(Node):
 
     def _on_policy(self, msg: UInt8MultiArray) -> None:
         try:
-            policy = DeployedPolicy.from_bytes(bytes(uint8_multiarray_view(msg)), self.params["device"])
+            policy = decode_ppo_policy(uint8_multiarray_view(msg), self.key, self.params["device"])
             if (policy.obs_dim, policy.action_dim) != (self.policy.obs_dim, self.policy.action_dim):
                 raise ValueError(f"policy for {policy.obs_dim} -> {policy.action_dim}, "
                                  f"expected {self.policy.obs_dim} -> {self.policy.action_dim}")

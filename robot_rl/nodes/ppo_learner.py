@@ -1,6 +1,7 @@
 """PPO learner node: trains the juggling policy in its own vectorized randomized simulation and
-publishes it on `rl/policy` (std_msgs/UInt8MultiArray, `robot_rl.agents.ppo.policy_to_bytes`)
-for the `juggle_actor`, which flies the ROS quadrotor (simulated or real) with it.
+publishes it on `rl/policy` (std_msgs/UInt8MultiArray, a codec payload of kind `ppo_policy`:
+robot_rl/transport/ppo_policy.py; signed with the run's secret when `run_dir` is set) for the
+`juggle_actor`, which flies the ROS quadrotor (simulated or real) with it.
 
 Training runs on a worker thread (the executor stays free for diagnostics). Stopping interrupts
 the iteration in progress (tens of seconds on a CPU) at its next network call, so the node exits
@@ -22,6 +23,7 @@ from std_msgs.msg import UInt8MultiArray
 from robot_rl.ros import qos
 from robot_rl.ros.messages import bytes_to_uint8_multiarray
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.transport.secret import ensure_run_secret
 
 PARAMS = [
     Param("num_envs", 2048, "Quadrotors simulated in parallel.", 1, 1_000_000),
@@ -30,7 +32,7 @@ PARAMS = [
     Param("randomization", "sim/quad/randomization.yaml", "Randomization file of the training sim."),
     Param("device", "auto", "Torch device (auto: CUDA when present)."),
     Param("seed", 0, "Seed of the simulation and the networks.", 0, 2**31 - 1),
-    Param("run_dir", "", "Checkpoint, exported policy and TensorBoard ('' for none)."),
+    Param("run_dir", "", "Checkpoint, exported policy, TensorBoard and the secret that signs policies ('' for none)."),
 ]
 
 
@@ -57,6 +59,7 @@ class PPOLearnerNode(Node):
         self.ppo_config = JuggleTrainConfig().ppo
         run_dir = Path(p["run_dir"]) if p["run_dir"] else None
         self.run_dir = run_dir
+        self.key = ensure_run_secret(run_dir) if run_dir else None
         self.runner = OnPolicyRunner(self.env, self.ppo_config, str(run_dir / "tensorboard") if run_dir else None,
                                      self.device, seed=p["seed"])
         self.policy_pub = self.create_publisher(UInt8MultiArray, "rl/policy", qos.POLICY)
@@ -84,12 +87,13 @@ class PPOLearnerNode(Node):
             pass
 
     def _publish_policy(self) -> None:
-        from robot_rl.agents.ppo import policy_to_bytes
+        from robot_rl.transport.ppo_policy import encode_ppo_policy
 
         if self.runner.iteration % self.params["publish_every"] == 0:
             card = {"task": "quad_juggle", "iteration": self.runner.iteration,
                     "env_steps": self.runner.total_env_steps, "published_at": time.time()}
-            self.policy_pub.publish(bytes_to_uint8_multiarray(policy_to_bytes(self.runner.alg.actor_critic, card)))
+            payload = encode_ppo_policy(self.runner.alg.actor_critic, card, key=self.key)
+            self.policy_pub.publish(bytes_to_uint8_multiarray(payload))
             self.published += 1
 
     def _publish_diagnostics(self) -> None:
