@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from robot_rl.agents.encoders import EncoderConfig, ImageEncoder
 from robot_rl.agents.networks import CriticEnsemble, mlp
 from robot_rl.agents.policy import GRIPPER_COMMANDS, Policy, PolicySpec, gripper_index
+from robot_rl.config_fields import setting
 from robot_rl.device import inductor_cache_dir, remove_broken_compiled_kernels, reuse_freed_cpu_memory
 
 log = logging.getLogger(__name__)
@@ -30,58 +31,60 @@ log = logging.getLogger(__name__)
 class SACConfig:
     """Hyperparameters; defaults follow SERL/RLPD for state-based control."""
 
-    hidden_dims: tuple[int, ...] = (256, 256)
-    """Hidden widths of actor and critics."""
+    hidden_dims: tuple[int, ...] = setting((256, 256), "Hidden layer widths of actor and critics.")
     layer_norm: bool = True
     """LayerNorm in every hidden block (RLPD: keeps high-UTD critics stable)."""
-    num_critics: int = 2
-    """Critic ensemble size (SERL 10, HIL-SERL 2)."""
-    critic_subsample: int | None = None
+    num_critics: int = setting(2, "Critic ensemble size.", low=1, high=32)
+    """SERL 10, HIL-SERL 2."""
+    critic_subsample: int | None = setting(None, "Critics sampled for the target min (0: all).", low=0, high=32,
+                                           unset=0)
     """Critics drawn at random for the min in the target (REDQ; SERL 2 of 10). None: min over all."""
-    utd_ratio: int = 1
-    """Critic updates per actor update (update-to-data ratio per sampled batch group)."""
-    batch_size: int = 256
-    """Transitions per critic update."""
-    discount: float = 0.99
-    """Discount factor gamma."""
-    tau: float = 0.005
-    """Polyak rate of the target critics."""
+    utd_ratio: int = setting(1, "Critic updates per actor update.", low=1, high=64)
+    """The update-to-data ratio per sampled batch group."""
+    batch_size: int = setting(256, "Transitions per critic update.", low=1, high=8192)
+    discount: float = setting(0.99, "Discount factor.", low=0.0, high=1.0)
+    tau: float = setting(0.005, "Target network Polyak rate.", low=1e-6, high=1.0)
     actor_lr: float = 3e-4
     critic_lr: float = 3e-4
     temperature_lr: float = 3e-4
-    init_temperature: float = 1e-2
-    """Initial entropy temperature alpha (SERL/HIL-SERL 1e-2)."""
-    target_entropy: float | None = None
-    """Entropy target; None means -|A|/2 over the continuous actions."""
-    backup_entropy: bool = False
+    init_temperature: float = setting(1e-2, "Initial entropy temperature.", low=1e-6, high=10.0)
+    """Alpha (SERL/HIL-SERL 1e-2)."""
+    target_entropy: float | None = setting(None, "Entropy target of the temperature (0: automatic, -|A|/2; "
+                                           "FastRLAP -2).", low=-100.0, high=100.0, unset=0.0)
+    """None means -|A|/2 over the continuous actions."""
+    backup_entropy: bool = setting(False, "Entropy term in the critic target.")
     """Subtract alpha * log pi(a'|s') in the critic target (off in SERL)."""
-    action_rate_limit: float | None = None
-    """FastRLAP: every action within this of the previous one, which the features' last entries
-    (the observation's, or the state's after the camera features) hold. The robot clamps what it
+    action_rate_limit: float | None = setting(
+        None, "FastRLAP: the actor's actions within this of the previous action (the last entries of the "
+        "observation) in the critic target and actor loss, as the robot executes them (0: off).", low=0.0, high=2.0,
+        unset=0.0)
+    """Every action within this of the previous one, which the features' last entries (the
+    observation's, or the state's after the camera features) hold. The robot clamps what it
     executes; the critic target and the actor loss clamp the actor's actions the same way, so
     the critic is never asked about actions the robot cannot take (None: off)."""
-    bc_weight: float = 0.0
-    """Behaviour cloning of a person's corrections: on the batch's rows flagged `intervention`
-    the actor loss adds bc_weight x the mean squared distance between the policy's deterministic
-    continuous action and the one the person executed. Corrections made at the states the policy
-    itself reaches then teach the actor directly (HG-DAgger), not only through the critic; without
-    interventions the update is plain SAC + RLPD. 0: off (SERL/HIL-SERL)."""
+    bc_weight: float = setting(0.0, "Behaviour cloning weight on the intervention rows of each batch (the actor "
+                               "imitates a person's corrections directly; 0: off, as in HIL-SERL).",
+                               low=0.0, high=100.0)
+    """On the batch's rows flagged `intervention` the actor loss adds bc_weight x the mean squared
+    distance between the policy's deterministic continuous action and the one the person executed.
+    Corrections made at the states the policy itself reaches then teach the actor directly
+    (HG-DAgger), not only through the critic; without interventions the update is plain SAC + RLPD."""
     max_grad_norm: float | None = None
     """Clip gradient norms of each network (None: no clipping)."""
-    grasp_critic: bool = False
-    """HIL-SERL: the last action dim is a discrete gripper command learned by a double-DQN critic."""
+    grasp_critic: bool = setting(False, "HIL-SERL: learn the gripper command with a discrete double-DQN critic.")
+    """The last action dim is then the gripper command."""
     grasp_hidden_dims: tuple[int, ...] = (128, 128)
     """Hidden widths of the grasp critic."""
-    grasp_penalty: float = -0.05
+    grasp_penalty: float = setting(-0.05, "Grasp critic reward for each gripper change.", low=-10.0, high=0.0)
     """Added to the grasp critic's reward when a command changes the gripper state (HIL-SERL -0.05)."""
     gripper_state_index: int = -1
     """Index, from the end of the state vector, of the current gripper command (> 0 closed)."""
-    precision: str = "float32"
-    """Matmul precision of critics and actor in training: "float32", "bfloat16" (autocast;
-    LayerNorm, heads, log-probabilities and losses stay float32) or "auto" (bfloat16 where the
-    hardware has native bf16 matmul, else float32). The deployed policy acts in float32."""
-    compile: bool = False
-    """torch.compile the loss functions (CUDA graphs on GPU); falls back to eager if compiling fails."""
+    precision: str = setting("float32", "Critic matmul precision (auto: bfloat16 where native).",
+                             choices=("auto", "float32", "bfloat16"))
+    """Critics and actor train in "float32", "bfloat16" (autocast; LayerNorm, heads, log-probabilities
+    and losses stay float32) or "auto" (bfloat16 where the hardware has native bf16 matmul, else
+    float32). The deployed policy acts in float32."""
+    compile: bool = setting(False, "torch.compile the losses (CUDA graphs on GPU), eager fallback.")
 
     def __post_init__(self):
         self.hidden_dims = tuple(int(w) for w in self.hidden_dims)

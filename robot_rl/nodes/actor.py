@@ -35,14 +35,16 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Bool, Float32, Header, String
 from std_srvs.srv import Trigger
 
+from robot_rl.config_fields import config_from_params
 from robot_rl.data.episodes import EpisodeSchema, EpisodeWriter
 from robot_rl.envs.arm import ArmSimConfig
 from robot_rl.ros import qos
 from robot_rl.ros.arm_io import STATE_TOPICS, action_to_msgs, msgs_to_state
 from robot_rl.ros.learner_link import LearnerLink
 from robot_rl.ros.messages import msg_to_image, ns_to_stamp, stamp_to_ns
-from robot_rl.ros.node_utils import (Param, ParameterError, declare_params, diagnostics, reset_stamp, run_node,
-                                     timer_once)
+from robot_rl.ros.link_params import LINK_PARAMS
+from robot_rl.ros.node_utils import (Param, ParameterError, declare_params, diagnostics, params_from_dataclass,
+                                     reset_stamp, run_node, timer_once)
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.tasks import get_task, task_names
 from robot_rl.teleop.takeover import HumanCommand
@@ -55,37 +57,19 @@ PARAMS = [
     Param("mode", "train", "train: the policy acts and transitions go to the learner; record: a person's "
           "episodes go to the dataset record_path.", choices=["train", "record"]),
     Param("record_path", "", "Record mode: zarr episode dataset to append to (created if absent)."),
-    Param("record_episodes", 0, "Record mode: finish after this many kept episodes (0: until stopped).", 0,
-          1_000_000),
-    Param("actor_id", "actor0", "Unique id of this actor among those feeding one learner."),
-    Param("key_file", "", "The run's secret that signs transition batches ('': <run_dir>/secret.key, created if "
-          "absent); an actor on another machine than the learner needs a copy of the learner's."),
     Param("run_dir", "runs/default", "Directory for the outbox spill and the evaluation result."),
-    Param("total_steps", 10_000, "Training steps before evaluation (0: train forever).", 0, 1_000_000_000),
-    Param("eval_episodes", 50, "Deterministic evaluation episodes after training.", 0, 100_000),
-    Param("sync_updates_per_step", 0.0, "Simulation: wait for this many learner updates per step (0: run free).",
-          0.0, 1000.0),
-    Param("sync_slack_steps", 500, "Steps the actor may run ahead of the learner when synchronized.", 0, 10_000_000),
-    Param("random_steps", 0, "Uniform random actions before using the policy.", 0, 100_000_000),
-    Param("batch_transitions", 50, "Transitions per payload to the learner.", 1, 100_000),
+    *params_from_dataclass(ActorConfig),
+    *LINK_PARAMS,
     Param("action_scale", ArmSimConfig.action_scale, "End-effector metres per step at action 1.", 1e-4, 1.0),
     Param("control_hz", 10.0, "Control rate (timer mode) and velocity scaling.", 0.1, 1000.0),
     Param("control_mode", "on_observation", "When to act.", choices=["on_observation", "timer"]),
     Param("obs_slop_s", 0.0, "Max stamp difference within one observation set.", 0.0, 1.0),
     Param("max_obs_age_s", 0.5, "Timer mode: observation sets older than this are not acted on.", 0.001, 10.0),
     Param("reset_service", "/sim/reset", "std_srvs/Trigger service that resets the robot or simulator."),
-    Param("send_period_s", 0.05, "Period of the outbox (re)send check.", 0.001, 10.0),
-    Param("resend_after_s", 2.0, "Resend a batch not acknowledged within this time.", 0.05, 600.0),
-    Param("drain_timeout_s", 60.0, "After evaluation, wait this long for the learner to acknowledge.", 0.0, 3600.0),
     Param("teleop_timeout_s", 0.3, "A teleop/cmd older than this is stale: the policy drives again.", 0.01, 10.0),
-    Param("seed", 0, "Random seed.", 0, 2**31 - 1),
     Param("reward_source", "task", "task: rewards and episode ends from the task's own functions (simulation, "
           "instrumented robots); reward_node: from the reward node's `reward` and `reward/done` (learned "
           "progress rewards from the cameras), evaluation still judged by the task.", choices=["task", "reward_node"]),
-    Param("sync_rewards", False, "reward_node in simulation: wait for each step's reward before the next step "
-          "(the lockstep simulator then runs at the reward node's pace). Leave off on a robot."),
-    Param("reward_wait_s", 1.0, "reward_node: how long a batch waits for missing rewards before it goes to the "
-          "learner with them flagged late (the learner fills them in).", 0.0, 60.0),
 ]
 
 TOPICS = tuple(topic for topic, _ in STATE_TOPICS)
@@ -119,12 +103,10 @@ class ActorNode(Node):
                     self.task.frame_shapes, self.task.obs_dim, self.task.action_dim), record_task_config(self.task))
             except ValueError as exc:
                 raise ParameterError(f"actor: cannot record into {p['record_path']}: {exc}") from None
-        self.core = ActorCore(self.task, ActorConfig(
-            p["actor_id"], p["batch_transitions"], p["total_steps"], p["random_steps"], p["eval_episodes"],
-            p["sync_updates_per_step"], p["sync_slack_steps"], recording, p["record_episodes"], p["seed"],
-            learned_reward=p["reward_source"] == "reward_node", sync_rewards=p["sync_rewards"],
-            reward_wait_s=p["reward_wait_s"]), outbox, recorder, progress_path=outbox_dir / "progress.json",
-            key=run_key(p))
+        config = config_from_params(ActorConfig, p, record_only=recording,
+                                    learned_reward=p["reward_source"] == "reward_node")
+        self.core = ActorCore(self.task, config, outbox, recorder, progress_path=outbox_dir / "progress.json",
+                              key=run_key(p))
         if self.core.train_steps:
             self.get_logger().info(f"continuing from {outbox_dir}: {self.core.train_steps} training steps, "
                                    f"{len(outbox)} batches not yet acknowledged")
@@ -359,8 +341,8 @@ class ActorNode(Node):
             "observation_age_s": round(time.monotonic() - self.last_observation, 1),
         }
         level = DiagnosticStatus.WARN if len(c.outbox) > 100 else DiagnosticStatus.OK
-        self.diag_pub.publish(diagnostics(self, values, level, "learner not acknowledging" if level != DiagnosticStatus.OK
-                                          else "ok"))
+        message = "learner not acknowledging" if level != DiagnosticStatus.OK else "ok"
+        self.diag_pub.publish(diagnostics(self, values, level, message))
 
     def close(self) -> None:
         self.link.close()

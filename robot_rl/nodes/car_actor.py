@@ -41,14 +41,16 @@ from std_srvs.srv import Trigger
 
 from robot_rl.agents.frame_stack_policy import load_frame_stack_policy
 from robot_rl.agents.policy import Policy, PolicySpec
+from robot_rl.config_fields import config_from_params
 from robot_rl.envs.car_race import CarRaceConfig
 from robot_rl.hardware.safety import Rejected
 from robot_rl.ros import qos
 from robot_rl.ros.car_io import cmd_vel_msg, msgs_to_sensors, parse_practice
 from robot_rl.ros.learner_link import LearnerLink
 from robot_rl.ros.messages import msg_to_image, stamp_to_ns
-from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, reset_stamp, run_node, \
-    timer_once
+from robot_rl.ros.link_params import LINK_PARAMS
+from robot_rl.ros.node_utils import (Param, ParameterError, declare_params, diagnostics, params_from_dataclass,
+                                     reset_stamp, run_node, timer_once)
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.tasks import get_task
 from robot_rl.training.actor import ActorConfig, ActorCore
@@ -63,26 +65,17 @@ PARAMS = [
           "demonstration lap's positions (.npy / .csv rows x, y in the odometry frame, from the start line)."),
     Param("reach_radius", CarRaceConfig.reach_radius, "A checkpoint counts as reached within this distance [m].",
           0.05, 20.0),
-    Param("actor_id", "car_actor0", "Unique id of this actor among those feeding one learner."),
-    Param("key_file", "", "The run's secret that signs transition batches ('': <run_dir>/secret.key, created if "
-          "absent); an actor on another machine than the learner needs a copy of the learner's."),
     Param("run_dir", "runs/default", "Directory for the outbox spill and eval.json."),
-    Param("total_steps", 48_000, "Training steps before evaluation (0: train forever).", 0, 1_000_000_000),
-    Param("eval_episodes", 3, "Deterministic evaluation episodes after training.", 0, 100_000),
-    Param("batch_transitions", 50, "Transitions per payload to the learner.", 1, 100_000),
-    Param("sync_updates_per_step", 0.0, "Simulation: wait for this many learner updates per step (0: run free).",
-          0.0, 1000.0),
-    Param("sync_slack_steps", 500, "Steps the actor may run ahead of the learner when synchronized.", 0, 10_000_000),
+    # No exploration with random actions (the pretrained actor drives), no learned rewards, no recording.
+    *params_from_dataclass(ActorConfig, exclude=("random_steps", "record_episodes", "sync_rewards", "reward_wait_s"),
+                           defaults={"actor_id": "car_actor0", "total_steps": 48_000, "eval_episodes": 3}),
+    *LINK_PARAMS,
     Param("obs_slop_s", 0.0, "Max stamp difference within one observation set (0 in simulation, where the car "
           "stamps all three alike; a real camera's stamps differ from the odometry's).", 0.0, 1.0),
     Param("reset_service", "/car_sim/reset", "Trigger service that puts the car on the start line once, before the "
           "first episode ('' for none: the car starts where it stands)."),
-    Param("send_period_s", 0.05, "Period of the outbox (re)send check.", 0.001, 10.0),
-    Param("resend_after_s", 2.0, "Resend a batch not acknowledged within this time.", 0.05, 600.0),
     Param("outbox_max_mb", 256, "Unacknowledged batches held in memory before spilling to disk.", 1, 65536),
-    Param("drain_timeout_s", 60.0, "After evaluation, wait this long for the learner to acknowledge.", 0.0, 3600.0),
     Param("device", "cpu", "Torch device of the encoder and actor."),
-    Param("seed", 0, "Random seed.", 0, 2**31 - 1),
 ]
 
 IMAGE, IMU, ODOM = "front/color/image_raw", "car/imu", "car/odom"
@@ -109,9 +102,7 @@ class CarActorNode(Node):
             raise ParameterError(f"car_actor: {exc}") from None
         self.run_dir = Path(p["run_dir"])
         outbox = Outbox(self.run_dir / f"outbox-{p['actor_id']}", p["outbox_max_mb"] << 20, p["resend_after_s"])
-        self.core = ActorCore(self.task, ActorConfig(
-            p["actor_id"], p["batch_transitions"], p["total_steps"], 0, p["eval_episodes"],
-            p["sync_updates_per_step"], p["sync_slack_steps"], seed=p["seed"]), outbox, key=run_key(p))
+        self.core = ActorCore(self.task, config_from_params(ActorConfig, p), outbox, key=run_key(p))
         self.core.policy = initial_policy(policy.actor, self.task.obs_dim)
         self.core_lock = threading.Lock()
         self.sync = StampSynchronizer((IMAGE, IMU, ODOM), int(p["obs_slop_s"] * 1e9))
@@ -260,8 +251,8 @@ class CarActorNode(Node):
 
     def _on_episode_end(self, episode) -> None:
         kind = "evaluation" if episode.evaluation else "training"
-        self.get_logger().info(f"{kind} episode {episode.index}: return {episode.ret:.1f}, {len(self.laps)} laps so far, "
-                               f"policy v{episode.policy_version}", throttle_duration_sec=5.0)
+        self.get_logger().info(f"{kind} episode {episode.index}: return {episode.ret:.1f}, {len(self.laps)} laps "
+                               f"so far, policy v{episode.policy_version}", throttle_duration_sec=5.0)
         if self.core.finished:
             self.draining_since = time.monotonic()
 

@@ -20,10 +20,11 @@ from rclpy.node import Node
 from std_msgs.msg import Header, UInt8MultiArray
 
 from robot_rl.agents.sac import SACConfig
+from robot_rl.config_fields import config_from_params
 from robot_rl.data.dataset import load_transitions
 from robot_rl.ros import qos
 from robot_rl.ros.messages import bytes_to_uint8_multiarray, stamp_to_ns, uint8_multiarray_view
-from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, params_from_dataclass, run_node
 from robot_rl.tasks import get_task, task_names
 from robot_rl.training.learner import LearnerConfig, LearnerCore
 from robot_rl.transport import codec
@@ -36,41 +37,13 @@ PARAMS = [
     Param("reward_model", "", "With learned rewards (actor reward_source: reward_node): the reward node's progress "
           "model directory, to relabel the demonstrations' rewards the same way ('' keeps the recorded ones)."),
     Param("reward_goal", "", "Goal sentence the demonstrations are relabelled against (with reward_model)."),
-    Param("hidden_dims", [256, 256], "Hidden layer widths of actor and critics."),
-    Param("num_critics", 2, "Critic ensemble size.", 1, 32),
-    Param("critic_subsample", 0, "Critics sampled for the target min (0: all).", 0, 32),
-    Param("utd_ratio", 1, "Critic updates per actor update.", 1, 64),
-    Param("batch_size", 256, "Transitions per critic update.", 1, 8192),
-    Param("discount", 0.99, "Discount factor.", 0.0, 1.0),
-    Param("tau", 0.005, "Target network Polyak rate.", 1e-6, 1.0),
+    # The node trains in bfloat16 where the hardware has it natively; SACConfig's own default stays float32.
+    *params_from_dataclass(SACConfig, defaults={"precision": "auto"}),
     Param("lr", 3e-4, "Learning rate of actor, critics and temperature.", 1e-7, 1.0),
-    Param("init_temperature", 1e-2, "Initial entropy temperature.", 1e-6, 10.0),
-    Param("backup_entropy", False, "Entropy term in the critic target."),
-    Param("target_entropy", 0.0, "Entropy target of the temperature (0: automatic, -|A|/2; FastRLAP -2).", -100.0, 100.0),
-    Param("action_rate_limit", 0.0, "FastRLAP: the actor's actions within this of the previous action (the last "
-          "entries of the observation) in the critic target and actor loss, as the robot executes them (0: off).",
-          0.0, 2.0),
-    Param("bc_weight", 0.0, "Behaviour cloning weight on the intervention rows of each batch (the actor "
-          "imitates a person's corrections directly; 0: off, as in HIL-SERL).", 0.0, 100.0),
-    Param("initial_actor", "", "Frame-stack policy directory (an IQL export) whose actor starts the actor; the "
-          "critics start fresh (FastRLAP). '' for a fresh actor."),
-    Param("buffer_capacity", 200_000, "Online replay capacity (transitions).", 1, 50_000_000),
-    Param("demo_fraction", 0.5, "Share of each batch from demonstrations.", 0.0, 1.0),
-    Param("warmup_transitions", 256, "Online transitions before the first update.", 0, 10_000_000),
-    Param("max_update_ratio", 0.0, "Max updates per received transition (0: unbounded).", 0.0, 1000.0),
+    *params_from_dataclass(LearnerConfig),
     Param("publish_period_s", 1.0, "Seconds between policy publications.", 0.01, 3600.0),
     Param("checkpoint_period_s", 30.0, "Seconds between checkpoints.", 0.5, 86400.0),
-    Param("keep_checkpoints", 3, "Numbered checkpoints (checkpoints/<updates>.pt) kept besides checkpoint.pt.", 1,
-          100_000),
-    Param("device", "auto", "Training device.", choices=["auto", "cpu", "cuda"]),
-    Param("encoder", "", "Pixel tasks: pretrained encoder directory (used frozen; '' for state tasks)."),
-    Param("grasp_critic", False, "HIL-SERL: learn the gripper command with a discrete double-DQN critic."),
-    Param("grasp_penalty", -0.05, "Grasp critic reward for each gripper change.", -10.0, 0.0),
-    Param("precision", "auto", "Critic matmul precision (auto: bfloat16 where native).",
-          choices=["auto", "float32", "bfloat16"]),
-    Param("compile", False, "torch.compile the losses (CUDA graphs on GPU), eager fallback."),
     Param("torch_threads", 1, "CPU threads for torch (leave cores for the robot side).", 1, 256),
-    Param("seed", 0, "Random seed.", 0, 2**31 - 1),
 ]
 
 NETWORK_PARAMETERS = ("task", "hidden_dims", "num_critics", "grasp_critic", "encoder")
@@ -116,21 +89,10 @@ class LearnerNode(Node):
         p = declare_params(self, PARAMS)
         torch.set_num_threads(p["torch_threads"])
         task = get_task(p["task"])
-        if p["critic_subsample"] > p["num_critics"]:
-            raise ParameterError(f"critic_subsample={p['critic_subsample']} exceeds num_critics={p['num_critics']}")
         try:
-            sac = SACConfig(hidden_dims=tuple(p["hidden_dims"]), num_critics=p["num_critics"],
-                            critic_subsample=p["critic_subsample"] or None, utd_ratio=p["utd_ratio"],
-                            batch_size=p["batch_size"], discount=p["discount"], tau=p["tau"], actor_lr=p["lr"],
-                            critic_lr=p["lr"], temperature_lr=p["lr"], init_temperature=p["init_temperature"],
-                            backup_entropy=p["backup_entropy"], grasp_critic=p["grasp_critic"],
-                            grasp_penalty=p["grasp_penalty"], precision=p["precision"], compile=p["compile"],
-                            target_entropy=p["target_entropy"] or None, action_rate_limit=p["action_rate_limit"] or None,
-                            bc_weight=p["bc_weight"])
-            config = LearnerConfig(task.obs_dim, task.action_dim, sac, task.cameras, task.image_size or 64,
-                                   p["encoder"] or None, p["buffer_capacity"], p["demo_fraction"],
-                                   p["warmup_transitions"], p["max_update_ratio"], p["seed"], p["device"],
-                                   initial_actor=p["initial_actor"] or None, keep_checkpoints=p["keep_checkpoints"])
+            sac = config_from_params(SACConfig, p, actor_lr=p["lr"], critic_lr=p["lr"], temperature_lr=p["lr"])
+            config = config_from_params(LearnerConfig, p, obs_dim=task.obs_dim, action_dim=task.action_dim, sac=sac,
+                                        cameras=task.cameras, image_size=task.image_size or 64)
             # Only this run's actors hold the secret (created here when the run directory is new).
             self.core = LearnerCore(config, p["run_dir"], key=ensure_run_secret(p["run_dir"]))
             resumed = self.core.restore()

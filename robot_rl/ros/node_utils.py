@@ -18,6 +18,8 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
+from robot_rl.config_fields import settings_of
+
 
 class ParameterError(ValueError):
     """A parameter value the node refuses; the node exits with a clear message."""
@@ -44,6 +46,25 @@ class Param:
                 d.floating_point_range = [FloatingPointRange(from_value=float(self.low), to_value=float(self.high),
                                                              step=0.0)]
         return d
+
+
+def params_from_dataclass(cls: type, exclude: Sequence[str] = (),
+                          defaults: dict[str, Any] | None = None) -> list[Param]:
+    """A Param for each field of config dataclass `cls` made with `robot_rl.config_fields.setting`,
+    named as the field and declared by it (a None default becomes the setting's `unset` value, a
+    tuple a list), except the fields in `exclude`; `defaults` gives this node's own defaults."""
+    defaults = defaults or {}
+    unknown = (set(exclude) | set(defaults)) - set(settings_of(cls))
+    if unknown:
+        raise KeyError(f"{cls.__name__} has no setting {sorted(unknown)[0]!r}")
+    params = []
+    for name, (field, s) in settings_of(cls).items():
+        if name in exclude:
+            continue
+        default = defaults.get(name, s.unset if field.default is None else field.default)
+        params.append(Param(name, list(default) if isinstance(default, tuple) else default, s.description,
+                            s.low, s.high, s.choices))
+    return params
 
 
 def coerce_value(param: Param, value: Any) -> Any:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from robot_rl.agents.policy import Policy, PolicySpec
+from robot_rl.config_fields import setting
 from robot_rl.data.episodes import EpisodeWriter
 from robot_rl.outputs import atomic_write_text
 from robot_rl.tasks import State, TaskSpec
@@ -40,42 +41,43 @@ PROGRESS_COUNTERS = ("train_steps", "episode_index", "transitions_sent", "payloa
 
 @dataclass
 class ActorConfig:
-    """Actor settings (node parameters map one to one onto these fields)."""
+    """Actor settings; the `setting` fields are the actor nodes' parameters of the same name."""
 
-    actor_id: str = "actor0"
-    """Unique per actor feeding a learner; part of every payload's identity."""
-    batch_transitions: int = 50
-    """Transitions per payload sent to the learner (an episode end also flushes)."""
-    total_steps: int = 10_000
-    """Training environment steps before evaluation starts (0: train forever)."""
-    random_steps: int = 0
-    """Uniform random actions for the first steps (exploration before the first policy)."""
-    eval_episodes: int = 50
-    """Deterministic evaluation episodes after training."""
-    sync_updates_per_step: float = 0.0
-    """Simulation only: before each training step, wait until the learner has made this many
-    updates per step taken (beyond sync_slack_steps), so the update-to-data ratio does not depend
-    on how fast this machine is. 0 runs free, as a real robot must."""
-    sync_slack_steps: int = 500
-    """Steps the actor may run ahead of the learner's update count."""
+    actor_id: str = setting("actor0", "Unique id of this actor among those feeding one learner.")
+    """Part of every payload's identity."""
+    batch_transitions: int = setting(50, "Transitions per payload to the learner.", low=1, high=100_000)
+    """An episode end also flushes."""
+    total_steps: int = setting(10_000, "Training steps before evaluation (0: train forever).", low=0,
+                               high=1_000_000_000)
+    random_steps: int = setting(0, "Uniform random actions before using the policy.", low=0, high=100_000_000)
+    """Exploration before the first policy."""
+    eval_episodes: int = setting(50, "Deterministic evaluation episodes after training.", low=0, high=100_000)
+    sync_updates_per_step: float = setting(0.0, "Simulation: wait for this many learner updates per step (0: run "
+                                           "free).", low=0.0, high=1000.0)
+    """Before each training step, wait until the learner has made this many updates per step taken
+    (beyond sync_slack_steps), so the update-to-data ratio does not depend on how fast this machine
+    is. A real robot must run free."""
+    sync_slack_steps: int = setting(500, "Steps the actor may run ahead of the learner when synchronized.", low=0,
+                                    high=10_000_000)
+    """Ahead of the learner's update count."""
     record_only: bool = False
     """Recording session: the person's actions only (the robot holds still without one), no
     learner, no evaluation; episodes go to the recorder."""
-    record_episodes: int = 0
-    """Recording: finish after this many kept episodes (0: until stopped)."""
-    seed: int = 0
+    record_episodes: int = setting(0, "Record mode: finish after this many kept episodes (0: until stopped).", low=0,
+                                   high=1_000_000)
+    seed: int = setting(0, "Random seed.", low=0, high=2**31 - 1)
     learned_reward: bool = False
     """Training rewards and episode ends come from the reward node (`on_learned_reward`,
     `on_learned_done`, keyed by the stamp of the observation they score) instead of the task;
     evaluation still uses the task's own success."""
-    sync_rewards: bool = False
-    """Simulation with learned rewards: before each training step, wait until the rewards of the
-    earlier steps have arrived, so a lockstep simulator runs at the reward node's pace and no step goes
-    unscored (the node scores only the newest frame when it falls behind); a reward missing for
-    longer than reward_wait_s is given up on (sent late). A real robot runs free."""
-    reward_wait_s: float = 1.0
-    """With learned rewards, how long a batch may wait for rewards still missing before it goes to
-    the learner with those rewards flagged late (the learner fills them in)."""
+    sync_rewards: bool = setting(False, "reward_node in simulation: wait for each step's reward before the next "
+                                 "step (the lockstep simulator then runs at the reward node's pace). Leave off on a "
+                                 "robot.")
+    """No step goes unscored (the reward node scores only the newest frame when it falls behind); a
+    reward missing for longer than reward_wait_s is given up on (sent late)."""
+    reward_wait_s: float = setting(1.0, "reward_node: how long a batch waits for missing rewards before it goes to "
+                                   "the learner with them flagged late (the learner fills them in).", low=0.0,
+                                   high=60.0)
 
 
 @dataclass

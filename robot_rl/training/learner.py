@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from robot_rl.agents.sac import SAC, SACConfig
+from robot_rl.config_fields import setting
 from robot_rl.agents.encoders import pretrained_config
 from robot_rl.device import resolve_device
 from robot_rl.data.replay import MixedSampler, ReplayBuffer
@@ -40,7 +41,7 @@ from robot_rl.transport.sequences import SequenceTracker
 
 @dataclass
 class LearnerConfig:
-    """Learner settings (node parameters map one to one onto these fields)."""
+    """Learner settings; the `setting` fields are the learner node's parameters of the same name."""
 
     obs_dim: int
     """Flat observation length (pixel tasks: the proprioception)."""
@@ -50,28 +51,27 @@ class LearnerConfig:
     """Pixel tasks: camera frames in each transition (obs_<camera>, next_obs_<camera>)."""
     image_size: int = 64
     """Height and width of those frames."""
-    encoder: str | None = None
-    """Pixel tasks: pretrained encoder directory, used frozen; features are computed once per
-    received frame and the replay memory holds features, not pixels."""
-    buffer_capacity: int = 200_000
-    """Online replay capacity in transitions."""
-    demo_fraction: float = 0.5
-    """Share of each batch drawn from demonstrations/interventions (RLPD: 0.5)."""
-    warmup_transitions: int = 256
-    """Online transitions required before the first update."""
-    max_update_ratio: float = 0.0
-    """Cap on updates per received online transition (0: unbounded, train as fast as possible)."""
-    seed: int = 0
-    device: str = "auto"
-    """'auto' (CUDA when present), 'cpu' or 'cuda'."""
-    initial_actor: str | None = None
-    """Frame-stack policy directory (IQL export) whose actor starts the actor (FastRLAP); the
-    critics start fresh. A resumed run keeps its own weights."""
+    encoder: str | None = setting(None, "Pixel tasks: pretrained encoder directory (used frozen; '' for state tasks).",
+                                  unset="")
+    """Features are computed once per received frame and the replay memory holds features, not pixels."""
+    buffer_capacity: int = setting(200_000, "Online replay capacity (transitions).", low=1, high=50_000_000)
+    demo_fraction: float = setting(0.5, "Share of each batch from demonstrations.", low=0.0, high=1.0)
+    """Demonstrations and interventions (RLPD: 0.5)."""
+    warmup_transitions: int = setting(256, "Online transitions before the first update.", low=0, high=10_000_000)
+    max_update_ratio: float = setting(0.0, "Max updates per received transition (0: unbounded).", low=0.0,
+                                      high=1000.0)
+    """0 trains as fast as possible."""
+    seed: int = setting(0, "Random seed.", low=0, high=2**31 - 1)
+    device: str = setting("auto", "Training device.", choices=("auto", "cpu", "cuda"))
+    """auto: CUDA when present."""
+    initial_actor: str | None = setting(None, "Frame-stack policy directory (an IQL export) whose actor starts the "
+                                        "actor; the critics start fresh (FastRLAP). '' for a fresh actor.", unset="")
+    """A resumed run keeps its own weights."""
     late_reward_timeout_s: float = 30.0
     """Learned rewards: how long transitions sent with their reward flagged late wait for it on the
     reward topic before they are dropped (never trained on without their reward)."""
-    keep_checkpoints: int = 3
-    """Numbered checkpoints (checkpoints/<updates>.pt) kept besides checkpoint.pt, the last one."""
+    keep_checkpoints: int = setting(3, "Numbered checkpoints (checkpoints/<updates>.pt) kept besides checkpoint.pt.",
+                                    low=1, high=100_000)
 
 
 @dataclass
