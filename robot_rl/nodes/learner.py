@@ -46,9 +46,6 @@ PARAMS = [
     Param("torch_threads", 1, "CPU threads for torch (leave cores for the robot side).", 1, 256),
 ]
 
-NETWORK_PARAMETERS = ("task", "hidden_dims", "num_critics", "grasp_critic", "encoder")
-"""Parameters that decide the networks' shapes: a run directory resumes only with the same ones."""
-
 
 def demonstration_arrays(path: str, task, reward_model: str = "", reward_goal: str = "") -> dict:
     """Transitions (wire layout) from a zarr dataset: scripted-demo transitions or recorded episodes;
