@@ -131,7 +131,7 @@ def _msg_bytes(marshal: str, msg):
 def _weights_arrays() -> dict[str, np.ndarray]:
     import torch
 
-    from robot_rl.ros.codec import state_dict_to_arrays
+    from robot_rl.transport.codec import state_dict_to_arrays
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -153,8 +153,8 @@ def child_main(args: argparse.Namespace) -> int:
     from std_msgs.msg import UInt8MultiArray
 
     from robot_rl.ros import qos
-    from robot_rl.ros.codec import decode, encode
     from robot_rl.ros.messages import bytes_to_uint8_multiarray
+    from robot_rl.transport.codec import decode, encode
 
     mode, what, role = args.mode, args.what, args.role
     marshal = MODES[mode][0]
@@ -201,7 +201,7 @@ def _sender(args, node, executor, data_qos, deadline) -> dict:
     from std_msgs.msg import UInt8MultiArray
 
     from robot_rl.ros import qos
-    from robot_rl.ros.codec import decode, encode
+    from robot_rl.transport.codec import decode, encode
 
     mode, what = args.mode, args.what
     marshal = MODES[mode][0]
