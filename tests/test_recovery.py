@@ -85,8 +85,8 @@ def _kill(run_dir: Path, name: str) -> int:
     return pid
 
 
-def _train_steps(run_dir: Path) -> int:
-    path = run_dir / "outbox-actor0" / "progress.json"
+def _train_steps(run_dir: Path, actor_id: str = "actor0") -> int:
+    path = run_dir / f"outbox-{actor_id}" / "progress.json"
     try:
         return json.loads(path.read_text())["train_steps"]
     except (FileNotFoundError, json.JSONDecodeError):
@@ -138,6 +138,47 @@ def test_run_survives_learner_killed_twice_and_actor_once(tmp_path):
     status_lines = [line for line in text.splitlines() if "restarts " in line]
     assert any("learner 2" in line and "actor 1" in line for line in status_lines), status_lines[-3:]
     assert "[learner] exited with code -9; restarting (2/3)" in text
+
+
+def test_car_run_survives_its_actor_killed(tmp_path):
+    """The car actor resumes like the arm's: its counters, laps and practice events continue."""
+    import torch
+
+    from robot_rl.agents.iql import IQL, IQLConfig
+    from robot_rl.ros.probe import fresh_domain_id
+
+    policy, run_dir, output = tmp_path / "policy", tmp_path / "run", tmp_path / "train.out"
+    torch.manual_seed(0)
+    IQL(10, 2, IQLConfig(), "cpu").export(policy, {"note": "untrained, for tests"})
+    command = [sys.executable, "-m", "robot_rl.cli", "train", "--task", "car_race", "--run-dir", str(run_dir),
+               "--steps", "500", "--eval-episodes", "1", "--plain", "--status-period", "1",
+               "--domain-id", str(fresh_domain_id())]
+    for setting in (f"car_actor.policy_dir={policy}", f"learner.initial_actor={policy}", "learner.num_critics=2",
+                    "learner.batch_size=64", "learner.warmup_transitions=100", "car_actor.sync_slack_steps=150",
+                    "learner.publish_period_s=0.5"):
+        command += ["--set", setting]
+    with open(output, "w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait(lambda: _train_steps(run_dir, "car_actor0") >= 150, 240, "the car actor's first 150 steps", process,
+              output)
+        _kill(run_dir, "car_actor")
+        _wait(lambda: "continuing from" in _since_restart(run_dir / "logs" / "car_actor.log", 1), 120,
+              "the car actor's restart", process, output)
+        code = process.wait(timeout=400)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=60)
+    text = output.read_text()
+    assert code == 0, text[-4000:]
+    result = json.loads((run_dir / "eval.json").read_text())
+    learner = json.loads((run_dir / "learner_summary.json").read_text())
+    assert result["train_steps"] >= 500 and result["episodes"] == 1 and result["transitions_acked_all"] is True
+    assert learner["transitions_received"] == result["transitions_sent"]  # none lost, none stored twice
+    practice = json.loads((run_dir / "outbox-car_actor0" / "practice.json").read_text())
+    assert result["events"] == practice["events"] and sum(result["events"].values()) >= 1
+    assert any("car_actor 1" in line for line in text.splitlines() if "restarts " in line)
 
 
 def test_existing_run_dir_is_refused_and_left_unchanged(tmp_path):

@@ -27,7 +27,7 @@ NODE_ONLY = {
     "actor": {"task", "mode", "record_path", "run_dir", "action_scale", "control_hz", "control_mode", "obs_slop_s",
               "max_obs_age_s", "reset_service", "teleop_timeout_s", "reward_source"},
     "car_actor": {"policy_dir", "checkpoints", "reach_radius", "run_dir", "obs_slop_s", "reset_service",
-                  "outbox_max_mb", "device"},
+                  "device"},
     "learner": {"task", "run_dir", "demos", "reward_model", "reward_goal", "lr", "publish_period_s",
                 "checkpoint_period_s", "torch_threads"},
 }

@@ -44,13 +44,22 @@ from robot_rl.agents.policy import Policy, PolicySpec
 from robot_rl.config_fields import config_from_params
 from robot_rl.envs.car_race import CarRaceConfig
 from robot_rl.hardware.safety import Rejected
+from robot_rl.outputs import atomic_write_text
 from robot_rl.ros import qos
 from robot_rl.ros.car_io import cmd_vel_msg, msgs_to_sensors, parse_practice
 from robot_rl.ros.learner_link import LearnerLink
-from robot_rl.ros.messages import msg_to_image, stamp_to_ns
 from robot_rl.ros.link_params import LINK_PARAMS
-from robot_rl.ros.node_utils import (Param, ParameterError, declare_params, diagnostics, params_from_dataclass,
-                                     reset_stamp, run_node, timer_once)
+from robot_rl.ros.messages import msg_to_image, stamp_to_ns
+from robot_rl.ros.node_utils import (
+    Param,
+    ParameterError,
+    declare_params,
+    diagnostics,
+    params_from_dataclass,
+    reset_stamp,
+    run_node,
+    timer_once,
+)
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.tasks import get_task
 from robot_rl.training.actor import ActorConfig, ActorCore
@@ -74,7 +83,6 @@ PARAMS = [
           "stamps all three alike; a real camera's stamps differ from the odometry's).", 0.0, 1.0),
     Param("reset_service", "/car_sim/reset", "Trigger service that puts the car on the start line once, before the "
           "first episode ('' for none: the car starts where it stands)."),
-    Param("outbox_max_mb", 256, "Unacknowledged batches held in memory before spilling to disk.", 1, 65536),
     Param("device", "cpu", "Torch device of the encoder and actor."),
 ]
 
@@ -101,8 +109,13 @@ class CarActorNode(Node):
         except (FileNotFoundError, ValueError) as exc:
             raise ParameterError(f"car_actor: {exc}") from None
         self.run_dir = Path(p["run_dir"])
-        outbox = Outbox(self.run_dir / f"outbox-{p['actor_id']}", p["outbox_max_mb"] << 20, p["resend_after_s"])
-        self.core = ActorCore(self.task, config_from_params(ActorConfig, p), outbox, key=run_key(p))
+        outbox_dir = self.run_dir / f"outbox-{p['actor_id']}"
+        # As the arm's actor: every batch on disk at once, the counters beside it, so a restarted
+        # car actor (crash, SIGKILL) goes on where it stopped and loses no transition.
+        outbox = Outbox(outbox_dir, max_memory_bytes=0, resend_after_s=p["resend_after_s"])
+        self.core = ActorCore(self.task, config_from_params(ActorConfig, p), outbox,
+                              progress_path=outbox_dir / "progress.json", key=run_key(p))
+        self.practice_path = outbox_dir / "practice.json"  # laps and practice events, for a restart's summary
         self.core.policy = initial_policy(policy.actor, self.task.obs_dim)
         self.core_lock = threading.Lock()
         self.sync = StampSynchronizer((IMAGE, IMU, ODOM), int(p["obs_slop_s"] * 1e9))
@@ -118,6 +131,12 @@ class CarActorNode(Node):
         self.after_recovery = False
         self.laps: list[tuple[int, float]] = []
         self.events = {"crash": 0, "stuck": 0, "time_limit": 0}
+        if self.practice_path.exists():
+            practice = json.loads(self.practice_path.read_text())
+            self.laps = [(int(step), float(lap_s)) for step, lap_s in practice["laps"]]
+            self.events.update({k: int(v) for k, v in practice["events"].items()})
+            self.get_logger().info(f"continuing from {outbox_dir}: {self.core.train_steps} training steps, "
+                                   f"{len(self.laps)} laps")
         self.invalid_messages = 0
         self.learner_waits = 0
         self.draining_since: float | None = None
@@ -233,16 +252,21 @@ class CarActorNode(Node):
         state = self.observer.state(frame, sensors, stamp * 1e-9, self.previous_action, event)
         if state["lap_time"] is not None and not self.core.evaluating:
             self.laps.append((self.core.train_steps + 1, float(state["lap_time"])))
+            self._save_practice()
         if event == "stuck":
             self.core.label("reset")  # being slow is not a terminal state: truncated
         result = self.core.step(state, None, stamp)
         if result.action is not None:
             return result.action
         self.events[event or "time_limit"] += 1
+        self._save_practice()
         self._on_episode_end(result.episode)
         if event is not None or self.core.finished:
             return None
         return self._step(stamp, frame, sensors, None)  # a time limit: the next episode starts here
+
+    def _save_practice(self) -> None:
+        atomic_write_text(self.practice_path, json.dumps({"laps": self.laps, "events": self.events}))
 
     def _command(self, stamp: int, speed: float, steer: float) -> None:
         self.acted_stamp = stamp

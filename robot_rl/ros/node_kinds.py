@@ -51,7 +51,8 @@ NODE_KINDS: dict[str, NodeKind] = {
     "ppo_learner": NodeKind("ppo_learner", "robot_rl.nodes.ppo_learner", critical=True),
     "car_sim": NodeKind("car_sim", "robot_rl.nodes.car_sim", critical=True),
     "car": NodeKind("car", "robot_rl.nodes.car", critical=True),
-    "car_actor": NodeKind("car_actor", "robot_rl.nodes.car_actor", critical=True, finishes_run=True),
+    "car_actor": NodeKind("car_actor", "robot_rl.nodes.car_actor", critical=True, finishes_run=True,
+                          max_restarts=DEFAULT_RESTARTS),
 }
 
 # Real-robot nodes take the simulator's place with `backend: real` (see hardware/).
