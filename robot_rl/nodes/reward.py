@@ -51,32 +51,17 @@ from rclpy.node import Node
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header, String
 
+from robot_rl.config_fields import config_from_params
 from robot_rl.device import resolve_device
-from robot_rl.rewards.backends import backend_names, check_model_path, load_backend
+from robot_rl.rewards.backends import check_model_path, load_backend
 from robot_rl.rewards.online import RewardConfig, RewardResult, RewardStream, ScoringWorker
 from robot_rl.ros import qos
 from robot_rl.ros.messages import ns_to_stamp, stamp_to_ns
-from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, params_from_dataclass, run_node
 from robot_rl.ros.reward_io import EPISODE_EVENTS, feed_image
 
 PARAMS = [
-    Param("backend", "progress", "Reward model: progress (the local progress model), success (a success "
-          "classifier as a sparse reward) or vlac (the large VLAC model).", choices=backend_names()),
-    Param("model_path", "", "Directory of the backend's model (required). Progress: `robot-rl reward train "
-          "--demos <dataset> --out <dir>` makes one."),
-    Param("cameras", ["front", "wrist"], "Cameras to score: <cam>/color/image_raw each; must include the "
-          "model's cameras."),
-    Param("goal", "", "Goal sentence until one arrives on task/goal; empty: none (frames are not scored)."),
-    Param("frame_skip", 1, "Score every N-th paired frame, against the frame scored last.", 1, 10_000),
-    Param("reward_scale", 1.0, "reward = reward_scale * progress delta.", 1e-6, 1e6),
-    Param("done_threshold", 0.0, "Done probability counting as done; 0: the model's own, else in (0, 1).",
-          0.0, 1.0),
-    Param("done_consecutive", 1, "Scored frames in a row at or above the done threshold before reward/done.",
-          1, 10_000),
-    Param("max_latency_s", 1.0, "Rewards published later than this after their observation's stamp are "
-          "flagged late (header.frame_id 'late').", 1e-4, 3600.0),
-    Param("device", "auto", "Torch device: auto (cuda when available, else cpu), cpu, cuda, cuda:N or mps."),
-    Param("stamp_tolerance_s", 0.001, "Largest stamp difference of frames paired across cameras.", 0.0, 1.0),
+    *params_from_dataclass(RewardConfig),
     Param("torch_threads", 0, "Torch CPU threads for scoring; 0: torch's default.", 0, 256),
     Param("diagnostics_period_s", 1.0, "Period of /diagnostics.", 0.05, 60.0),
 ]
@@ -91,10 +76,7 @@ class RewardNode(Node):
         super().__init__("reward")
         p = self.params = declare_params(self, PARAMS)
         try:
-            self.config = RewardConfig(p["backend"], p["model_path"], tuple(p["cameras"]), p["goal"].strip(),
-                                       p["frame_skip"], p["reward_scale"], p["done_threshold"],
-                                       p["done_consecutive"], p["max_latency_s"], p["device"],
-                                       p["stamp_tolerance_s"])
+            self.config = config_from_params(RewardConfig, p)
             check_model_path(p["backend"], p["model_path"])
             self.device = resolve_device(p["device"])
         except ValueError as exc:

@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from robot_rl.config_fields import setting
 from robot_rl.device import check_device_name
 from robot_rl.rewards.backends import BACKENDS, LoadedBackend, backend_names
 from robot_rl.rewards.frames import FrameRejected, StampPairer, check_frame_shape
@@ -51,21 +52,28 @@ class RewardConfig:
     """The reward node's parameters, validated (ValueError names the bad one). The model path is
     checked by `check_model_path` (and again by `load_backend`), not here."""
 
-    backend: str = "progress"
-    model_path: str = ""
-    cameras: tuple[str, ...] = ("front", "wrist")
-    goal: str = ""
-    frame_skip: int = 1
-    reward_scale: float = 1.0
-    done_threshold: float = 0.0
-    """0: the model's own threshold."""
-    done_consecutive: int = 1
-    max_latency_s: float = 1.0
-    device: str = "auto"
-    stamp_tolerance_s: float = 0.001
+    backend: str = setting("progress", "Reward model: progress (the local progress model), success (a success "
+                           "classifier as a sparse reward) or vlac (the large VLAC model).", choices=backend_names())
+    model_path: str = setting("", "Directory of the backend's model (required). Progress: `robot-rl reward train "
+                              "--demos <dataset> --out <dir>` makes one.")
+    cameras: tuple[str, ...] = setting(("front", "wrist"), "Cameras to score: <cam>/color/image_raw each; must "
+                                       "include the model's cameras.")
+    goal: str = setting("", "Goal sentence until one arrives on task/goal; empty: none (frames are not scored).")
+    frame_skip: int = setting(1, "Score every N-th paired frame, against the frame scored last.", low=1, high=10_000)
+    reward_scale: float = setting(1.0, "reward = reward_scale * progress delta.", low=1e-6, high=1e6)
+    done_threshold: float = setting(0.0, "Done probability counting as done; 0: the model's own, else in (0, 1).",
+                                    low=0.0, high=1.0)
+    done_consecutive: int = setting(1, "Scored frames in a row at or above the done threshold before reward/done.",
+                                    low=1, high=10_000)
+    max_latency_s: float = setting(1.0, "Rewards published later than this after their observation's stamp are "
+                                   "flagged late (header.frame_id 'late').", low=1e-4, high=3600.0)
+    device: str = setting("auto", "Torch device: auto (cuda when available, else cpu), cpu, cuda, cuda:N or mps.")
+    stamp_tolerance_s: float = setting(0.001, "Largest stamp difference of frames paired across cameras.",
+                                       low=0.0, high=1.0)
 
     def __post_init__(self) -> None:
         self.cameras = tuple(self.cameras)
+        self.goal = self.goal.strip()
         if self.backend not in BACKENDS:
             raise ValueError(f"backend {self.backend!r} is not one of {backend_names()}")
         if not self.cameras:
