@@ -70,6 +70,17 @@ def _discovery_note(backend: str, env: dict) -> str:
     return f"discovery range {env.get('ROS_AUTOMATIC_DISCOVERY_RANGE', 'SUBNET (default)')}, as configured"
 
 
+def _join_graph(args: argparse.Namespace) -> tuple[dict, str]:
+    """The environment of the graph's nodes (domain id, discovery), set in this process too so the
+    monitor and demonstration recording join the same graph; and a line saying how it was chosen."""
+    from robot_rl.ros.graph import discovery_environment
+
+    domain_id, domain_source = _domain_id(args.domain_id)
+    env = discovery_environment(args.backend, domain_id)
+    os.environ.update(env)
+    return env, f"ROS_DOMAIN_ID={domain_id} ({domain_source}), {_discovery_note(args.backend, env)}"
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     if args.env:
         return cmd_train_env(args)
@@ -77,7 +88,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         apply_overrides,
         build_graph,
         config_path,
-        discovery_environment,
         load_config,
         node_names,
         params_file,
@@ -99,11 +109,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir or f"runs/{config['robot_rl']['task']}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     claim_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite)
     ensure_run_secret(run_dir)  # the key the learner checks every transition batch against (kept on resume)
-    domain_id, domain_source = _domain_id(args.domain_id)
-    env = discovery_environment(args.backend, domain_id)
-    os.environ.update(env)  # the monitor and demonstration recording join the same graph
-    print(f"robot_rl: task {config['robot_rl']['task']}, backend {args.backend}, run dir {run_dir}, "
-          f"ROS_DOMAIN_ID={domain_id} ({domain_source}), {_discovery_note(args.backend, env)}", flush=True)
+    env, graph_line = _join_graph(args)
+    print(f"robot_rl: task {config['robot_rl']['task']}, backend {args.backend}, run dir {run_dir}, {graph_line}",
+          flush=True)
     demo_episodes = simulated_demos(config, args.backend, asked="robot_rl.demos" in settings)
     if demo_episodes > 0:
         print("robot_rl: generating scripted demonstrations ...", flush=True)
@@ -160,7 +168,6 @@ def cmd_record(args: argparse.Namespace) -> int:
         apply_overrides,
         build_graph,
         config_path,
-        discovery_environment,
         load_config,
         node_names,
         params_file,
@@ -199,11 +206,9 @@ def cmd_record(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir or f"runs/record-{config['robot_rl']['task']}-{time.strftime('%Y%m%d-%H%M%S')}")
     run_dir = run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    domain_id, domain_source = _domain_id(args.domain_id)
-    env = discovery_environment(args.backend, domain_id)
-    os.environ.update(env)
+    env, graph_line = _join_graph(args)
     print(f"robot_rl: recording {config['robot_rl']['task']} with {args.device} into {out}, run dir {run_dir}, "
-          f"ROS_DOMAIN_ID={domain_id} ({domain_source}), {_discovery_note(args.backend, env)}", flush=True)
+          f"{graph_line}", flush=True)
     specs = build_graph(config, args.backend, str(run_dir))
     params_path = params_file(specs, run_dir / "params.yaml")
     (run_dir / "record.json").unlink(missing_ok=True)
