@@ -34,6 +34,7 @@ from pathlib import Path  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
+from robot_rl.config_fields import setting  # noqa: E402
 from robot_rl.control.osc import TOP_DOWN_QUAT, OperationalSpaceController, OSCGains  # noqa: E402
 from robot_rl.control.rotations import quat_to_mat  # noqa: E402
 from robot_rl.resources import package_path  # noqa: E402
@@ -93,13 +94,14 @@ DEFAULT_SCENE_XML: Path = _find_scene_xml()
 
 @dataclass
 class ArmSimConfig:
-    """Configuration of :class:`ArmSim` / :class:`~robot_rl.envs.arm_lift.ArmLiftEnv`."""
+    """Configuration of :class:`ArmSim` / :class:`~robot_rl.envs.arm_lift.ArmLiftEnv`; the `setting` fields are
+    the simulator node's parameters of the same name (`render` is its `publish_images`)."""
 
-    control_hz: float = 10.0
+    control_hz: float = setting(10.0, "Control rate.", low=1.0, high=1000.0)
     """Rate of ``ArmSim.step`` calls (agent actions) [Hz]."""
     physics_dt: float = 0.002
     """MuJoCo integration timestep [s]; ``1/control_hz`` must be a multiple of it."""
-    action_scale: float = 0.03
+    action_scale: float = setting(0.03, "End-effector metres per step at action 1.", low=1e-4, high=1.0)
     """EE target displacement per step at action 1.0 [m]."""
     workspace_low: tuple[float, float, float] = (0.30, -0.22, 0.015)
     """Lower corner of the box the EE target is clamped to (world frame) [m]."""
@@ -107,13 +109,13 @@ class ArmSimConfig:
     """Upper corner of the box the EE target is clamped to (world frame) [m]."""
     cube_xy_nominal: tuple[float, float] = (0.5, 0.0)
     """Nominal cube xy position on the table (world frame) [m]."""
-    cube_xy_range: float = 0.05
+    cube_xy_range: float = setting(0.05, "Half-width of the random cube position.", low=0.0, high=0.2)
     """Half-width of the uniform random cube xy offset around ``cube_xy_nominal`` [m]."""
     cube_random_yaw: bool = True
     """Randomise the cube yaw uniformly on reset."""
-    image_size: int = 128
+    image_size: int = setting(128, "Rendered image height and width.", low=16, high=1024)
     """Height and width of rendered camera images [px]."""
-    cameras: tuple[str, ...] = ("front", "wrist")
+    cameras: tuple[str, ...] = setting(("front", "wrist"), "Cameras to publish when publish_images is set.")
     """Cameras rendered for image observations (names in the MJCF)."""
     render: bool = False
     """``ArmLiftEnv`` adds camera images to observations (unless ``image_obs`` overrides it);

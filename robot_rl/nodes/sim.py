@@ -26,24 +26,21 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float32
 from std_srvs.srv import Trigger
 
+from robot_rl.config_fields import config_from_params
 from robot_rl.envs.arm import ArmSim, ArmSimConfig
 from robot_rl.envs.pick_cube import ArmRandomizer
 from robot_rl.envs.randomization import Randomization
+from robot_rl.resources import package_path
 from robot_rl.ros import qos
 from robot_rl.ros.arm_io import msgs_to_action, state_to_msgs
 from robot_rl.ros.messages import image_to_msg, ns_to_stamp, stamp_to_ns
-from robot_rl.resources import package_path
-from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, params_from_dataclass, run_node
 
 PARAMS = [
     Param("clock_mode", "lockstep", "Simulated-time lockstep or wall-clock real time.",
           choices=["lockstep", "realtime"]),
-    Param("control_hz", 10.0, "Control rate.", 1.0, 1000.0),
-    Param("action_scale", ArmSimConfig.action_scale, "End-effector metres per step at action 1.", 1e-4, 1.0),
-    Param("cube_xy_range", ArmSimConfig.cube_xy_range, "Half-width of the random cube position.", 0.0, 0.2),
-    Param("cameras", ["front", "wrist"], "Cameras to publish when publish_images is set."),
+    *params_from_dataclass(ArmSimConfig),
     Param("publish_images", False, "Render and publish camera images."),
-    Param("image_size", 128, "Rendered image height and width.", 16, 1024),
     Param("command_timeout_s", 0.3, "Realtime mode: hold still when the last command is older.", 0.01, 10.0),
     Param("republish_period_s", 0.2, "Lockstep mode: republish the observation if no command came.", 0.01, 10.0),
     Param("randomization", "", "Domain randomization file drawn at every reset (e.g. sim/arm/randomization.yaml; "
@@ -58,9 +55,8 @@ class SimNode(Node):
         super().__init__("sim")
         p = self.params = declare_params(self, PARAMS)
         self.control_period_ns = int(round(1e9 / p["control_hz"]))
-        self.sim = ArmSim(ArmSimConfig(control_hz=p["control_hz"], action_scale=p["action_scale"],
-                                       cube_xy_range=p["cube_xy_range"], image_size=p["image_size"],
-                                       cameras=tuple(p["cameras"]), render=p["publish_images"]))
+        self.sim = ArmSim(config_from_params(ArmSimConfig, {**p, "cameras": tuple(p["cameras"])},
+                                             render=p["publish_images"]))
         self.rng = np.random.default_rng(p["seed"])
         self.randomizer = ArmRandomizer(self.sim)
         self.randomization = None
