@@ -67,7 +67,7 @@ def test_online_run_caches_frame_features_and_learns_from_executed_actions(pretr
 
         history = trainer.run()
         assert [row["steps"] for row in history] == [20, 40] and history[-1]["updates"] == 21
-        stored = trainer.replay.ordered()
+        stored = trainer.core.online.ordered()
         # Stored actions are the executed ones: within 0.2 of the previous action the state holds,
         # and that is the next state's previous action (inside an episode).
         assert np.abs(stored["action"] - stored["obs"][:, -2:]).max() <= 0.2 + 1e-6

@@ -84,10 +84,9 @@ class MixedSampler:
             parts.append(self.demos.sample(n_demo, rng))
         if count - n_demo:
             parts.append(self.online.sample(count - n_demo, rng))
-        if len(parts) == 1:
-            batch = parts[0]
-        else:
-            batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        if len(parts) == 1:  # uniform draws from one memory: already in random order
+            return parts[0]
+        batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
         # Shuffle so the utd minibatch split sees the same mix in every minibatch.
         perm = rng.permutation(count)
         return {k: v[perm] for k, v in batch.items()}

@@ -30,6 +30,7 @@ from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.data.replay import ReplayBuffer
 from robot_rl.device import resolve_device
 from robot_rl.envs.car_race import STATE_DIM, CarRaceEnv
+from robot_rl.training.off_policy import OffPolicyCore
 from robot_rl.transport.layout import transition_layout
 
 __all__ = ["CarTrainConfig", "CarTrainer", "fastrlap_sac"]
@@ -117,7 +118,9 @@ class CarTrainer:
         # The deployable policy shares the agent's actor: it always acts with the newest weights.
         self.policy = FrameStackPolicy(encoder, self.agent.actor, cfg.frame_stack, STATE_DIM, self.device)
         self.agent.actor.train()
-        self.replay = ReplayBuffer(cfg.buffer_capacity, transition_layout(obs_dim, 2))
+        # FastRLAP trains on its own online data alone: no demonstrations.
+        self.core = OffPolicyCore(self.agent, lambda: ReplayBuffer(cfg.buffer_capacity, transition_layout(obs_dim, 2)),
+                                  self.rng, demo_fraction=0.0, warmup=cfg.warmup_steps, updates_from="warmup")
         self.stack = FeatureStack(cfg.frame_stack)
         self.steps = 0
         self.laps: list[tuple[int, float]] = []
@@ -136,13 +139,6 @@ class CarTrainer:
         action, _ = self.agent.actor(torch.from_numpy(observation).to(self.device)[None])
         return action[0].cpu().numpy()
 
-    def batch(self) -> dict[str, torch.Tensor]:
-        sac = self.agent.config
-        raw = self.replay.sample(sac.utd_ratio * sac.batch_size, self.rng)
-        to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(self.device)  # noqa: E731
-        return {"obs": to(raw["obs"]), "next_obs": to(raw["next_obs"]), "action": to(raw["action"]),
-                "reward": to(raw["reward"]), "terminated": to(raw["terminated"].astype(np.float32))}
-
     def run(self) -> list[dict[str, Any]]:
         cfg = self.config
         start = time.perf_counter()
@@ -151,24 +147,19 @@ class CarTrainer:
         history: list[dict[str, Any]] = []
         best: float | None = None  # the fastest clean lap so far
         returns, episode_return = [], 0.0
+        metrics: dict[str, float] = {}
         while self.steps < cfg.total_steps:
             obs, reward, terminated, truncated, info = self.env.step(self.act(stored))
             next_stored = self.observe(obs, first=False)
             # The executed (rate-limited) action is what the critic learns about.
-            self.replay.add_batch({"obs": stored[None], "action": info["executed_action"][None],
-                                   "reward": np.array([reward], np.float32), "next_obs": next_stored[None],
-                                   "terminated": np.array([terminated]), "truncated": np.array([truncated]),
-                                   "intervention": np.array([False])})
+            self.core.add(stored, info["executed_action"], reward, next_stored, terminated, truncated, False, "car")
             stored, episode_return = next_stored, episode_return + reward
             self.steps += 1
             if info["lap_time"] is not None:
                 lap = float(info["lap_time"])
                 self.laps.append((self.steps, lap))
                 best = lap if best is None else min(best, lap)
-            if len(self.replay) >= cfg.warmup_steps:
-                target = int((self.steps - cfg.warmup_steps + 1) * cfg.updates_per_step)
-                while self.agent.num_updates < target:
-                    metrics = self.agent.update(self.batch())
+            metrics = self.core.catch_up(cfg.updates_per_step) or metrics
             if terminated or truncated:
                 self.events[info["event"]] += 1
                 returns.append(episode_return)

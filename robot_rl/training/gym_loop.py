@@ -29,11 +29,12 @@ from robot_rl.agents.encoders import EncoderConfig
 from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.data.episodes import EpisodeDataset
 from robot_rl.data.frames import FrameReplayBuffer
-from robot_rl.data.replay import MixedSampler, ReplayBuffer
+from robot_rl.data.replay import ReplayBuffer
+from robot_rl.device import resolve_device
 from robot_rl.rewards.env_reward import LearnedRewardConfig, learned_reward_env
 from robot_rl.training.interventions import InterventionConfig, ScriptedIntervener
+from robot_rl.training.off_policy import OffPolicyCore
 from robot_rl.transport.layout import transition_layout
-from robot_rl.device import resolve_device
 
 Expert = Callable[[dict, np.random.Generator, float], np.ndarray]
 
@@ -168,8 +169,9 @@ class Trainer:
         else:
             layout = transition_layout(self.agent.obs_dim, action_dim)
             make = lambda: ReplayBuffer(cfg.buffer_capacity, layout)  # noqa: E731
-        self.online, self.demos = make(), make()
-        self.sampler = MixedSampler(self.online, self.demos, cfg.demo_fraction)
+        self.core = OffPolicyCore(self.agent, make, self.rng, demo_fraction=cfg.demo_fraction, warmup=cfg.warmup_steps,
+                                  updates_from="warmup")
+        self.online, self.demos = self.core.online, self.core.demos
         if not 0.0 <= cfg.return_and_explore <= 1.0:
             raise ValueError(f"return_and_explore must be in [0, 1], got {cfg.return_and_explore}")
         if cfg.return_and_explore and not (cfg.demo_episodes and hasattr(self.env.unwrapped, "snapshot")):
@@ -188,10 +190,7 @@ class Trainer:
         if not self.cameras:
             return np.asarray(obs, np.float32)
         if self.frozen:
-            with torch.inference_mode():
-                batch = {k: torch.from_numpy(np.asarray(obs[k]))[None].to(self.device)
-                         for k in (*self.cameras, "state") if k in obs}
-                return self.network.features(batch)[0].float().cpu().numpy()
+            return self.core.features({k: np.asarray(obs[k])[None] for k in (*self.cameras, "state") if k in obs})[0]
         state = np.asarray(obs.get("state", np.zeros(1)), np.float32)
         return {**{k: obs[k] for k in self.cameras}, "state": state}
 
@@ -205,16 +204,6 @@ class Trainer:
         return self.agent.policy.act(obs if self.cameras else stored, deterministic=deterministic)
 
     # ---- data --------------------------------------------------------------------------------
-
-    def add(self, buffer, stored, action, reward, next_stored, terminated, truncated, intervention, stream: str):
-        if isinstance(buffer, FrameReplayBuffer):
-            buffer.add(stored, action, float(reward), next_stored, bool(terminated), bool(truncated),
-                       bool(intervention), stream=stream)
-            return
-        buffer.add_batch({"obs": stored[None], "action": np.asarray(action, np.float32)[None],
-                          "reward": np.array([reward], np.float32), "next_obs": next_stored[None],
-                          "terminated": np.array([terminated]), "truncated": np.array([truncated]),
-                          "intervention": np.array([intervention])})
 
     def collect_demos(self) -> dict[str, float]:
         cfg = self.config
@@ -239,7 +228,7 @@ class Trainer:
                 kept += 1
                 self.demo_states += states
                 for transition in episode:
-                    self.add(self.demos, *transition, False, stream=f"demo{kept}")
+                    self.core.add(*transition, False, stream=f"demo{kept}", demonstration=True)
         if cfg.demo_dataset:
             dataset = EpisodeDataset(cfg.demo_dataset)
             if isinstance(self.demos, FrameReplayBuffer):
@@ -255,20 +244,9 @@ class Trainer:
                                         if self.cameras else episode["state"][t])
                             for t in range(len(episode["state"]))]
             for t in range(len(episode["action"])):
-                self.add(self.demos, observations[t], episode["action"][t], episode["reward"][t], observations[t + 1],
-                         episode["terminated"][t], episode["truncated"][t], episode["intervention"][t], f"ds{i}")
-
-    def batch(self) -> dict:
-        cfg = self.agent.config
-        raw = self.sampler.sample(cfg.utd_ratio * cfg.batch_size, self.rng)
-        to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(self.device)  # noqa: E731
-        if isinstance(self.online, FrameReplayBuffer):
-            obs = {k: to(raw[k]) for k in (*self.cameras, "state")}
-            next_obs = {k: to(raw[f"next_{k}"]) for k in (*self.cameras, "state")}
-        else:
-            obs, next_obs = to(raw["obs"]), to(raw["next_obs"])
-        return {"obs": obs, "next_obs": next_obs, "action": to(raw["action"]), "reward": to(raw["reward"]),
-                "terminated": to(raw["terminated"].astype(np.float32)), "intervention": to(raw["intervention"])}
+                self.core.add(observations[t], episode["action"][t], episode["reward"][t], observations[t + 1],
+                              episode["terminated"][t], episode["truncated"][t], episode["intervention"][t], f"ds{i}",
+                              demonstration=True)
 
     # ---- loops -------------------------------------------------------------------------------
 
@@ -303,9 +281,7 @@ class Trainer:
         start = time.perf_counter()
         demo_stats = self.collect_demos() if (cfg.demo_episodes or cfg.demo_dataset) else {}
         if cfg.offline_updates and len(self.demos):
-            for _ in range(cfg.offline_updates):  # the online buffer is empty: demonstrations only
-                self.agent.update(self.batch())
-        offline = self.agent.num_updates
+            self.core.train_offline(cfg.offline_updates)
         obs, info = self.reset_training_episode(cfg.seed)
         stored = self.stored(obs)
         episode = {"return": 0.0, "interventions": 0, "intervention_steps": 0, "index": 0}
@@ -321,17 +297,11 @@ class Trainer:
                 intervening = intervened
             obs, reward, terminated, truncated, info = self.env.step(action)
             next_stored = self.stored(obs)
-            stream = f"ep{episode['index']}"
-            self.add(self.online, stored, action, reward, next_stored, terminated, truncated, intervened, stream)
-            if intervened:  # HIL-SERL: corrections are demonstrations too
-                self.add(self.demos, stored, action, reward, next_stored, terminated, truncated, True, "i" + stream)
+            self.core.add(stored, action, reward, next_stored, terminated, truncated, intervened, f"ep{episode['index']}")
             stored = next_stored
             episode["return"] += float(reward)
             self.steps += 1
-            if len(self.online) >= cfg.warmup_steps:
-                target = offline + int((self.steps - cfg.warmup_steps + 1) * cfg.updates_per_step)
-                while self.agent.num_updates < target:
-                    self.agent.update(self.batch())
+            self.core.catch_up(cfg.updates_per_step)
             if terminated or truncated:
                 episodes.append({**episode, "success": bool(info.get("is_success", False))})
                 obs, info = self.reset_training_episode(int(self.rng.integers(2**31)))

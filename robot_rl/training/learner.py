@@ -16,7 +16,6 @@ without its reward).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -26,12 +25,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from robot_rl.agents.encoders import pretrained_config
 from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.config_fields import setting
-from robot_rl.agents.encoders import pretrained_config
+from robot_rl.data.replay import ReplayBuffer
 from robot_rl.device import resolve_device
-from robot_rl.data.replay import MixedSampler, ReplayBuffer
-from robot_rl.outputs import TEMP_PREFIX, atomic_path
+from robot_rl.training.off_policy import OffPolicyCore
 from robot_rl.transport import codec
 from robot_rl.transport.journal import PayloadJournal
 from robot_rl.transport.kinds import ACK, POLICY, TRANSITIONS
@@ -92,7 +91,6 @@ class LearnerCore:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.device = torch.device(resolve_device(config.device))
         torch.manual_seed(config.seed)
-        self.rng = np.random.default_rng(config.seed)
         frame_shapes = {camera: (config.image_size, config.image_size, 3) for camera in config.cameras}
         # What arrives (frames for pixel tasks) and what is stored (features of the frozen encoder).
         self.wire_layout = transition_layout(config.obs_dim, config.action_dim, frame_shapes)
@@ -109,9 +107,10 @@ class LearnerCore:
         if config.initial_actor:
             self._load_initial_actor(config.initial_actor)
         layout = transition_layout(self.agent.obs_dim, config.action_dim)
-        self.online = ReplayBuffer(config.buffer_capacity, layout)
-        self.demos = ReplayBuffer(config.buffer_capacity, layout)
-        self.sampler = MixedSampler(self.online, self.demos, config.demo_fraction)
+        self.core = OffPolicyCore(self.agent, lambda: ReplayBuffer(config.buffer_capacity, layout),
+                                  np.random.default_rng(config.seed), demo_fraction=config.demo_fraction,
+                                  warmup=config.warmup_transitions, max_update_ratio=config.max_update_ratio)
+        self.online, self.demos = self.core.online, self.core.demos
         self.tracker = SequenceTracker()
         # Sequence numbers of journal segments that pruning may delete: a replay of one stays a replay.
         self.sequences_path = self.run_dir / "sequences.json"
@@ -148,22 +147,14 @@ class LearnerCore:
         validate_transitions(self.wire_layout, arrays)
         return self.demos.add_batch(self._featurize(arrays))
 
-    @torch.no_grad()
     def _featurize(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Pixel tasks: frames -> the frozen encoder's features (+ proprioception), in chunks."""
+        """Pixel tasks: frames -> the frozen encoder's features (+ proprioception)."""
         if not self.config.cameras:
             return batch
-        encoder = self.agent.policy.network.encoder
         out = {k: v for k, v in batch.items() if k in ("action", "reward", "terminated", "truncated", "intervention")}
         for key in ("obs", "next_obs"):
-            parts = []
-            for start in range(0, len(batch["reward"]), 256):
-                part = slice(start, start + 256)
-                obs = {camera: torch.from_numpy(np.ascontiguousarray(batch[f"{key}_{camera}"][part])).to(self.device)
-                       for camera in self.config.cameras}
-                obs["state"] = torch.from_numpy(np.asarray(batch[key][part], np.float32)).to(self.device)
-                parts.append(encoder(obs).float().cpu().numpy())
-            out[key] = np.concatenate(parts) if parts else np.zeros((0, self.agent.obs_dim), np.float32)
+            out[key] = self.core.features({**{camera: batch[f"{key}_{camera}"] for camera in self.config.cameras},
+                                           "state": batch[key]})
         return out
 
     def ingest(self, data: bytes | memoryview) -> IngestResult:
@@ -201,7 +192,7 @@ class LearnerCore:
         if late.any():
             self._hold_late(batch, late)
             batch = {k: np.asarray(v)[~late] for k, v in batch.items()}
-        self._store(self._featurize(batch))
+        self.core.store(self._featurize(batch))
         for episode in payload.meta.get("episodes", []):
             self.episode_stats.append(episode)
         return IngestResult(actor_id, seq, n, duplicate=False)
@@ -243,7 +234,7 @@ class LearnerCore:
                 row = {**row, "reward": np.array([self.recent_rewards[stamp]], np.float32)}
                 if stamp in self.recent_dones:
                     row["terminated"], row["truncated"] = np.array([True]), np.array([False])
-                self._store(self._featurize(row))
+                self.core.store(self._featurize(row))
                 self.late_rewards_filled += 1
             elif now > deadline:
                 self.late_rewards_dropped += 1
@@ -256,38 +247,18 @@ class LearnerCore:
         if self.awaiting_reward:
             self._fill_late()
 
-    def _store(self, batch: dict[str, np.ndarray]) -> None:
-        self.online.add_batch(batch)
-        # HIL-SERL: human interventions are demonstrations too.
-        intervened = np.asarray(batch["intervention"], dtype=bool)
-        if intervened.any():
-            self.demos.add_batch({k: np.asarray(v)[intervened] for k, v in batch.items()})
-
     # ---- training -----------------------------------------------------------------------------
 
     @property
     def transitions_received(self) -> int:
-        return self.online.total_added
+        return self.core.online_transitions
 
     def ready(self) -> bool:
         """Enough online data to start, and under the update-to-data cap if one is set."""
-        if len(self.online) < self.config.warmup_transitions:
-            return False
-        if self.config.max_update_ratio > 0:
-            return self.agent.num_updates < self.config.max_update_ratio * self.online.total_added
-        return True
+        return self.core.ready()
 
     def train_step(self) -> dict[str, float]:
-        cfg = self.config.sac
-        batch = self.sampler.sample(cfg.utd_ratio * cfg.batch_size, self.rng)
-        tensors = {
-            "obs": batch["obs"], "action": batch["action"], "reward": batch["reward"],
-            "next_obs": batch["next_obs"], "terminated": batch["terminated"].astype(np.float32),
-            "intervention": batch["intervention"],
-        }
-        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device, non_blocking=True)
-                   for k, v in tensors.items()}
-        return self.agent.update(tensors)
+        return self.core.update()
 
     # ---- data out -----------------------------------------------------------------------------
 
@@ -309,10 +280,6 @@ class LearnerCore:
         """The last checkpoint (a hard link to the newest numbered one)."""
         return self.run_dir / "checkpoint.pt"
 
-    @property
-    def checkpoint_dir(self) -> Path:
-        return self.run_dir / "checkpoints"
-
     def network_shape(self) -> dict[str, Any]:
         """The settings that decide the networks' weight shapes (named as the learner node's
         parameters, or the task's sizes): a checkpoint only loads into the same shape."""
@@ -324,26 +291,9 @@ class LearnerCore:
 
     def save_checkpoint(self) -> None:
         """Writes checkpoints/<updates>.pt, makes it checkpoint.pt and keeps the newest
-        `keep_checkpoints` numbered ones. Atomic: a learner killed mid-save leaves the previous
-        checkpoint intact."""
-        state = {"agent": self.agent.state_dict(), "policy_version": self.policy_version,
-                 "rng": json.dumps(self.rng.bit_generator.state), "torch_rng": torch.get_rng_state(),
-                 "network": self.network_shape(), "saved_at": time.time()}
-        numbered = self.checkpoint_dir / f"{self.agent.num_updates:09d}.pt"
-        with atomic_path(numbered) as tmp:
-            torch.save(state, tmp)
-        link = self.run_dir / f"{TEMP_PREFIX}checkpoint.pt-{os.getpid()}"
-        link.unlink(missing_ok=True)
-        os.link(numbered, link)
-        os.replace(link, self.checkpoint_path)
-        for old in sorted(self.checkpoint_dir.glob("*.pt"))[:-self.config.keep_checkpoints]:
-            old.unlink()
-
-    def _check_network_shape(self, saved: dict[str, Any]) -> None:
-        for key, value in self.network_shape().items():
-            if key in saved and saved[key] != value:
-                raise ValueError(f"{self.checkpoint_path} was made with {key}={saved[key]}; this learner has "
-                                 f"{key}={value}: use the same setting, or another run directory")
+        `keep_checkpoints` numbered ones (atomic: see OffPolicyCore.save_checkpoint)."""
+        self.core.save_checkpoint(self.run_dir, self.network_shape(), self.config.keep_checkpoints,
+                                  {"policy_version": self.policy_version})
 
     def restore(self) -> bool:
         """Loads the last checkpoint and replays the journal; returns True if anything was restored.
@@ -353,12 +303,8 @@ class LearnerCore:
         """
         restored = False
         if self.checkpoint_path.exists():
-            state = torch.load(self.checkpoint_path, weights_only=True, map_location=self.device)
-            self._check_network_shape(state.get("network", {}))
-            self.agent.load_state_dict(state["agent"])
+            state = self.core.load_checkpoint(self.checkpoint_path, self.network_shape())
             self.policy_version = int(state["policy_version"])
-            self.rng.bit_generator.state = json.loads(state["rng"])
-            torch.set_rng_state(state["torch_rng"])
             restored = True
         for segment, data in self.journal.replay():
             try:

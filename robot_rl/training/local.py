@@ -82,9 +82,7 @@ def train_in_process(robot: Robot, actor: ActorCore, learner: LearnerCore, updat
 
     def train_and_publish(now: bool = False) -> None:
         nonlocal last_published
-        target_updates = int(updates_per_step * learner.transitions_received)
-        while learner.ready() and learner.agent.num_updates < target_updates:
-            learner.train_step()
+        learner.core.catch_up(updates_per_step)
         n = learner.agent.num_updates
         if n and (now or n // publish_every != last_published):
             last_published = n // publish_every
