@@ -232,6 +232,29 @@ def test_latency_delays_the_executed_action():
     core.physics.close()
 
 
+@pytest.mark.parametrize("latency", [3, 5])
+def test_a_latency_beyond_the_training_range_runs_and_delays_by_that_many_steps(latency):
+    core = JuggleCore(RolloutPhysics(2, nthread=1), randomization=None, auto_reset=False,
+                      overrides={"action_latency_steps": latency})
+    core.reset()
+    full = np.tile([1.0, 0.0, 0.0, 0.0], (2, 1))
+    for _ in range(latency):
+        core.step(full)
+        assert np.abs(core.physics.state().quad_vel[:, 2]).max() < 0.003  # still hovering: the delay holds
+    core.step(full)
+    assert (core.physics.state().quad_vel[:, 2] > 0.02).all()
+    core.physics.close()
+
+
+@pytest.mark.parametrize("latency", [-1, 1.5, 51])
+def test_an_impossible_latency_is_refused_by_name(latency):
+    core = JuggleCore(RolloutPhysics(1, nthread=1), randomization=None, auto_reset=False,
+                      overrides={"action_latency_steps": latency})
+    with pytest.raises(ValueError, match="action_latency_steps must be whole steps"):
+        core.reset()
+    core.physics.close()
+
+
 def test_gymnasium_single_and_vector_envs():
     env = gym.make("robot_rl/QuadJuggle-v0")
     obs, _ = env.reset(seed=0)

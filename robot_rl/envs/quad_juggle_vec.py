@@ -53,6 +53,8 @@ DEFAULT_RANDOMIZATION: Path = package_path(Path("sim") / "quad" / "randomization
 
 HOVER_ACTION = 2.0 * GRAVITY / CTBR_THRUST_RANGE[1] - 1.0
 """The thrust action that holds a nominal quadrotor in the air (the latency queue starts with it)."""
+MAX_LATENCY_STEPS = 50
+"""Longest action latency a plant may have (1 s at 50 Hz)."""
 
 
 def _check_plant_names(names) -> None:
@@ -141,7 +143,16 @@ class JuggleCore:
         quad_pos = home + values["quad_start_offset"]
         ball_pos = np.column_stack([quad_pos[:, :2], np.full(k, home[2])]) + values["ball_start_offset"]
         self.physics.set_state(ids, quad_pos, ball_pos)
-        self.latency[ids] = values["action_latency_steps"].astype(np.int64)
+        latency = np.asarray(values["action_latency_steps"], np.float64)
+        if not (np.all(latency >= 0) and np.all(latency <= MAX_LATENCY_STEPS) and np.all(latency == np.round(latency))):
+            raise ValueError(f"action_latency_steps must be whole steps in [0, {MAX_LATENCY_STEPS}], got "
+                             f"{sorted(set(latency.tolist()))}")
+        self.latency[ids] = latency.astype(np.int64)
+        if self.latency.max() >= self.queue.shape[1]:  # a longer delay than any drawn so far: a longer queue
+            grown = np.zeros((self.n, int(self.latency.max()) + 1, 4))
+            grown[:, :self.queue.shape[1]] = self.queue
+            grown[:, self.queue.shape[1]:, 0] = HOVER_ACTION
+            self.queue = grown
         self.queue[ids] = 0.0
         self.queue[ids, :, 0] = HOVER_ACTION
         self.ret[ids] = 0.0
