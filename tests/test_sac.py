@@ -217,3 +217,28 @@ def test_bc_pulls_the_policy_to_the_demonstrated_action():
         sac.update(batch)
     action = float(sac.policy.act(np.zeros(1, np.float32), deterministic=True)[0])
     assert abs(start + 0.6) > 0.4 and abs(action + 0.6) < 0.1, (start, action)
+
+
+def test_bfloat16_precision_runs_the_critic_matmuls_in_bf16_and_tracks_float32(monkeypatch):
+    from robot_rl.agents import sac as sac_module
+
+    torch.manual_seed(0)
+    sizes = dict(num_critics=4, critic_subsample=2, hidden_dims=(16, 16), batch_size=64)
+    fp32 = SAC(3, 2, SACConfig(**sizes))
+    bf16 = SAC(3, 2, SACConfig(**sizes, precision="bfloat16"))
+    bf16.load_state_dict(fp32.state_dict())
+    outputs = []
+    bf16.critic.register_forward_hook(lambda module, args, out: outputs.append(out.dtype))
+    batch = _batch(64)
+    rng = torch.get_rng_state()
+    exact = fp32.update(batch)
+    torch.set_rng_state(rng)
+    mixed = bf16.update(batch)
+    assert torch.bfloat16 in outputs  # the critic really ran under bf16 autocast
+    assert all(p.dtype == torch.float32 for p in bf16.critic.parameters())  # weights and optimizer stay fp32
+    assert all(math.isfinite(v) for v in mixed.values())
+    assert mixed["critic_loss"] == pytest.approx(exact["critic_loss"], rel=0.05)
+    assert mixed["q_mean"] == pytest.approx(exact["q_mean"], abs=0.02)
+    for native, expected in ((True, "bfloat16"), (False, "float32")):  # auto: bf16 exactly where it is native
+        monkeypatch.setattr(sac_module, "native_bf16", lambda device, native=native: native)
+        assert SAC(3, 2, SACConfig(**sizes, precision="auto")).precision == expected

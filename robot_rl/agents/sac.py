@@ -211,6 +211,11 @@ class SAC:
         return params
 
     @property
+    def compiled(self) -> bool:
+        """True while the losses run compiled: `compile` asked for and no compiler failure fell back to eager."""
+        return bool(self._compiled)
+
+    @property
     def alpha(self) -> torch.Tensor:
         return self.log_alpha.exp()
 
