@@ -78,7 +78,10 @@ def main() -> None:
     parser.add_argument("--reference-steps", type=int, default=100)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--physics", default="auto", choices=PHYSICS_BACKENDS)
+    parser.add_argument("--quick", action="store_true", help="512 quadrotors, 10 steps (same measurement, shorter)")
     args = parser.parse_args()
+    if args.quick:
+        args.num_envs, args.steps, args.reference_steps = 512, 10, 30
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
     policy, description = load_policy(args.device)
     ours, backend = measure_vector_env(policy, args.num_envs, args.steps, args.device, args.physics)
@@ -87,7 +90,7 @@ def main() -> None:
     print(f"gymnasium SyncVectorEnv ({args.reference_envs} x robot_rl/QuadJuggle-v0): {reference:,.0f} policy steps/s")
     result = {"steps_per_s": round(ours, 1), "reference_steps_per_s": round(reference, 1),
               "ratio": round(ours / reference, 2), "num_envs": args.num_envs, "policy": description,
-              "device": args.device, "physics": backend, "cpus": len(os.sched_getaffinity(0)),
+              "device": args.device, "physics": backend, "cpus": len(os.sched_getaffinity(0)), "quick": args.quick,
               "meets_targets": bool(ours >= 20_000 and ours / reference >= 5)}
     print(json.dumps(result))
 
