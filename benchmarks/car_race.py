@@ -11,13 +11,21 @@ Arms, same seeds, same run:
 * scratch: the same encoder architecture without pretraining (random weights, frozen; training
   a pixel encoder online at UTD 8 costs ~0.5 s per update on this CPU) and a fresh actor.
 * pretrained_encoder (`--arms`, an ablation): the IQL encoder with a fresh actor.
-Reference: the scripted pure-pursuit expert, which sees the true state, on the same track, car
-and randomization; its median clean lap time is measured in the same run.
+Reference: the scripted pure-pursuit expert, which sees the true state, on the same track.
+
+Lap times are measured after training, the same way for the policy and the expert: one lap per
+randomization draw of the eval split (`sim/car/randomization.yaml`), 20 draws (`--quick`: 4), the
+same draws for both; each starts on the start line and its first clean lap is timed; a crash, a
+stuck car or 90 s without a lap is a failed lap and counts as infinitely slow in the median. The
+final pretrained policy drives deterministically.
 
 Keys: `first_lap_steps` (median over seeds, pretrained), `lap_time_ratio` (median over seeds of
-the best clean lap within the step budget / the expert's), `pretrained_speedup` (median scratch
-first-lap step / median pretrained first-lap step; a scratch seed without a lap counts at its
-step cap and the key is then a lower bound, flagged in `speedup_is_lower_bound`).
+the policy's median evaluation lap / the expert's median on the same draws; `policy_failed_laps`
+and `expert_failed_laps` count the failures), `pretrained_speedup` (median scratch first-lap step
+/ median pretrained first-lap step; a scratch seed without a lap counts at its step cap and the key
+is then a lower bound, flagged in `speedup_is_lower_bound`). `best_lap_ratio_old_rule` keeps the
+rule used until 2026-11-25 beside it: the best of the training laps (plant redrawn every reset)
+over the expert's median of 4 laps on one training-split draw (`expert_lap_s`).
 Targets: first_lap_steps <= 24,000; lap_time_ratio <= 1.3; pretrained_speedup >= 2.
 
 CPU budget (the whole benchmark within 3 h on 2 cores): runs go two at a time in worker
@@ -37,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import time
@@ -52,6 +61,8 @@ TRACK_SEED = 7
 ARMS = {"pretrained": str(POLICY), "scratch": None, "pretrained_encoder": str(POLICY)}
 """Each arm's frame-stack policy (None: random frozen encoder); only "pretrained" loads its actor."""
 TARGETS = {"first_lap_steps": 24_000, "lap_time_ratio": 1.3, "pretrained_speedup": 2.0}
+EVAL_DRAWS = tuple(range(5000, 5020))
+"""Randomization draws (reset seeds) of the evaluation laps, the same for the policy and the expert."""
 
 
 def sac_preset(name: str):
@@ -83,7 +94,20 @@ def expert_lap_time(laps: int = 4, seed: int = 0) -> float:
     return float(statistics.median(times))
 
 
-def run_arm(arm: str, seed: int, steps: int, sac: str, stop_lap_time: float | None, warmup: int) -> dict:
+def expert_eval_laps(draws) -> list[float | None]:
+    """The true-state expert timed like the policy (`timed_laps`: one lap per draw, eval split)."""
+    from robot_rl.envs.car_race import CarRaceEnv
+    from robot_rl.training.car_race import timed_laps
+
+    env = CarRaceEnv(track_seed=TRACK_SEED, render=False, randomization_split="eval")
+    try:
+        return timed_laps(env, lambda obs, first: env.expert_action(), draws)
+    finally:
+        env.close()
+
+
+def run_arm(arm: str, seed: int, steps: int, sac: str, stop_lap_time: float | None, warmup: int,
+            draws: tuple[int, ...] = EVAL_DRAWS) -> dict:
     """One training run in a worker process (one thread: two runs share the two cores)."""
     import torch
 
@@ -96,11 +120,13 @@ def run_arm(arm: str, seed: int, steps: int, sac: str, stop_lap_time: float | No
     trainer = CarTrainer(config, log=lambda row: print(json.dumps({"arm": arm, "seed": seed, **row}), flush=True))
     try:
         history = trainer.run()
+        # Only the pretrained arm's final policy is timed; the others' key is their first lap.
+        eval_laps = trainer.evaluate_laps(draws) if arm == "pretrained" else None
     finally:
         trainer.close()
     return {"arm": arm, "seed": seed, "steps": trainer.steps, "laps": trainer.laps, "history": history,
             "first_lap_step": trainer.laps[0][0] if trainer.laps else None,
-            "best_lap_s": min((t for _, t in trainer.laps), default=None)}
+            "best_lap_s": min((t for _, t in trainer.laps), default=None), "eval_laps_s": eval_laps}
 
 
 def plot(runs: list[dict], expert: float, out: Path) -> None:
@@ -135,18 +161,27 @@ def _median_first_lap(runs: list[dict]) -> float | None:
     return statistics.median(r["first_lap_step"] if r["first_lap_step"] is not None else r["steps"] for r in runs)
 
 
-def summarize(runs: list[dict], expert: float, arms: list[str]) -> dict:
+def summarize(runs: list[dict], expert: float, expert_laps: list[float | None], arms: list[str]) -> dict:
     """The benchmark's keys from its runs (see the module docstring)."""
+    from robot_rl.training.car_race import lap_time_median
+
     by_arm = {arm: [r for r in runs if r["arm"] == arm] for arm in arms}
     pretrained = by_arm.get("pretrained", [])
     first_lap = _median_first_lap(pretrained) if pretrained and all(r["laps"] for r in pretrained) else None
-    ratios = [r["best_lap_s"] / expert if r["best_lap_s"] is not None else float("inf") for r in pretrained]
-    ratio = statistics.median(ratios) if ratios else float("inf")
+    expert_median = lap_time_median(expert_laps)
+    ratio = statistics.median(lap_time_median(r["eval_laps_s"]) / expert_median
+                              for r in pretrained) if pretrained else float("inf")
+    old_rule = [r["best_lap_s"] / expert if r["best_lap_s"] is not None else float("inf") for r in pretrained]
+    old_ratio = statistics.median(old_rule) if old_rule else float("inf")
     scratch_first = _median_first_lap(by_arm.get("scratch", []))
     speedup = scratch_first / first_lap if first_lap and scratch_first is not None else None
     return {
         "first_lap_steps": first_lap,
-        "lap_time_ratio": None if ratio == float("inf") else round(ratio, 3),
+        "lap_time_ratio": None if not math.isfinite(ratio) else round(ratio, 3),
+        "policy_failed_laps": [sum(t is None for t in r["eval_laps_s"]) for r in pretrained],
+        "expert_failed_laps": sum(t is None for t in expert_laps), "eval_laps": len(expert_laps),
+        "expert_eval_lap_s": None if not math.isfinite(expert_median) else round(expert_median, 3),
+        "best_lap_ratio_old_rule": None if old_ratio == float("inf") else round(old_ratio, 3),
         "pretrained_speedup": None if speedup is None else round(speedup, 2),
         "speedup_is_lower_bound": any(r["first_lap_step"] is None for r in by_arm.get("scratch", [])),
         "expert_lap_s": round(expert, 3),
@@ -167,21 +202,23 @@ def main() -> None:
                         help="pretrained_encoder (an ablation: the IQL encoder with a fresh actor) stops at its "
                              "first lap, as scratch does")
     parser.add_argument("--sac", default="cpu", choices=["cpu", "fastrlap"])
-    parser.add_argument("--stop-at-target", action="store_true", help="end a pretrained run at a lap within 1.3x")
+    parser.add_argument("--stop-at-target", action="store_true", help="end a pretrained run at a training lap within 1.3x of expert_lap_s (its policy is timed then)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args()
     seeds, steps, cap, warmup = args.seeds, args.steps, args.scratch_cap, 1024
+    draws = EVAL_DRAWS
     if args.quick:
-        seeds, steps, cap, warmup = seeds[:1], 1500, 1500, 500
+        seeds, steps, cap, warmup, draws = seeds[:1], 1500, 1500, 500, EVAL_DRAWS[:4]
     started = time.perf_counter()
     expert = expert_lap_time()
-    print(json.dumps({"expert_lap_s": round(expert, 3)}), flush=True)
+    expert_laps = expert_eval_laps(draws)
+    print(json.dumps({"expert_lap_s": round(expert, 3), "expert_eval_laps_s": expert_laps}), flush=True)
     stop = TARGETS["lap_time_ratio"] * expert if args.stop_at_target else None
     # Only the full pretrained arm needs the whole budget; the others' key is their first lap, and
     # any lap (a lap time <= inf) ends them.
     jobs = [(arm, s, steps if arm == "pretrained" else cap, args.sac,
-             stop if arm == "pretrained" else float("inf"), warmup) for arm in args.arms for s in seeds]
+             stop if arm == "pretrained" else float("inf"), warmup, draws) for arm in args.arms for s in seeds]
     runs = []
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         for run in pool.map(run_arm, *zip(*jobs)):
@@ -192,7 +229,7 @@ def main() -> None:
     name = "car_race_quick" if args.quick else "car_race" if args.arms == ["pretrained", "scratch"] else \
         "car_race_" + "_".join(args.arms)
     plot(runs, expert, out / f"{name}.png")
-    summary = summarize(runs, expert, args.arms) | {
+    summary = summarize(runs, expert, expert_laps, args.arms) | {
         "sac": args.sac, "steps": steps, "stopped_at_target": args.stop_at_target,
         "wall_s": round(time.perf_counter() - started, 1)}
     (out / f"{name}.json").write_text(json.dumps({"summary": summary, "runs": runs}, indent=1) + "\n")

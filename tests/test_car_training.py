@@ -87,3 +87,32 @@ def test_scratch_arm_has_the_same_architecture_and_rejects_mismatched_policies(p
         scratch.close()
     with pytest.raises(ValueError, match="frames"):
         CarTrainer(CarTrainConfig(policy=str(root / "policy"), frame_stack=2, device="cpu"))
+
+
+def test_laps_are_timed_per_draw_the_same_way_for_any_driver():
+    from robot_rl.envs.car_race import CarRaceEnv
+    from robot_rl.training.car_race import lap_time_median, timed_laps
+
+    env = CarRaceEnv(track_seed=7, render=False, randomization_split="eval")
+    try:
+        expert = timed_laps(env, lambda obs, first: env.expert_action(), draws=(5001, 5002))
+        assert all(t is not None and 5.0 < t < 90.0 for t in expert)
+        assert timed_laps(env, lambda obs, first: env.expert_action(), draws=(5001, 5002)) == expert  # same draws
+        into_the_wall = timed_laps(env, lambda obs, first: np.array([1.0, 1.0], np.float32), draws=(5001,))
+    finally:
+        env.close()
+    assert into_the_wall == [None]
+    assert lap_time_median([10.0, None, 12.0]) == 12.0 and lap_time_median([10.0, None]) == float("inf")
+
+
+def test_the_trained_policy_is_timed_on_its_own_env_and_frame_stack(pretrained):
+    root, _, _ = pretrained
+    trainer = CarTrainer(CarTrainConfig(policy=str(root / "policy"), total_steps=1, device="cpu"))
+    try:
+        obs, _ = trainer.env.reset(seed=3)
+        trainer.observe(obs, first=True)
+        before = trainer.stack.flat().copy()
+        assert trainer.evaluate_laps(draws=(5001,), max_s=1.0) == [None]  # no lap within a second
+        np.testing.assert_array_equal(trainer.stack.flat(), before)  # the training episode is untouched
+    finally:
+        trainer.close()

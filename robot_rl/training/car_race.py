@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -33,7 +33,7 @@ from robot_rl.envs.car_race import STATE_DIM, CarRaceEnv
 from robot_rl.training.off_policy import OffPolicyCore
 from robot_rl.transport.layout import transition_layout
 
-__all__ = ["CarTrainConfig", "CarTrainer", "fastrlap_sac"]
+__all__ = ["CarTrainConfig", "CarTrainer", "fastrlap_sac", "timed_laps", "lap_time_median"]
 
 DEFAULT_POLICY = "policies/car_race_iql_64"
 
@@ -91,6 +91,33 @@ def _random_encoder(image_size: int, seed: int) -> ImageEncoder:
     return ImageEncoder(EncoderConfig(**{**asdict(arch), "image_size": image_size, "freeze": True}))
 
 
+def timed_laps(env: CarRaceEnv, act: Callable[[dict[str, np.ndarray], bool], np.ndarray], draws: Sequence[int],
+               max_s: float = 90.0) -> list[float | None]:
+    """One timed lap per randomization draw: the car is put on the start line (`reset(seed=draw)`
+    draws the plant), `act(obs, first)` drives, and the first clean lap's time is that draw's
+    result; None when the car crashed, got stuck or ran out of `max_s` before one. Two drivers
+    timed on the same env settings and draws meet the same cars and floors."""
+    times: list[float | None] = []
+    for draw in draws:
+        obs, _ = env.reset(seed=int(draw), options={"teleport": True})
+        first, lap = True, None
+        for _ in range(int(max_s * env.config.control_hz)):
+            obs, _, terminated, truncated, info = env.step(act(obs, first))
+            first = False
+            if info["lap_time"] is not None:
+                lap = float(info["lap_time"])
+                break
+            if terminated or truncated:
+                break
+        times.append(lap)
+    return times
+
+
+def lap_time_median(times: Sequence[float | None]) -> float:
+    """Median lap time with every failed lap counted as infinitely slow (inf when half or more failed)."""
+    return float(np.median([t if t is not None else np.inf for t in times]))
+
+
 class CarTrainer:
     """Owns env, frozen policy encoder, SAC and replay; `run()` returns the progress rows."""
 
@@ -127,17 +154,33 @@ class CarTrainer:
         """(step, lap time [s]) of every clean lap, in order."""
         self.events = {"crash": 0, "stuck": 0, "time_limit": 0}
 
-    def observe(self, obs: dict[str, np.ndarray], first: bool) -> np.ndarray:
-        """The stored observation: the newest frame encoded once, stacked with the last K-1."""
+    def observe(self, obs: dict[str, np.ndarray], first: bool, stack: FeatureStack | None = None) -> np.ndarray:
+        """The stored observation: the newest frame encoded once, stacked with the last K-1 (in
+        `stack`, default the training episode's)."""
+        stack = stack or self.stack
         if first:
-            self.stack.reset()
-        self.stack.push(self.policy.encode(obs["frames"][-1]))
-        return self.policy.observation(self.stack.flat(), obs["state"])
+            stack.reset()
+        stack.push(self.policy.encode(obs["frames"][-1]))
+        return self.policy.observation(stack.flat(), obs["state"])
 
     @torch.inference_mode()
-    def act(self, observation: np.ndarray) -> np.ndarray:
-        action, _ = self.agent.actor(torch.from_numpy(observation).to(self.device)[None])
+    def act(self, observation: np.ndarray, deterministic: bool = False) -> np.ndarray:
+        action, _ = self.agent.actor(torch.from_numpy(observation).to(self.device)[None], deterministic=deterministic)
         return action[0].cpu().numpy()
+
+    def evaluate_laps(self, draws: Sequence[int], split: str = "eval", max_s: float = 90.0) -> list[float | None]:
+        """The current policy, deterministic, timed for one lap per draw (`timed_laps`) on this run's
+        track in randomization split `split`; training state (frame stack, env) is left untouched."""
+        cfg = self.config
+        env = CarRaceEnv(track_seed=cfg.track_seed, boundary=cfg.boundary, image_size=cfg.image_size,
+                         frame_stack=cfg.frame_stack, randomization_split=split,
+                         action_rate_limit=cfg.sac.action_rate_limit)
+        stack = FeatureStack(cfg.frame_stack)
+        try:
+            return timed_laps(env, lambda obs, first: self.act(self.observe(obs, first, stack), deterministic=True),
+                              draws, max_s)
+        finally:
+            env.close()
 
     def run(self) -> list[dict[str, Any]]:
         cfg = self.config
