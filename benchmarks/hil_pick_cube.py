@@ -17,7 +17,15 @@ train in `--jobs` worker processes with one torch thread each.
     python benchmarks/hil_pick_cube.py [--seeds 0 1 2] [--steps 20000] [--demos 3] [--bc-weight 1]
                                        [--jobs 2] [--quick]
 
-Target (issue 4): `step_ratio` = median steps to 90 % with interventions / without <= 0.6.
+A third arm, `demos_matched`, is the fair control: no human, but as offline data the same number
+of expert transitions the human arm of the same seed had received when it first reached 90 % (all
+it received, if it never did), stored as corrections (intervention rows: the same RLPD half-batch
+and the same behaviour-cloning term). It runs after the human arm of its seed. What it tests:
+corrections at the policy's own states against the same amount of expert data given up front.
+
+Targets (issue 4): `step_ratio` = median steps to 90 % with interventions / without <= 0.6;
+(issue 21) `step_ratio_vs_demos_matched` = with / demos_matched <= 0.6. `expert_transitions`
+gives, per arm and seed, the expert transitions beyond the `--demos` demonstrations all arms share.
 A seed that never reaches 90 % counts as `--steps` + one evaluation period (a lower bound on its
 true steps, so a ratio computed with it is conservative for the arm that did not finish).
 Writes hil_pick_cube.png (success versus steps, both arms, every seed). Last line: JSON with
@@ -60,7 +68,7 @@ def plot(curves: dict[str, dict[int, list[dict]]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for arm, style in (("without", "--"), ("with", "-")):
+    for arm, style in (("without", "--"), ("with", "-"), ("demos_matched", ":")):
         for seed, rows in curves[arm].items():
             ax.plot([r["steps"] for r in rows], [100 * r["success_rate"] for r in rows], style, marker="o",
                     label=f"{arm} interventions, seed {seed}")
@@ -73,14 +81,15 @@ def plot(curves: dict[str, dict[int, list[dict]]], path: Path) -> None:
     plt.close(fig)
 
 
-def train_arm(run: tuple[str, int], steps: int, eval_every: int, eval_episodes: int, demos: int,
+def train_arm(run: tuple[str, int, int], steps: int, eval_every: int, eval_episodes: int, demos: int,
               bc_weight: float) -> list[dict]:
-    """One training run of one arm ("with" or "without" the scripted human); its learning curve."""
-    arm, seed = run
+    """One training run of one arm ("with" or "without" the scripted human, or "demos_matched" with
+    that many expert transitions up front); its learning curve."""
+    arm, seed, up_front = run
     torch.set_num_threads(1)
     base = config_for(seed, steps, False, eval_every, eval_episodes)
     config = replace(base, interventions=arm == "with", stop_success_rate=TARGET, demo_episodes=demos,
-                     sac=replace(base.sac, bc_weight=bc_weight))
+                     correction_transitions=up_front, sac=replace(base.sac, bc_weight=bc_weight))
     trainer = Trainer(config, expert=expert_for_env(ENV_ID),
                       log=lambda row: print(json.dumps({"arm": arm, "seed": seed, **row}), flush=True))
     return trainer.run()
@@ -102,26 +111,39 @@ def main() -> None:
     steps, eval_every = (2_000, 1_000) if args.quick else (args.steps, args.eval_every)
     eval_episodes = 10 if args.quick else 50
     start = time.perf_counter()
-    runs = [(arm, seed) for seed in seeds for arm in ("with", "without")]
     settings = dict(steps=steps, eval_every=eval_every, eval_episodes=eval_episodes, demos=args.demos,
                     bc_weight=args.bc_weight)
-    curves: dict[str, dict[int, list[dict]]] = {"without": {}, "with": {}}
+    curves: dict[str, dict[int, list[dict]]] = {"without": {}, "with": {}, "demos_matched": {}}
     # One run per worker process, one torch thread each: the runs are independent and a
     # single small-batch update does not keep two cores busy.
-    with ProcessPoolExecutor(max_workers=min(args.jobs, len(runs)), mp_context=get_context("spawn")) as pool:
-        for (arm, seed), rows in zip(runs, pool.map(partial(train_arm, **settings), runs)):
+    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=get_context("spawn")) as pool:
+        runs = [(arm, seed, 0) for seed in seeds for arm in ("with", "without")]
+        for (arm, seed, _), rows in zip(runs, pool.map(partial(train_arm, **settings), runs)):
+            curves[arm][seed] = rows
+        # The control gets what the human arm of its seed had given when it reached 90 %.
+        received = {seed: next((r for r in rows if r["success_rate"] >= TARGET), rows[-1])["expert_transitions"]
+                    for seed, rows in curves["with"].items()}
+        runs = [("demos_matched", seed, received[seed]) for seed in seeds]
+        for (arm, seed, _), rows in zip(runs, pool.map(partial(train_arm, **settings), runs)):
             curves[arm][seed] = rows
     cap = steps + eval_every
     reached = {arm: [steps_to_target(rows, cap) for rows in by_seed.values()] for arm, by_seed in curves.items()}
+    finished = {arm: sum(s < cap for s in values) for arm, values in reached.items()}
     medians = {arm: statistics.median(values) for arm, values in reached.items()}
     png = Path(args.out) / "hil_pick_cube.png"
     plot(curves, png)
     print(json.dumps({"step_ratio": round(medians["with"] / medians["without"], 3),
+                      "step_ratio_vs_demos_matched": round(medians["with"] / medians["demos_matched"], 3),
                       "steps_to_90_with": reached["with"], "steps_to_90_without": reached["without"],
+                      "steps_to_90_demos_matched": reached["demos_matched"], "seeds_reaching_90": finished,
+                      "expert_transitions": {"with": [received[s] for s in seeds], "without": [0] * len(seeds),
+                                             "demos_matched": [received[s] for s in seeds]},
                       "median_with": medians["with"], "median_without": medians["without"],
+                      "median_demos_matched": medians["demos_matched"],
                       "never_reached_counts_as": cap, "seeds": seeds, "wall_s": round(time.perf_counter() - start, 1),
                       "demos": args.demos, "bc_weight": args.bc_weight, "png": str(png),
-                      "meets_target": medians["with"] <= 0.6 * medians["without"]}))
+                      "meets_target": medians["with"] <= 0.6 * medians["without"],
+                      "meets_target_vs_demos_matched": medians["with"] <= 0.6 * medians["demos_matched"]}))
 
 
 if __name__ == "__main__":

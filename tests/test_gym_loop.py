@@ -150,3 +150,21 @@ def test_vlac_protocol_offline_replay_and_return_and_explore():
     assert trainer.agent.num_updates == 7 + (40 - 20 + 1)
     with pytest.raises(ValueError, match="snapshot"):
         Trainer(_config(return_and_explore=0.5), expert=dot_expert)
+
+
+def test_expert_transitions_given_up_front_are_stored_as_corrections_and_counted():
+    trainer = Trainer(_config(demo_episodes=1, correction_transitions=13, total_steps=30, eval_every=30),
+                      expert=dot_expert)
+    history = trainer.run()
+    flags = trainer.demos.intervention[trainer.demos._valid_mask()]
+    assert len(trainer.demos) == flags.size and flags.sum() == 13  # exactly 13 corrections, the rest demonstrations
+    assert flags.size > 13
+    assert history[-1]["expert_transitions"] == 13 and history[-1]["expert_transitions_up_front"] == 13
+    with pytest.raises(ValueError, match="no scripted expert"):
+        Trainer(_config(demo_episodes=0, correction_transitions=5), expert=None)
+
+
+def test_a_persons_corrections_are_counted_as_expert_transitions():
+    trainer = Trainer(_config(interventions=True, demo_episodes=0, total_steps=30, eval_every=30), expert=dot_expert)
+    history = trainer.run()
+    assert history[-1]["expert_transitions"] == trainer.intervener.intervention_steps > 0

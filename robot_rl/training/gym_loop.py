@@ -74,6 +74,10 @@ class GymTrainConfig:
     interventions: bool = False
     """A scripted human (`ScriptedIntervener` with its defaults) takes over when the policy goes
     off track (needs an expert); a caller may pass its own intervener instead."""
+    correction_transitions: int = 0
+    """Scripted-expert transitions stored before training as if a person had made them (intervention
+    rows: the corrections' losses, behaviour cloning included), in whole successful episodes cut at
+    this count: HIL's fair control, the expert data of a human arm given up front instead."""
     offline_updates: int = 0
     """VLAC's offline demonstration replay: agent updates on the demonstrations alone before the
     first online step."""
@@ -137,7 +141,7 @@ class Trainer:
         self.env = make_env(cfg.env_id, cfg.env_kwargs)
         if cfg.learned_reward is not None:
             self.env = learned_reward_env(self.env, cfg.learned_reward, str(self.device))
-        if (cfg.demo_episodes or cfg.interventions) and expert is None:
+        if (cfg.demo_episodes or cfg.interventions or cfg.correction_transitions) and expert is None:
             raise ValueError(f"{cfg.env_id} has no scripted expert: set demo_episodes=0 and interventions=False "
                              "or give demo_dataset")
         action_dim = self.env.action_space.shape[0]
@@ -207,16 +211,34 @@ class Trainer:
 
     def collect_demos(self) -> dict[str, float]:
         cfg = self.config
-        kept = attempted = 0
-        while kept < cfg.demo_episodes:
+        kept, attempted = self._expert_episodes(episodes=cfg.demo_episodes)
+        stats = {"demo_episodes": kept, "demo_attempts": attempted}
+        if cfg.correction_transitions:
+            self._expert_episodes(transitions=cfg.correction_transitions)
+            stats["expert_transitions_up_front"] = cfg.correction_transitions
+        if cfg.demo_dataset:
+            dataset = EpisodeDataset(cfg.demo_dataset)
+            if isinstance(self.demos, FrameReplayBuffer):
+                dataset.load_into(self.demos)
+            else:
+                self._load_encoded(dataset)
+        return stats
+
+    def _expert_episodes(self, episodes: int = 0, transitions: int = 0) -> tuple[int, int]:
+        """Successful scripted-expert episodes into the demonstration memory: `episodes` of them as
+        demonstrations, or (`transitions`) exactly that many transitions stored as corrections
+        (intervention rows, so they get the corrections' losses). Returns (kept, attempted)."""
+        cfg = self.config
+        kept = attempted = stored_rows = 0
+        while kept < episodes or stored_rows < transitions:
             attempted += 1
-            if attempted > 5 * cfg.demo_episodes + 10:
+            if attempted > 5 * (kept + 1) + 10:
                 raise RuntimeError(f"scripted expert succeeded in only {kept} of {attempted} episodes")
             obs, info = self.env.reset(seed=int(self.rng.integers(2**31)))
             episode, states, success, done = [], [], False, False
             stored = self.stored(obs)
             while not done:
-                if cfg.return_and_explore:
+                if cfg.return_and_explore and not transitions:
                     states.append(self.env.unwrapped.snapshot())
                 action = self.expert(info["state"], self.rng, cfg.demo_noise)
                 obs, reward, terminated, truncated, info = self.env.step(action)
@@ -227,15 +249,13 @@ class Trainer:
             if success:
                 kept += 1
                 self.demo_states += states
+                if transitions:
+                    episode = episode[:transitions - stored_rows]
+                stored_rows += len(episode)
                 for transition in episode:
-                    self.core.add(*transition, False, stream=f"demo{kept}", demonstration=True)
-        if cfg.demo_dataset:
-            dataset = EpisodeDataset(cfg.demo_dataset)
-            if isinstance(self.demos, FrameReplayBuffer):
-                dataset.load_into(self.demos)
-            else:
-                self._load_encoded(dataset)
-        return {"demo_episodes": kept, "demo_attempts": attempted}
+                    self.core.add(*transition, bool(transitions), stream=f"{'correction' if transitions else 'demo'}"
+                                  f"{kept}", demonstration=True)
+        return kept, attempted
 
     def _load_encoded(self, dataset) -> None:
         for i in range(len(dataset)):
@@ -279,7 +299,9 @@ class Trainer:
     def run(self) -> list[dict[str, Any]]:
         cfg = self.config
         start = time.perf_counter()
-        demo_stats = self.collect_demos() if (cfg.demo_episodes or cfg.demo_dataset) else {}
+        demo_stats = self.collect_demos() if (cfg.demo_episodes or cfg.demo_dataset or cfg.correction_transitions) \
+            else {}
+        corrected = cfg.correction_transitions  # expert transitions so far: given up front, then a person's
         if cfg.offline_updates and len(self.demos):
             self.core.train_offline(cfg.offline_updates)
         obs, info = self.reset_training_episode(cfg.seed)
@@ -294,6 +316,7 @@ class Trainer:
                 action, intervened = self.intervener(info["state"], policy_action, self.rng)
                 episode["interventions"] += int(intervened and not intervening)
                 episode["intervention_steps"] += int(intervened)
+                corrected += int(intervened)
                 intervening = intervened
             obs, reward, terminated, truncated, info = self.env.step(action)
             next_stored = self.stored(obs)
@@ -311,7 +334,7 @@ class Trainer:
             if self.steps >= next_eval or self.steps == cfg.total_steps:
                 next_eval += cfg.eval_every or cfg.total_steps
                 recent = episodes[-20:]
-                row = {"steps": self.steps, "updates": self.agent.num_updates,
+                row = {"steps": self.steps, "updates": self.agent.num_updates, "expert_transitions": corrected,
                        "wall_s": round(time.perf_counter() - start, 1), **demo_stats,
                        **self.evaluate(cfg.eval_episodes),
                        "train_success_rate": float(np.mean([e["success"] for e in recent])) if recent else 0.0,
