@@ -16,6 +16,14 @@ shows. Both run with glibc's malloc keeping freed memory (`reuse_freed_cpu_memor
 SAC sets), and the contenders take turns in short windows (`rates`), so each sees the same
 machine. One update = utd_ratio (1 here) critic steps + one actor and temperature step.
 
+Against installed peers (`pip install -e '.[bench]'`; `sac_peers.py`), state-based at 2 critics
+and at 10 (ours and TorchRL's REDQLoss 2 of 10, stable-baselines3 min over all 10): each update
+samples 256 from the contender's own replay memory, then one critic, actor and temperature step
+and the target update (`peers_<n>` in the JSON: each one's updates/s, version and what its update
+includes; `ratio_vs_best_peer_<n>`). `roofline_fraction_<n>`: our update's FLOPs (FlopCounterMode,
+eager, same math) times our updates/s over the throughput of its dominant matmul shape measured in
+the same run, dtype and thread count. CPUs differ (bf16 or not): ratios compare within one run.
+
     python benchmarks/learner_throughput.py [--quick] [--device cuda]
 
 Last line: {"updates_per_s", "reference_updates_per_s", "ratio", "pixel_updates_per_s",
@@ -30,6 +38,7 @@ import math
 import statistics
 import time
 
+import sac_peers
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -187,6 +196,56 @@ def ours(pixels: bool, device: torch.device, precision: str, compile: bool) -> S
     return SAC(OBS_DIM, ACTION_DIM, cfg, device, encoder=encoder)
 
 
+PEER_INCLUDES = {
+    "ours": "OffPolicyCore.update: sample 256 from ReplayBuffer, to tensors, SAC.update (critic, actor, temperature, "
+            "target); precision auto, torch.compile",
+    "stable_baselines3": "SAC.train(gradient_steps=1): ReplayBuffer.sample(256), critic, actor, entropy coefficient, "
+                         "polyak target; min over all critics",
+    "torchrl": "TensorDictReplayBuffer.sample(256), SACLoss (REDQLoss 2 of 10), one backward, three Adam steps, "
+               "SoftUpdate",
+}
+
+
+def cpu_name() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "unknown"
+
+
+def peer_figures(device: torch.device, precision: str, seconds: float) -> dict:
+    """Ours against the installed peer libraries at 2 and 10 critics, and our roofline fraction."""
+    result: dict = {}
+    for critics, subsample in ((2, None), (10, 2)):
+        update, agent = sac_peers.ours(OBS_DIM, ACTION_DIM, critics, subsample, device, precision, True)
+        contenders = {"ours": update}
+        versions = {"ours": "this tree", "stable_baselines3": sac_peers.version("stable-baselines3"),
+                    "torchrl": sac_peers.version("torchrl")}
+        if versions["stable_baselines3"]:
+            contenders["stable_baselines3"] = sac_peers.stable_baselines3(OBS_DIM, ACTION_DIM, critics, device)
+        if versions["torchrl"]:
+            contenders["torchrl"] = sac_peers.torchrl(OBS_DIM, ACTION_DIM, critics, subsample, device)
+        measured = rates({name: (lambda batch, f=f: f()) for name, f in contenders.items()}, None, seconds, device)
+        eager, _ = sac_peers.ours(OBS_DIM, ACTION_DIM, critics, subsample, device, precision, False)
+        flops = sac_peers.update_flops(eager)
+        dtype = torch.bfloat16 if agent.precision == "bfloat16" else torch.float32
+        peak = sac_peers.matmul_flops_per_s(dtype, device, critics)
+        peers = {name: rate for name, rate in measured.items() if name != "ours"}
+        result.update({
+            f"peers_{critics}": {name: {"updates_per_s": round(measured[name], 2) if name in measured else None,
+                                        "version": versions[name], "includes": PEER_INCLUDES[name]}
+                                 for name in versions},
+            f"ratio_vs_best_peer_{critics}": round(measured["ours"] / max(peers.values()), 3) if peers else None,
+            f"compiled_{critics}": agent.compiled,
+            f"update_gflop_{critics}": round(flops / 1e9, 4),
+            f"matmul_gflop_per_s_{critics}": round(peak / 1e9, 1),
+            f"roofline_fraction_{critics}": round(flops * measured["ours"] / peak, 3)})
+        print(f"{critics} critics: " + ", ".join(f"{name} {rate:.1f}/s" for name, rate in measured.items())
+              + f"; ours {flops / 1e9:.3f} GFLOP/update, matmul {peak / 1e9:.0f} GFLOP/s -> roofline "
+              f"{result[f'roofline_fraction_{critics}']:.2f}", flush=True)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="short timing windows (same measurements)")
@@ -225,6 +284,8 @@ def main() -> None:
         print(f"{'pixel' if pixels else 'state'}: reference {ref_rate:.1f}/s, ours eager fp32 {eager_rate:.1f}/s, "
               f"ours {precision}+{'compile' if best.compiled else 'EAGER (compile failed)'} {best_rate:.1f}/s -> "
               f"{best_rate / ref_rate:.2f}x", flush=True)
+    result.update(peer_figures(device, precision, seconds))
+    result["cpu"] = cpu_name()
     assert all(math.isfinite(v) for v in result.values() if isinstance(v, float))
     print(json.dumps(result))
 

@@ -1,0 +1,149 @@
+"""SAC updates of installed peer libraries and of ours, each sampling from its own replay memory.
+
+Used by `learner_throughput.py`. Every contender's update, as its users run it: sample a batch of
+256 from its own replay buffer (filled with the same random transitions), one critic step, one
+actor and temperature step, the target update. Networks 256x256, each library's defaults
+otherwise. A peer that is not installed (`pip install -e '.[bench]'`) is reported as missing.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import time
+from typing import Callable
+
+import numpy as np
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from robot_rl.agents.sac import SAC, SACConfig
+from robot_rl.data.replay import ReplayBuffer
+from robot_rl.training.off_policy import OffPolicyCore
+from robot_rl.transport.layout import transition_layout
+
+CAPACITY = 20_000
+"""Transitions in every contender's replay memory."""
+
+
+def random_transitions(obs_dim: int, action_dim: int, count: int = CAPACITY, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"obs": rng.standard_normal((count, obs_dim), np.float32),
+            "action": rng.uniform(-1, 1, (count, action_dim)).astype(np.float32),
+            "reward": rng.standard_normal(count).astype(np.float32),
+            "next_obs": rng.standard_normal((count, obs_dim), np.float32),
+            "terminated": rng.random(count) < 0.01, "truncated": np.zeros(count, bool),
+            "intervention": np.zeros(count, bool)}
+
+
+def version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def ours(obs_dim: int, action_dim: int, critics: int, subsample: int | None, device: torch.device,
+         precision: str = "auto", compile: bool = True, batch: int = 256) -> tuple[Callable[[], object], SAC]:
+    """Our learner's update as the learner node runs it: OffPolicyCore.update (sample, to tensors, SAC)."""
+    config = SACConfig(num_critics=critics, critic_subsample=subsample, batch_size=batch, precision=precision,
+                       compile=compile)
+    agent = SAC(obs_dim, action_dim, config, device)
+    core = OffPolicyCore(agent, lambda: ReplayBuffer(CAPACITY, transition_layout(obs_dim, action_dim)),
+                         np.random.default_rng(0), warmup=0)
+    core.store(random_transitions(obs_dim, action_dim))
+    return core.update, agent
+
+
+def stable_baselines3(obs_dim: int, action_dim: int, critics: int, device: torch.device,
+                      batch: int = 256) -> Callable[[], object]:
+    """stable-baselines3 SAC: `model.train(gradient_steps=1)` on its own ReplayBuffer (min over all critics)."""
+    import gymnasium as gym
+    from stable_baselines3 import SAC as SB3SAC
+    from stable_baselines3.common.logger import configure
+
+    class Box(gym.Env):
+        observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
+        action_space = gym.spaces.Box(-1.0, 1.0, (action_dim,), np.float32)
+
+    model = SB3SAC("MlpPolicy", Box(), policy_kwargs={"net_arch": [256, 256], "n_critics": critics},
+                   batch_size=batch, buffer_size=CAPACITY, learning_starts=0, device=device, seed=0)
+    model.set_logger(configure(None, []))
+    data, buffer = random_transitions(obs_dim, action_dim), model.replay_buffer
+    buffer.observations[:, 0] = data["obs"]
+    buffer.next_observations[:, 0] = data["next_obs"]
+    buffer.actions[:, 0] = data["action"]
+    buffer.rewards[:, 0] = data["reward"]
+    buffer.dones[:, 0] = data["terminated"]
+    buffer.full = True
+    return lambda: model.train(gradient_steps=1, batch_size=batch)
+
+
+def torchrl(obs_dim: int, action_dim: int, critics: int, subsample: int | None, device: torch.device,
+            batch: int = 256) -> Callable[[], object]:
+    """TorchRL's loss as its sota-implementations/sac example runs it (SACLoss; REDQLoss for k of N),
+    sampling its own TensorDictReplayBuffer; one backward, three Adam steps, SoftUpdate."""
+    from tensordict import TensorDict
+    from tensordict.nn import NormalParamExtractor, TensorDictModule
+    from torch import nn
+    from torchrl.data import Bounded, LazyTensorStorage, TensorDictReplayBuffer
+    from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+    from torchrl.objectives import REDQLoss, SACLoss, SoftUpdate
+
+    torch.manual_seed(0)
+    actor_net = nn.Sequential(MLP(in_features=obs_dim, out_features=2 * action_dim, num_cells=[256, 256],
+                                  activation_class=nn.ReLU), NormalParamExtractor())
+    actor = ProbabilisticActor(TensorDictModule(actor_net, in_keys=["observation"], out_keys=["loc", "scale"]),
+                               in_keys=["loc", "scale"], spec=Bounded(-1.0, 1.0, (action_dim,)),
+                               distribution_class=TanhNormal, return_log_prob=False).to(device)
+    qvalue = ValueOperator(MLP(in_features=obs_dim + action_dim, out_features=1, num_cells=[256, 256],
+                               activation_class=nn.ReLU), in_keys=["observation", "action"]).to(device)
+    if subsample:
+        loss = REDQLoss(actor, qvalue, num_qvalue_nets=critics, sub_sample_len=subsample)
+    else:
+        loss = SACLoss(actor, qvalue, num_qvalue_nets=critics, loss_function="l2", delay_qvalue=True)
+    loss.make_value_estimator(gamma=0.99)
+    target = SoftUpdate(loss, eps=0.995)
+    optimizers = [torch.optim.Adam(list(loss.actor_network_params.flatten_keys().values()), 3e-4),
+                  torch.optim.Adam(list(loss.qvalue_network_params.flatten_keys().values()), 3e-4),
+                  torch.optim.Adam([loss.log_alpha], 3e-4)]
+    data = {k: torch.from_numpy(v) for k, v in random_transitions(obs_dim, action_dim).items()}
+    done = data["terminated"][:, None]
+    memory = TensorDictReplayBuffer(storage=LazyTensorStorage(CAPACITY, device=device), batch_size=batch)
+    memory.extend(TensorDict({"observation": data["obs"], "action": data["action"],
+                              "next": {"observation": data["next_obs"], "reward": data["reward"][:, None],
+                                       "done": done, "terminated": done}}, batch_size=[CAPACITY]))
+
+    def update():
+        out = loss(memory.sample().to(device))
+        total = sum(v for k, v in out.items() if k.startswith("loss_"))
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        for optimizer in optimizers:
+            optimizer.step()
+        target.step()
+    return update
+
+
+def update_flops(update: Callable[[], object]) -> int:
+    """Floating-point operations of one call of `update` (torch's FlopCounterMode, eager code)."""
+    with FlopCounterMode(display=False) as counter:
+        update()
+    return int(counter.get_total_flops())
+
+
+def matmul_flops_per_s(dtype: torch.dtype, device: torch.device, members: int, seconds: float = 1.0) -> float:
+    """Measured throughput of the update's dominant matmul shape: `members` stacked 256x256 layers on
+    a batch of 256 (the ensemble's hidden layer), in `dtype`, with this process's thread count."""
+    a = torch.randn(members, 256, 256, device=device, dtype=dtype)
+    b = torch.randn(members, 256, 256, device=device, dtype=dtype)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(5):
+        torch.bmm(a, b)
+    sync()
+    calls, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        torch.bmm(a, b)
+        calls += 1
+    sync()
+    return 2 * members * 256 ** 3 * calls / (time.perf_counter() - started)
