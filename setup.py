@@ -6,8 +6,9 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 PACKAGE = "robot_rl"
-NODES = ["sim", "actor", "learner", "camera", "arm", "quadrotor", "teleop", "scripted_human", "reward", "quad_sim",
-         "juggle_actor", "ppo_learner", "car_sim", "car", "car_actor"]
+NODES = ["arm_sim", "arm_actor", "learner", "camera", "arm", "quadrotor", "teleop", "scripted_human", "reward",
+         "quad_sim", "juggle_actor", "ppo_learner", "car_sim", "car", "car_actor"]
+DEPRECATED_NODES = ["sim", "actor"]  # robot_rl/ros/node_kinds.py: DEPRECATED_NODE_NAMES
 
 
 def share_tree(folder: str) -> list[tuple[str, list[str]]]:
@@ -59,6 +60,8 @@ setup(
         "console_scripts": [
             "robot-rl = robot_rl.cli:main",
             *[f"{node} = robot_rl.nodes.{node}:main" for node in NODES],
+            # the names before 0.1.x's robot-explicit ones: warn, then run the new node (removed in 0.2.0)
+            *[f"{old} = robot_rl.ros.node_kinds:{old}_main" for old in DEPRECATED_NODES],
         ],
     },
 )

@@ -25,7 +25,7 @@ Metrics:
   future/old stamps, empty/duplicate/missing joint names, mismatched lengths, non-unit
   quaternions) into EACH input topic of the arm node (arm/cmd, arm/gripper, joint_states, the
   ee pose, /estop) while it is commanded, then into each input of the simulator node
-  (`robot_rl.nodes.sim`, lockstep: arm/cmd, arm/gripper, stepped with extreme valid commands
+  (`robot_rl.nodes.arm_sim`, lockstep: arm/cmd, arm/gripper, stepped with extreme valid commands
   between the junk). Each message is labelled by this script's own reading of the documented
   rules. ``fuzz_crashes``: node processes that died. ``fuzz_out_of_limit``: output messages
   outside the configured limits (arm: workspace box, per-step limit, frame, unit quaternion,

@@ -1,4 +1,4 @@
-"""The safety benchmark's simulator part: `robot_rl.nodes.sim` (lockstep arm simulation) as its own
+"""The safety benchmark's simulator part: `robot_rl.nodes.arm_sim` (lockstep arm simulation) as its own
 process, fuzzed on its command inputs (arm/cmd, arm/gripper) and stepped with extreme valid commands
 between the junk; every observation it publishes must stay finite and inside its workspace."""
 
@@ -19,7 +19,7 @@ class SimBench(Bench):
     """The actor of the simulated arm (commands answering its latest observation) and the observer of
     its observations (joint_states, the end-effector pose)."""
 
-    watched = "sim"
+    watched = "arm_sim"
 
     def __init__(self, domain_id: int):
         super().__init__(domain_id)
@@ -74,7 +74,7 @@ class SimBench(Bench):
 
 
 def run_sim(n_fuzz: int, tmp: Path) -> dict:
-    proc, domain_id = start_node_under_test("robot_rl.nodes.sim", {}, tmp / "sim.log")
+    proc, domain_id = start_node_under_test("robot_rl.nodes.arm_sim", {}, tmp / "arm_sim.log")
     b = SimBench(domain_id)
     fz = Fuzz(23)
     rng = np.random.default_rng(5)
@@ -112,4 +112,4 @@ def run_sim(n_fuzz: int, tmp: Path) -> dict:
                 "observations": b.observations}
     finally:
         b.close()
-        stop_node_under_test(proc, tmp / "sim.log")
+        stop_node_under_test(proc, tmp / "arm_sim.log")

@@ -2,7 +2,7 @@
 
 The nodes and their parameters come from the package's graph spec (robot_rl/ros/graph.py),
 the same one `robot-rl train` uses, built from config/<task>.yaml or `config:=<file>`, with the
-same restart policy: a node with restarts (learner, actor, reward by default; `robot_rl.restarts`)
+same restart policy: a node with restarts (learner, arm_actor, reward by default; `robot_rl.restarts`)
 is respawned after a crash (`respawn_max_retries` needs ROS 2 Iron or newer) and resumes where it
 stopped. The launch ends when the actor finishes, or when a critical node exits for good: on its
 own, or crashed past its restarts.

@@ -40,7 +40,7 @@ class TaskSpec:
     """A terminal failure (a crash): the episode terminates there, without success."""
     action_rate_limit: float | None = None
     """Every executed action within this of the previous one (FastRLAP: 0.2); None: off."""
-    actor_node: str = "actor"
+    actor_node: str = "arm_actor"
     """The node that builds this task's states from the robot's topics."""
 
     @property

@@ -14,7 +14,8 @@ pytest.importorskip("rclpy")
 from robot_rl.ros.probe import fresh_domain_id  # noqa: E402
 
 FAST = ["--steps", "100000", "--set", "robot_rl.demos={episodes: 0}", "--set", "learner.hidden_dims=[32]",
-        "--set", "learner.batch_size=16", "--set", "actor.sync_updates_per_step=0.0", "--plain", "--status-period", "1"]
+        "--set", "learner.batch_size=16", "--set", "arm_actor.sync_updates_per_step=0.0", "--plain",
+        "--status-period", "1"]
 
 
 def _start(run_dir: Path) -> subprocess.Popen:
@@ -54,7 +55,7 @@ def test_ctrl_c_stops_every_node_in_order(tmp_path):
     text = "".join(lines) + out
     assert proc.returncode == 130, text
     assert "interrupted by the user" in text
-    for node in ("sim", "actor", "learner"):
+    for node in ("arm_sim", "arm_actor", "learner"):
         assert _node_pids(run_dir, node) == []
     assert (run_dir / "checkpoint.pt").exists()  # the learner saved on its way out
 
@@ -65,7 +66,7 @@ def test_a_dying_critical_node_shuts_the_graph_down_and_says_why(tmp_path):
     lines: list[str] = []
     try:
         _wait_for_steps(proc, lines)
-        for pid in _node_pids(run_dir, "sim"):
+        for pid in _node_pids(run_dir, "arm_sim"):
             os.kill(pid, signal.SIGKILL)
         out, _ = proc.communicate(timeout=90)
     finally:
@@ -73,8 +74,8 @@ def test_a_dying_critical_node_shuts_the_graph_down_and_says_why(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     text = "".join(lines) + out
     assert proc.returncode == 1, text
-    assert "critical node 'sim' exited with code -9" in text
-    for node in ("actor", "learner"):
+    assert "critical node 'arm_sim' exited with code -9" in text
+    for node in ("arm_actor", "learner"):
         assert _node_pids(run_dir, node) == []
 
 
@@ -87,11 +88,11 @@ def test_killing_robot_rl_with_sigkill_takes_its_nodes_down(tmp_path):
         os.kill(proc.pid, signal.SIGKILL)  # no chance to stop anything in order
         proc.wait(timeout=30)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(_node_pids(run_dir, n) for n in ("sim", "actor", "learner")):
+        while time.monotonic() < deadline and any(_node_pids(run_dir, n) for n in ("arm_sim", "arm_actor", "learner")):
             time.sleep(0.5)
     finally:
-        for node in ("sim", "actor", "learner"):
+        for node in ("arm_sim", "arm_actor", "learner"):
             for pid in _node_pids(run_dir, node):
                 os.kill(pid, signal.SIGKILL)
-    for node in ("sim", "actor", "learner"):
+    for node in ("arm_sim", "arm_actor", "learner"):
         assert _node_pids(run_dir, node) == [], f"{node} outlived its supervisor"

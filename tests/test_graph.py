@@ -21,22 +21,22 @@ from std_msgs.msg import UInt8MultiArray  # noqa: E402
 from robot_rl.ros import qos  # noqa: E402
 from robot_rl.ros.graph import loopback_environment  # noqa: E402
 from robot_rl.ros.messages import bytes_to_uint8_multiarray  # noqa: E402
-from robot_rl.ros.supervisor import Supervisor  # noqa: E402
 from robot_rl.ros.probe import RosProbe, fastdds_leftovers, fresh_domain_id, start_graph  # noqa: E402
+from robot_rl.ros.supervisor import Supervisor  # noqa: E402
 from robot_rl.transport import codec  # noqa: E402
 
 SMALL = {
     "robot_rl.demos": {"episodes": 0},
-    "actor.eval_episodes": 2,
-    "actor.batch_transitions": 25,
-    "actor.resend_after_s": 1.0,
+    "arm_actor.eval_episodes": 2,
+    "arm_actor.batch_transitions": 25,
+    "arm_actor.resend_after_s": 1.0,
     "learner.warmup_transitions": 100,
     "learner.batch_size": 32,
     "learner.hidden_dims": [64, 64],
     "learner.publish_period_s": 0.5,
     "learner.checkpoint_period_s": 1.0,
     "learner.max_update_ratio": 0.0,
-    "actor.sync_updates_per_step": 0.0,  # run free: the actor must keep acting while the learner is down
+    "arm_actor.sync_updates_per_step": 0.0,  # run free: the actor must keep acting while the learner is down
 }
 
 
@@ -94,15 +94,15 @@ def test_fresh_domains_skip_fastdds_leftovers(tmp_path):
 
 
 def test_three_process_graph_delivers_everything_and_survives_garbage(tmp_path):
-    supervisor, observer, _ = _start_graph(tmp_path, {"actor.total_steps": 600})
+    supervisor, observer, _ = _start_graph(tmp_path, {"arm_actor.total_steps": 600})
     try:
         observer.wait_for(lambda: observer.value("transitions_received", "learner") > 0, 90, "first transitions")
         garbage = _malformed_payloads()
         for data in garbage:
             observer.transitions_pub.publish(bytes_to_uint8_multiarray(data))
         observer.wait_for(lambda: observer.value("rejected", "learner") >= len(garbage), 30, "rejections counted")
-        observer.wait_for(lambda: observer.value("policy_version", "actor") >= 2, 120, "policy updates reach actor")
-        assert _wait_exit(supervisor, "actor", 300, observer) == 0
+        observer.wait_for(lambda: observer.value("policy_version", "arm_actor") >= 2, 120, "policy updates reach actor")
+        assert _wait_exit(supervisor, "arm_actor", 300, observer) == 0
     finally:
         codes = supervisor.stop()
         observer.close()
@@ -118,7 +118,7 @@ def test_three_process_graph_delivers_everything_and_survives_garbage(tmp_path):
 
 
 def test_learner_killed_with_sigkill_resumes_and_loses_nothing(tmp_path):
-    supervisor, observer, _ = _start_graph(tmp_path, {"actor.total_steps": 1500})
+    supervisor, observer, _ = _start_graph(tmp_path, {"arm_actor.total_steps": 1500})
     try:
         observer.wait_for(lambda: observer.value("updates", "learner") >= 50
                           and (tmp_path / "checkpoint.pt").exists(), 120, "learner training and checkpointed")
@@ -131,7 +131,7 @@ def test_learner_killed_with_sigkill_resumes_and_loses_nothing(tmp_path):
         del supervisor.nodes["learner"]
         observer.diagnostics.pop("learner", None)
         observer.spin(3.0)  # the actor keeps acting meanwhile, holding what it cannot deliver
-        assert observer.value("outbox_pending", "actor") > 0
+        assert observer.value("outbox_pending", "arm_actor") > 0
         restarted = subprocess.Popen(learner.process.args, env=supervisor.env, start_new_session=True,
                                      stdout=open(tmp_path / "logs" / "learner-restart.log", "wb"),
                                      stderr=subprocess.STDOUT)
@@ -141,7 +141,7 @@ def test_learner_killed_with_sigkill_resumes_and_loses_nothing(tmp_path):
         # step counter continues from the checkpoint, buffer restored from the journal
         assert observer.value("updates", "learner") >= 50
         assert observer.value("online_size", "learner") >= before_received
-        assert _wait_exit(supervisor, "actor", 400, observer) == 0
+        assert _wait_exit(supervisor, "arm_actor", 400, observer) == 0
     finally:
         codes = supervisor.stop()
         observer.close()
@@ -162,9 +162,9 @@ def test_realtime_sim_publishes_images_on_wall_clock_and_holds_on_stale_commands
 
     domain_id = fresh_domain_id()
     env = loopback_environment(domain_id)
-    sim = subprocess.Popen([sys.executable, "-m", "robot_rl.nodes.sim", "--ros-args", "-p", "clock_mode:=realtime",
+    sim = subprocess.Popen([sys.executable, "-m", "robot_rl.nodes.arm_sim", "--ros-args", "-p", "clock_mode:=realtime",
                             "-p", "publish_images:=true", "-p", "image_size:=64", "-p", "command_timeout_s:=0.3"],
-                           env=env, stdout=open(tmp_path / "sim.log", "wb"), stderr=subprocess.STDOUT)
+                           env=env, stdout=open(tmp_path / "arm_sim.log", "wb"), stderr=subprocess.STDOUT)
     observer = Observer(domain_id)
     got = {"joints": [], "images": [], "info": []}
     observer.node.create_subscription(JointState, "joint_states", lambda m: got["joints"].append(time.monotonic()),
@@ -185,7 +185,7 @@ def test_realtime_sim_publishes_images_on_wall_clock_and_holds_on_stale_commands
         twist = TwistStamped()
         twist.twist.linear.x = 0.1
         cmd.publish(twist)
-        observer.wait_for(lambda: observer.value("stale_commands", "sim") >= 1, 10, "stale command detected")
+        observer.wait_for(lambda: observer.value("stale_commands", "arm_sim") >= 1, 10, "stale command detected")
     finally:
         observer.close()
         sim.send_signal(signal.SIGINT)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-
 import pytest
 
 pytest.importorskip("rclpy")
@@ -17,13 +16,13 @@ pytest.importorskip("rclpy")
 from robot_rl.ros.probe import RosProbe, fresh_domain_id, start_graph  # noqa: E402
 
 HIL = {
-    "robot_rl.nodes": ["sim", "actor", "learner", "teleop", "scripted_human"],
+    "robot_rl.nodes": ["arm_sim", "arm_actor", "learner", "teleop", "scripted_human"],
     "robot_rl.demos": {"episodes": 0},
-    "sim.clock_mode": "realtime",  # at the task's 10 Hz, as robot-rl record runs it
-    "actor.total_steps": 400,
-    "actor.eval_episodes": 1,
-    "actor.batch_transitions": 25,
-    "actor.sync_updates_per_step": 0.0,
+    "arm_sim.clock_mode": "realtime",  # at the task's 10 Hz, as robot-rl record runs it
+    "arm_actor.total_steps": 400,
+    "arm_actor.eval_episodes": 1,
+    "arm_actor.batch_transitions": 25,
+    "arm_actor.sync_updates_per_step": 0.0,
     "learner.warmup_transitions": 100,
     "learner.batch_size": 32,
     "learner.hidden_dims": [64, 64],
@@ -47,13 +46,13 @@ def test_scripted_human_interventions_reach_the_learner_as_demonstrations(tmp_pa
     try:
         probe.wait_for(lambda: probe.value("takeovers", "scripted_human") >= 3
                        and probe.value("takeovers", "teleop") >= 3
-                       and probe.value("intervention_rate_last20", "actor") > 0
+                       and probe.value("intervention_rate_last20", "arm_actor") > 0
                        and probe.value("demo_size", "learner") >= 10, 180,
                        "interventions through joy, teleop and actor into the learner's demonstrations")
-        for name in ("sim", "actor", "learner", "teleop", "scripted_human"):
+        for name in ("arm_sim", "arm_actor", "learner", "teleop", "scripted_human"):
             assert name not in {n.spec.name for n, _ in supervisor.exited()}
         assert probe.value("rejected", "teleop") == 0  # the scripted gamepad's messages fit the mapping
-        assert probe.value("teleop_rejected", "actor") == 0
+        assert probe.value("teleop_rejected", "arm_actor") == 0
     finally:
         codes = supervisor.stop()
         probe.close()

@@ -24,7 +24,7 @@ def test_pixel_pick_cube_trains_and_evaluates_through_ros(tmp_path):
          "--domain-id", str(fresh_domain_id()),
          "--set", "robot_rl.demos={episodes: 2, noise: 0.1, seed: 1}", "--set", f"learner.encoder={encoder_dir}",
          "--set", "learner.warmup_transitions=60", "--set", "learner.batch_size=32",
-         "--set", "learner.hidden_dims=[64, 64]", "--set", "actor.sync_slack_steps=120"],
+         "--set", "learner.hidden_dims=[64, 64]", "--set", "arm_actor.sync_slack_steps=120"],
         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     result = json.loads((run_dir / "eval.json").read_text())
@@ -38,7 +38,7 @@ def test_a_lockstep_actor_that_would_deadlock_with_the_warm_up_is_refused():
     from robot_rl.ros.graph import build_graph, config_path, load_config
 
     config = load_config(config_path("arm_pick_cube"))
-    config["actor"]["ros__parameters"]["sync_slack_steps"] = 100
+    config["arm_actor"]["ros__parameters"]["sync_slack_steps"] = 100
     with pytest.raises(ValueError, match="sync_slack_steps"):
         build_graph(config)
 

@@ -18,7 +18,7 @@ import pytest
 from robot_rl.ros.graph import apply_overrides, build_graph, config_path, load_config
 from robot_rl.ros.supervisor import LogWatcher
 
-SMALL = ["robot_rl.demos={episodes: 0}", "actor.batch_transitions=25", "actor.resend_after_s=1.0",
+SMALL = ["robot_rl.demos={episodes: 0}", "arm_actor.batch_transitions=25", "arm_actor.resend_after_s=1.0",
          "learner.warmup_transitions=100", "learner.batch_size=32", "learner.hidden_dims=[64, 64]",
          "learner.publish_period_s=0.5", "learner.checkpoint_period_s=1.0"]
 
@@ -101,14 +101,14 @@ def test_run_survives_learner_killed_twice_and_actor_once(tmp_path):
     run_dir, output = tmp_path / "run", tmp_path / "train.out"
     # Lockstep with the learner: the actor waits while the learner is down, so the run cannot end
     # before the kills.
-    settings = [*SMALL, "actor.sync_updates_per_step=1.0", "actor.sync_slack_steps=200"]
+    settings = [*SMALL, "arm_actor.sync_updates_per_step=1.0", "arm_actor.sync_slack_steps=200"]
     with open(output, "w") as out:
         process = _train(run_dir, settings=settings, steps=2500, stdout=out)
     logs = run_dir / "logs"
     try:
         _wait(lambda: _train_steps(run_dir) >= 200, 180, "the actor's first 200 steps", process, output)
-        _kill(run_dir, "actor")
-        _wait(lambda: "continuing from" in _since_restart(logs / "actor.log", 1), 90, "the actor's restart",
+        _kill(run_dir, "arm_actor")
+        _wait(lambda: "continuing from" in _since_restart(logs / "arm_actor.log", 1), 90, "the actor's restart",
               process, output)
         steps_after_actor_restart = _train_steps(run_dir)
         _wait(lambda: _train_steps(run_dir) > steps_after_actor_restart + 100 and (run_dir / "checkpoint.pt").exists(),
@@ -243,11 +243,11 @@ def test_silent_robot_is_reported_on_the_console(tmp_path):
     """No simulator in the graph: the actor never hears the robot, and the console says so."""
     output = tmp_path / "train.out"
     with open(output, "w") as out:
-        process = _train(tmp_path / "run", settings=[*SMALL, "robot_rl.nodes=[actor, learner]"], stdout=out)
+        process = _train(tmp_path / "run", settings=[*SMALL, "robot_rl.nodes=[arm_actor, learner]"], stdout=out)
     try:
-        _wait(lambda: "started actor, learner" in output.read_text(), 60, "the nodes' start", process, output)
+        _wait(lambda: "started arm_actor, learner" in output.read_text(), 60, "the nodes' start", process, output)
         started = time.monotonic()
-        _wait(lambda: "[actor] WARN no observation from the robot for" in output.read_text(), 30,
+        _wait(lambda: "[arm_actor] WARN no observation from the robot for" in output.read_text(), 30,
               "the silent robot's notice", process, output)
         assert time.monotonic() - started < 15  # 5 s of silence, after the actor's own start-up
         _wait(lambda: "NO OBSERVATION for" in output.read_text(), 10, "the status line's flag", process, output)
@@ -257,7 +257,7 @@ def test_silent_robot_is_reported_on_the_console(tmp_path):
 
 
 def test_log_watcher_reports_each_new_warning_and_error_once(tmp_path):
-    log = tmp_path / "actor.log"
+    log = tmp_path / "arm_actor.log"
     log.write_text("[WARN] [1.0] [actor]: from an earlier run\n")
     watcher = LogWatcher(log)
     with open(log, "a") as f:
@@ -273,8 +273,8 @@ def test_log_watcher_reports_each_new_warning_and_error_once(tmp_path):
 def test_restart_policy_defaults_and_overrides():
     config = load_config(config_path("arm_lift"))
     specs = {s.name: s.max_restarts for s in build_graph(config)}
-    assert specs == {"sim": 0, "actor": 3, "learner": 3}
-    config = apply_overrides(config, {"robot_rl.restarts": {"learner": 5, "sim": 1}})
-    assert {s.name: s.max_restarts for s in build_graph(config)} == {"sim": 1, "actor": 3, "learner": 5}
+    assert specs == {"arm_sim": 0, "arm_actor": 3, "learner": 3}
+    config = apply_overrides(config, {"robot_rl.restarts": {"learner": 5, "arm_sim": 1}})
+    assert {s.name: s.max_restarts for s in build_graph(config)} == {"arm_sim": 1, "arm_actor": 3, "learner": 5}
     with pytest.raises(ValueError, match="robot_rl.restarts.learner must be a whole number"):
         build_graph(apply_overrides(config, {"robot_rl.restarts": {"learner": -1}}))

@@ -34,14 +34,14 @@ def test_actor_trains_on_the_reward_nodes_rewards(tmp_path, progress_model):
     model = progress_model / "model"
     domain_id = fresh_domain_id()
     overrides = {
-        "robot_rl.nodes": ["sim", "actor", "learner", "reward"],
+        "robot_rl.nodes": ["arm_sim", "arm_actor", "learner", "reward"],
         "robot_rl.demos": {"episodes": 0},
-        "actor.reward_source": "reward_node",
-        "actor.sync_rewards": True,
-        "actor.total_steps": 300,  # episodes are short (an untrained done head ends many early)
-        "actor.eval_episodes": 1,
-        "actor.batch_transitions": 25,
-        "actor.sync_updates_per_step": 0.0,
+        "arm_actor.reward_source": "reward_node",
+        "arm_actor.sync_rewards": True,
+        "arm_actor.total_steps": 300,  # episodes are short (an untrained done head ends many early)
+        "arm_actor.eval_episodes": 1,
+        "arm_actor.batch_transitions": 25,
+        "arm_actor.sync_updates_per_step": 0.0,
         "learner.warmup_transitions": 50,
         "learner.batch_size": 32,
         "learner.publish_period_s": 0.5,
@@ -56,13 +56,13 @@ def test_actor_trains_on_the_reward_nodes_rewards(tmp_path, progress_model):
     supervisor = start_graph("arm_pick_cube", overrides, tmp_path, domain_id)
     probe = RosProbe(domain_id, "reward_probe")
     try:
-        probe.wait_for(lambda: probe.value("learned_rewards_received", "actor") >= 100
+        probe.wait_for(lambda: probe.value("learned_rewards_received", "arm_actor") >= 100
                        and probe.value("transitions_received", "learner") >= 100, 240,
                        "the reward node's rewards reaching the actor and, with the transitions, the learner")
         assert probe.value("frames_scored", "reward") >= 100
-        assert probe.value("invalid_rewards", "actor") == 0
+        assert probe.value("invalid_rewards", "arm_actor") == 0
         assert probe.value("rejected", "learner") == 0
-        for name in ("sim", "actor", "learner", "reward"):
+        for name in ("arm_sim", "arm_actor", "learner", "reward"):
             assert name not in {n.spec.name for n, _ in supervisor.exited()}
     finally:
         codes = supervisor.stop()

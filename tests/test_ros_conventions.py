@@ -17,9 +17,19 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 
 from robot_rl.resources import share_dir  # noqa: E402
-from robot_rl.ros.graph import (NODE_KINDS, NodeKind, NodeSpec, apply_overrides, build_graph,  # noqa: E402
-                                config_path, discovery_environment, load_config, params_file, simulated_demos)
-from robot_rl.ros.probe import RosProbe, fresh_domain_id, start_node  # noqa: E402
+from robot_rl.ros.graph import (  # noqa: E402
+    NODE_KINDS,
+    NodeKind,
+    NodeSpec,
+    apply_overrides,
+    build_graph,
+    config_path,
+    discovery_environment,
+    load_config,
+    params_file,
+    simulated_demos,
+)
+from robot_rl.ros.probe import RosProbe, start_node  # noqa: E402
 from robot_rl.ros.supervisor import node_command  # noqa: E402
 
 SHIPPED_CONFIGS = sorted((share_dir() / "config").glob("*.yaml"))
@@ -54,7 +64,7 @@ def test_an_invalid_parameter_file_is_refused_by_the_check(tmp_path):
 
 def test_the_graph_section_is_read_from_under_ros_parameters():
     config = load_config(config_path("arm_lift"))
-    assert config["robot_rl"]["nodes"] == ["sim", "actor", "learner"]
+    assert config["robot_rl"]["nodes"] == ["arm_sim", "arm_actor", "learner"]
     assert apply_overrides(config, {"robot_rl.demos": {"episodes": 0}})["robot_rl"]["demos"] == {"episodes": 0}
 
 
@@ -129,8 +139,8 @@ def test_nodes_run_from_the_installed_package_not_the_current_directory(tmp_path
 # Every node kind with what it needs to start on its own, without hardware (a camera retries its
 # absent device; the keyboard and the VESC read a terminal, given a pty's).
 STARTABLE = {
-    "sim": [],
-    "actor": ["task:=arm_lift"],
+    "arm_sim": [],
+    "arm_actor": ["task:=arm_lift"],
     "learner": ["task:=arm_lift"],
     "scripted_human": [],
     "quad_sim": [],
@@ -146,7 +156,7 @@ STARTABLE = {
     "reward": [],  # and an untrained model: what it scores does not matter here
 }
 TERMINAL_PARAMETER = {"teleop": "device_path", "car": "port"}
-WRITES_RUN_DIR = ("actor", "learner", "ppo_learner", "juggle_actor", "car_actor")
+WRITES_RUN_DIR = ("arm_actor", "learner", "ppo_learner", "juggle_actor", "car_actor")
 STOP_LIMIT_S = 2.0
 
 

@@ -56,14 +56,14 @@ def test_action_round_trip_and_clamping():
 
 
 def test_graph_spec_and_overrides():
-    config = apply_overrides(load_config(config_path("arm_lift")), {"actor.total_steps": 7, "robot_rl.demos": {}})
+    config = apply_overrides(load_config(config_path("arm_lift")), {"arm_actor.total_steps": 7, "robot_rl.demos": {}})
     specs = build_graph(config, "sim", "/tmp/run", namespace="r1")
-    assert [s.name for s in specs] == ["sim", "actor", "learner"]
+    assert [s.name for s in specs] == ["arm_sim", "arm_actor", "learner"]
     actor = specs[1]
     assert actor.parameters["total_steps"] == 7 and actor.parameters["run_dir"] == "/tmp/run"
-    assert actor.parameters["reset_service"] == "/r1/sim/reset"
+    assert actor.parameters["reset_service"] == "/r1/arm_sim/reset"
     real = build_graph(config, "real")
-    assert [s.name for s in real] == ["arm", "actor", "learner"]  # the real arm takes the simulator's place
+    assert [s.name for s in real] == ["arm", "arm_actor", "learner"]  # the real arm takes the simulator's place
     assert real[1].parameters["reset_service"] == "/arm/reset"
     with pytest.raises(ValueError, match="unknown node"):
         apply_overrides(config, {"nosuchnode.x": 1})

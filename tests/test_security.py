@@ -125,8 +125,8 @@ def test_security_init_writes_verifiable_least_privilege_enclaves(tmp_path, caps
     assert "built without DDS Security" in capsys.readouterr().out
     assert cli_main(["security", "init", "--task", "arm_lift", "--keystore", str(keystore)]) == 2  # no overwrite
     enclaves = keystore / "enclaves"
-    assert sorted(p.name for p in enclaves.iterdir() if p.is_dir()) == ["actor", "learner", "sim"]
-    for node in ("actor", "learner", "sim"):
+    assert sorted(p.name for p in enclaves.iterdir() if p.is_dir()) == ["arm_actor", "arm_sim", "learner"]
+    for node in ("arm_actor", "arm_sim", "learner"):
         d = enclaves / node
         assert _openssl("verify", "-CAfile", str(d / "identity_ca.cert.pem"), str(d / "cert.pem")).returncode == 0
         assert f"CN = /{node}" in _openssl("x509", "-noout", "-subject", "-in", str(d / "cert.pem")).stdout
@@ -142,10 +142,10 @@ def test_security_init_writes_verifiable_least_privilege_enclaves(tmp_path, caps
     assert {t for t in publishes if not t.startswith("rr/")} == LEARNER_PUBLISHES
     assert {t for t in subscribes if not t.startswith("rq/")} == LEARNER_SUBSCRIBES
     assert "rr/learner/get_parametersReply" in publishes and "rq/learner/get_parametersRequest" in subscribes
-    actor = enclaves / "actor" / "permissions.xml"
+    actor = enclaves / "arm_actor" / "permissions.xml"
     assert "rt/rl/transitions" in _topics(actor, "publish") and "rt/rl/transitions" not in _topics(actor, "subscribe")
-    assert "rq/sim/resetRequest" in _topics(actor, "publish")
-    assert "rq/sim/resetRequest" in _topics(enclaves / "sim" / "permissions.xml", "subscribe")
+    assert "rq/arm_sim/resetRequest" in _topics(actor, "publish")
+    assert "rq/arm_sim/resetRequest" in _topics(enclaves / "arm_sim" / "permissions.xml", "subscribe")
     tampered = tmp_path / "tampered.p7s"
     tampered.write_text((enclaves / "learner" / "permissions.p7s").read_text().replace("rt/rl/acks", "rt/rl/ackz"))
     assert _openssl("smime", "-verify", "-in", str(tampered), "-CAfile", str(keystore / "public" / "ca.cert.pem"),
@@ -164,8 +164,8 @@ def test_forged_and_replayed_payloads_never_reach_the_replay_buffer(tmp_path):
     from robot_rl.ros.probe import RosProbe, fresh_domain_id, start_graph
 
     domain_id = fresh_domain_id()
-    overrides = {"robot_rl.demos": {"episodes": 0}, "actor.total_steps": 150, "actor.eval_episodes": 1,
-                 "actor.batch_transitions": 25, "actor.sync_updates_per_step": 0.0,
+    overrides = {"robot_rl.demos": {"episodes": 0}, "arm_actor.total_steps": 150, "arm_actor.eval_episodes": 1,
+                 "arm_actor.batch_transitions": 25, "arm_actor.sync_updates_per_step": 0.0,
                  "learner.warmup_transitions": 100, "learner.batch_size": 32, "learner.hidden_dims": [32, 32]}
     supervisor = start_graph("arm_lift", overrides, tmp_path, domain_id)
     probe = RosProbe(domain_id, "intruder")  # a separate process from every node of the graph

@@ -71,8 +71,8 @@ def test_a_flag_no_node_of_the_graph_uses_is_refused(tmp_path, flag):
 
 
 def test_an_integer_becomes_a_float_where_a_float_is_declared():
-    config = apply_overrides(load_config(config_path("arm_pick_cube")), {"actor.sync_updates_per_step": 0})
-    value = config["actor"]["ros__parameters"]["sync_updates_per_step"]
+    config = apply_overrides(load_config(config_path("arm_pick_cube")), {"arm_actor.sync_updates_per_step": 0})
+    value = config["arm_actor"]["ros__parameters"]["sync_updates_per_step"]
     assert value == 0.0 and isinstance(value, float)
 
 
@@ -102,12 +102,14 @@ def test_values_of_another_type_are_refused(param, value):
 
 
 def test_the_readme_hil_command_settings_are_accepted(tmp_path):
-    """`--set actor.sync_updates_per_step=0` (an integer for a float) with teleop added to the
+    """`--set arm_actor.sync_updates_per_step=0` (an integer for a float) with teleop added to the
     graph: the run gets past the settings (stopped at the first line it prints)."""
     proc = subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "train", "--task", "arm_pick_cube",
-                             "--run-dir", str(tmp_path / "run"), "--set", "robot_rl.nodes=[sim, actor, learner, teleop]",
+                             "--run-dir", str(tmp_path / "run"),
+                             "--set", "robot_rl.nodes=[arm_sim, arm_actor, learner, teleop]",
                              "--set", "robot_rl.demos={episodes: 0}", "--set", "teleop.device=keyboard",
-                             "--set", "sim.clock_mode=realtime", "--set", "actor.sync_updates_per_step=0", "--plain"],
+                             "--set", "arm_sim.clock_mode=realtime", "--set", "arm_actor.sync_updates_per_step=0",
+                             "--plain"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = proc.stdout.readline()
@@ -134,7 +136,7 @@ def test_unknown_keys_in_a_config_file_are_refused(tmp_path, section, key, expec
 
 def test_an_unknown_graph_key_in_a_config_file_is_refused(tmp_path):
     config = yaml.safe_load(config_path("arm_lift").read_text())
-    config["robot_rl"]["ros__parameters"]["node"] = ["sim"]
+    config["robot_rl"]["ros__parameters"]["node"] = ["arm_sim"]
     path = tmp_path / "task.yaml"
     path.write_text(yaml.safe_dump(config))
     with pytest.raises(SettingsError, match="no key 'node' \\(did you mean 'nodes'\\?\\)"):
@@ -158,7 +160,7 @@ def test_a_node_refuses_an_undeclared_parameter_naming_the_closest():
 def test_a_node_takes_an_integer_for_a_float_parameter(tmp_path):
     """`-p sync_updates_per_step:=0` (rclpy would refuse an INTEGER for a DOUBLE) gets past the
     parameters; the deliberately bad `eval_episodes` after it then stops the node with exit 2."""
-    result = subprocess.run([sys.executable, "-m", "robot_rl.cli", "node", "actor", "--ros-args",
+    result = subprocess.run([sys.executable, "-m", "robot_rl.cli", "node", "arm_actor", "--ros-args",
                              "-p", "sync_updates_per_step:=0", "-p", "eval_episodes:=many",
                              "-p", f"run_dir:={tmp_path}"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stdout + result.stderr
@@ -175,5 +177,5 @@ def test_a_run_that_ends_before_the_warm_up_warns(tmp_path):
     finally:
         proc.kill()
         proc.communicate()
-    assert "warning: actor.total_steps=100 is not more than learner.warmup_transitions=500" in warning
+    assert "warning: arm_actor.total_steps=100 is not more than learner.warmup_transitions=500" in warning
     assert "trains nothing" in warning

@@ -1,5 +1,5 @@
-"""Every learner, actor, simulator and reward-node setting is declared once: a config dataclass field made with `setting(...)`
-is the node parameter of the same name (description, range, choices and default come from it), and a
+"""Every learner, actor, arm simulator and reward-node setting is declared once: a config dataclass field made with
+`setting(...)` is the node parameter of the same name (description, range, choices and default come from it), and a
 node declares by hand only the parameters that are no config field, listed here."""
 
 from __future__ import annotations
@@ -16,29 +16,29 @@ pytest.importorskip("rclpy")
 from robot_rl.agents.sac import SACConfig  # noqa: E402
 from robot_rl.config_fields import config_from_params, settings_of  # noqa: E402
 from robot_rl.envs.arm import ArmSimConfig  # noqa: E402
-from robot_rl.nodes import actor, car_actor, learner, reward, sim  # noqa: E402
+from robot_rl.nodes import arm_actor, arm_sim, car_actor, learner, reward  # noqa: E402
 from robot_rl.rewards.online import RewardConfig  # noqa: E402
 from robot_rl.ros.link_params import LINK_PARAMS  # noqa: E402
 from robot_rl.ros.node_utils import params_from_dataclass  # noqa: E402
 from robot_rl.training.actor import ActorConfig  # noqa: E402
 from robot_rl.training.learner import LearnerConfig  # noqa: E402
 
-NODES = {"actor": actor, "car_actor": car_actor, "learner": learner, "reward": reward, "sim": sim}
-CONFIGS = {"actor": (ActorConfig,), "car_actor": (ActorConfig,), "learner": (SACConfig, LearnerConfig),
-           "reward": (RewardConfig,), "sim": (ArmSimConfig,)}
+NODES = {"arm_actor": arm_actor, "car_actor": car_actor, "learner": learner, "reward": reward, "arm_sim": arm_sim}
+CONFIGS = {"arm_actor": (ActorConfig,), "car_actor": (ActorConfig,), "learner": (SACConfig, LearnerConfig),
+           "reward": (RewardConfig,), "arm_sim": (ArmSimConfig,)}
 NODE_ONLY = {
-    "actor": {"task", "mode", "record_path", "run_dir", "action_scale", "control_hz", "control_mode", "obs_slop_s",
-              "max_obs_age_s", "reset_service", "teleop_timeout_s", "reward_source"},
+    "arm_actor": {"task", "mode", "record_path", "run_dir", "action_scale", "control_hz", "control_mode",
+                  "obs_slop_s", "max_obs_age_s", "reset_service", "teleop_timeout_s", "reward_source"},
     "car_actor": {"policy_dir", "checkpoints", "reach_radius", "run_dir", "obs_slop_s", "reset_service",
                   "device"},
     "learner": {"task", "run_dir", "demos", "reward_model", "reward_goal", "lr", "publish_period_s",
                 "checkpoint_period_s", "torch_threads"},
     "reward": {"torch_threads", "diagnostics_period_s"},
-    "sim": {"clock_mode", "publish_images", "command_timeout_s", "republish_period_s", "randomization",
-            "randomization_split", "seed"},
+    "arm_sim": {"clock_mode", "publish_images", "command_timeout_s", "republish_period_s", "randomization",
+                "randomization_split", "seed"},
 }
 """The parameters a node declares by hand: none is a config field."""
-LINKED = {"actor", "car_actor"}
+LINKED = {"arm_actor", "car_actor"}
 """Nodes that declare the learner link's parameters (robot_rl/ros/link_params.py)."""
 OWN_DEFAULTS = {"car_actor": {"actor_id", "total_steps", "eval_episodes"}, "learner": {"precision"}}
 """Settings whose node default is not the dataclass default."""
@@ -77,7 +77,7 @@ def test_node_parameters_come_from_the_config_dataclasses(node):
     assert linked <= set(names)
 
 
-@pytest.mark.parametrize("node", ["actor", "learner", "reward", "sim"])
+@pytest.mark.parametrize("node", ["arm_actor", "learner", "reward", "arm_sim"])
 def test_every_setting_is_a_parameter_of_its_node(node):
     names = {p.name for p in NODES[node].PARAMS}
     for cls in CONFIGS[node]:
@@ -85,10 +85,10 @@ def test_every_setting_is_a_parameter_of_its_node(node):
 
 
 def test_the_node_defaults_build_the_configs_with_their_sentinels_mapped():
-    actor_values = {p.name: p.default for p in actor.PARAMS}
+    actor_values = {p.name: p.default for p in arm_actor.PARAMS}
     assert config_from_params(ActorConfig, actor_values) == ActorConfig()
     assert config_from_params(RewardConfig, {p.name: p.default for p in reward.PARAMS}) == RewardConfig()
-    sim_values = {p.name: p.default for p in sim.PARAMS}
+    sim_values = {p.name: p.default for p in arm_sim.PARAMS}
     assert config_from_params(ArmSimConfig, {**sim_values, "cameras": tuple(sim_values["cameras"])}) == ArmSimConfig()
     values = {p.name: p.default for p in learner.PARAMS}
     assert values["critic_subsample"] == 0 and values["target_entropy"] == 0.0 and values["encoder"] == ""

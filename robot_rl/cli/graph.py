@@ -20,6 +20,27 @@ from robot_rl.ros.session import Monitor, check_resumable, claim_run_dir, run_gr
 from robot_rl.transport.secret import ensure_run_secret
 
 
+def _settings(pairs: list[str]) -> dict:
+    """The --set NODE.PARAM=VALUE pairs, a deprecated node name (`actor.total_steps`) taken for its new
+    one with a deprecation line."""
+    from robot_rl.ros.node_kinds import current_name
+
+    out = {}
+    for key, value in parse_settings(pairs).items():
+        node, dot, param = key.partition(".")
+        out[f"{current_name(node, '--set node')}{dot}{param}"] = value
+    return out
+
+
+def _check_keystore(env: dict) -> None:
+    """An SROS2 keystore the graph's nodes would use (ROS_SECURITY_KEYSTORE) must have been made for
+    the current node names."""
+    from robot_rl.ros.security import check_keystore
+
+    if env.get("ROS_SECURITY_KEYSTORE"):
+        check_keystore(env["ROS_SECURITY_KEYSTORE"])
+
+
 def _refuse_settings_outside(nodes: list[str], settings: dict) -> None:
     """A --set for a node the graph does not start would be dropped without a word."""
     for key in settings:
@@ -97,12 +118,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     from robot_rl.ros.settings import node_using, warmup_warning
 
     config = load_config(args.config or config_path(args.task))
-    settings = parse_settings(args.set)
+    settings = _settings(args.set)
     config = apply_overrides(config, settings)  # first: `robot_rl.nodes` decides which nodes the flags reach
     nodes = node_names(config, args.backend)
     _refuse_settings_outside(nodes, settings)
     config = apply_overrides(config, _flag_settings(args, nodes))
-    actor = node_using("total_steps", nodes) or "actor"  # the node that steps the task: the arm's actor, or the car's
+    actor = node_using("total_steps", nodes) or "arm_actor"  # the node that steps the task: arm_actor, car_actor
     warning = warmup_warning(config, nodes)
     if warning:
         print(f"robot_rl: warning: {warning}", file=sys.stderr, flush=True)
@@ -110,6 +131,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     claim_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite)
     ensure_run_secret(run_dir)  # the key the learner checks every transition batch against (kept on resume)
     env, graph_line = _join_graph(args)
+    _check_keystore(env)
     print(f"robot_rl: task {config['robot_rl']['task']}, backend {args.backend}, run dir {run_dir}, {graph_line}",
           flush=True)
     demo_episodes = simulated_demos(config, args.backend, asked="robot_rl.demos" in settings)
@@ -179,13 +201,14 @@ def cmd_record(args: argparse.Namespace) -> int:
     # otherwise the actor commits episode by episode into --out itself.
     recording = out.with_name(f"{TEMP_PREFIX}{out.name}-{os.getpid()}") if args.overwrite and out.exists() else out
     scripted = args.device == "scripted"
-    robot = [n for n in config["robot_rl"]["nodes"] if n not in ("actor", "learner", "teleop", "scripted_human")]
-    nodes = [*robot, "actor", "teleop", *(["scripted_human"] if scripted else [])]
+    robot = [n for n in config["robot_rl"]["nodes"] if n not in ("arm_actor", "learner", "teleop", "scripted_human")]
+    nodes = [*robot, "arm_actor", "teleop", *(["scripted_human"] if scripted else [])]
     overrides = {"robot_rl.nodes": nodes, "robot_rl.demos": {"episodes": 0},
-                 "actor.mode": "record", "actor.record_path": str(recording), "actor.record_episodes": args.episodes,
-                 "actor.sync_updates_per_step": 0.0, "teleop.device": "joy" if scripted else args.device}
-    if "sim" in robot:
-        overrides["sim.clock_mode"] = "realtime"  # a person (scripted too: it reacts in wall time) needs real time
+                 "arm_actor.mode": "record", "arm_actor.record_path": str(recording),
+                 "arm_actor.record_episodes": args.episodes, "arm_actor.sync_updates_per_step": 0.0,
+                 "teleop.device": "joy" if scripted else args.device}
+    if "arm_sim" in robot:
+        overrides["arm_sim.clock_mode"] = "realtime"  # a person (scripted too: it reacts in wall time) needs real time
     keyboard_here = args.device == "keyboard" and not args.device_path
     if keyboard_here:
         if not sys.stdin.isatty():
@@ -200,13 +223,14 @@ def cmd_record(args: argparse.Namespace) -> int:
                           "scripted_human.takeover_prob_end": 1.0, "scripted_human.off_track_steps": 1,
                           "scripted_human.hold_steps": 1_000, "scripted_human.label_success": True,
                           "teleop.hold_s": 0.05})
-    settings = parse_settings(args.set)
+    settings = _settings(args.set)
     config = apply_overrides(config, {**overrides, **settings})
     _refuse_settings_outside(node_names(config, args.backend), settings)
     run_dir = Path(args.run_dir or f"runs/record-{config['robot_rl']['task']}-{time.strftime('%Y%m%d-%H%M%S')}")
     run_dir = run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     env, graph_line = _join_graph(args)
+    _check_keystore(env)
     print(f"robot_rl: recording {config['robot_rl']['task']} with {args.device} into {out}, run dir {run_dir}, "
           f"{graph_line}", flush=True)
     specs = build_graph(config, args.backend, str(run_dir))
@@ -226,19 +250,20 @@ def cmd_record(args: argparse.Namespace) -> int:
 
         data = EpisodeDataset(out)
         print(json.dumps({"dataset": str(out), "episodes": len(data), "steps": data.num_steps}), flush=True)
-    if codes.get("actor", 0) not in (0, None):
+    if codes.get("arm_actor", 0) not in (0, None):
         code = code or 1
     return code
 
 
 def cmd_node(args: argparse.Namespace) -> int:
-    from robot_rl.ros.node_kinds import NODE_KINDS
+    from robot_rl.ros.node_kinds import NODE_KINDS, current_name
 
-    if args.name not in NODE_KINDS:
-        raise UserError(f"unknown node {args.name!r}; known: {', '.join(sorted(NODE_KINDS))}")
+    name = current_name(args.name, "node name")
+    if name not in NODE_KINDS:
+        raise UserError(f"unknown node {name!r}; known: {', '.join(sorted(NODE_KINDS))}")
     import importlib
 
-    module = importlib.import_module(NODE_KINDS[args.name].module)
+    module = importlib.import_module(NODE_KINDS[name].module)
     return module.main([sys.argv[0], *args.rest])
 
 
@@ -251,7 +276,7 @@ def cmd_security(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    train = sub.add_parser("train", help="start the task's node graph (sim, actor, learner) and train")
+    train = sub.add_parser("train", help="start the task's node graph (arm_sim, arm_actor, learner) and train")
     train.add_argument("--task", default="arm_lift")
     train.add_argument("--env", help="train on this Gymnasium id in one process, without ROS (--set FIELD=VALUE "
                                      "and --set sac.FIELD=VALUE set GymTrainConfig/SACConfig)")
@@ -263,7 +288,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--resume", action="store_true", help="carry on an existing run directory (its checkpoint, "
                                                              "journal, step counters and logs)")
     train.add_argument("--overwrite", action="store_true", help="empty an existing run directory and start afresh")
-    train.add_argument("--steps", type=at_least(1), help="training environment steps (actor.total_steps)")
+    train.add_argument("--steps", type=at_least(1), help="training environment steps (arm_actor.total_steps)")
     train.add_argument("--eval-episodes", type=at_least(0), help="evaluation episodes after training")
     train.add_argument("--seed", type=at_least(0))
     train.add_argument("--domain-id", type=domain_id_arg, help="ROS_DOMAIN_ID (default: the exported one, else a random one)")

@@ -15,7 +15,7 @@ the arm's controller through one adapter (hardware/<arm>.yaml `interface:`), saf
   `~/reset_estop` releases it.
 - `~/reset` (std_srvs/Trigger) moves the arm home at `home.speed` and opens the gripper; it
   answers success (message `{"stamp_ns": <newest joint_states stamp>}`, what the actor expects
-  from `/sim/reset`) once the arm is home, and failure ("homing: ... to go") while it is on its
+  from `/arm_sim/reset`) once the arm is home, and failure ("homing: ... to go") while it is on its
   way, so a caller retries until it is there (the executor is never blocked).
 
 The task world frame is the robot's base frame (no tf2 on PyPI): `command.frame` (the actor's
@@ -41,7 +41,13 @@ from robot_rl.hardware.arm_config import load_hardware
 from robot_rl.hardware.safety import StopReason
 from robot_rl.ros import qos
 from robot_rl.ros.arm_driver_io import (
-    OUTPUT_TYPES, gripper_msg, output_msg, parse_command, parse_ee_pose, parse_gripper, parse_joint_states,
+    OUTPUT_TYPES,
+    gripper_msg,
+    output_msg,
+    parse_command,
+    parse_ee_pose,
+    parse_gripper,
+    parse_joint_states,
 )
 from robot_rl.ros.hardware_node import HardwareError, HardwareNode
 from robot_rl.ros.messages import stamp_to_ns

@@ -1,4 +1,5 @@
-"""Actor node: synchronized observations in, policy actions out, transitions to the learner.
+"""Arm actor node (`arm_actor`; the old name `actor` works with a deprecation warning until 0.2.0):
+synchronized observations in, policy actions out, transitions to the learner.
 
 It acts once per new synchronized observation set (`control_mode: on_observation`, the
 lockstep simulator and any robot publishing at the control rate) or on a timer at the
@@ -41,10 +42,18 @@ from robot_rl.envs.arm import ArmSimConfig
 from robot_rl.ros import qos
 from robot_rl.ros.arm_io import STATE_TOPICS, action_to_msgs, msgs_to_state
 from robot_rl.ros.learner_link import LearnerLink
-from robot_rl.ros.messages import msg_to_image, ns_to_stamp, stamp_to_ns
 from robot_rl.ros.link_params import LINK_PARAMS
-from robot_rl.ros.node_utils import (Param, ParameterError, declare_params, diagnostics, params_from_dataclass,
-                                     reset_stamp, run_node, timer_once)
+from robot_rl.ros.messages import msg_to_image, ns_to_stamp, stamp_to_ns
+from robot_rl.ros.node_utils import (
+    Param,
+    ParameterError,
+    declare_params,
+    diagnostics,
+    params_from_dataclass,
+    reset_stamp,
+    run_node,
+    timer_once,
+)
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.tasks import get_task, task_names
 from robot_rl.teleop.takeover import HumanCommand
@@ -65,7 +74,7 @@ PARAMS = [
     Param("control_mode", "on_observation", "When to act.", choices=["on_observation", "timer"]),
     Param("obs_slop_s", 0.0, "Max stamp difference within one observation set.", 0.0, 1.0),
     Param("max_obs_age_s", 0.5, "Timer mode: observation sets older than this are not acted on.", 0.001, 10.0),
-    Param("reset_service", "/sim/reset", "std_srvs/Trigger service that resets the robot or simulator."),
+    Param("reset_service", "/arm_sim/reset", "std_srvs/Trigger service that resets the robot or simulator."),
     Param("teleop_timeout_s", 0.3, "A teleop/cmd older than this is stale: the policy drives again.", 0.01, 10.0),
     Param("reward_source", "task", "task: rewards and episode ends from the task's own functions (simulation, "
           "instrumented robots); reward_node: from the reward node's `reward` and `reward/done` (learned "
@@ -82,13 +91,13 @@ def record_task_config(task) -> dict:
             "max_episode_steps": task.max_episode_steps, "source": "teleop"}
 
 
-class ActorNode(Node):
+class ArmActorNode(Node):
     def __init__(self):
-        super().__init__("actor")
+        super().__init__("arm_actor")
         p = self.params = declare_params(self, PARAMS)
         self.task = get_task(p["task"])
-        if self.task.actor_node != "actor":
-            raise ParameterError(f"task {self.task.name} runs with the {self.task.actor_node} node, not actor")
+        if self.task.actor_node != "arm_actor":
+            raise ParameterError(f"task {self.task.name} runs with the {self.task.actor_node} node, not arm_actor")
         self.run_dir = Path(p["run_dir"])
         outbox_dir = self.run_dir / f"outbox-{p['actor_id']}"
         # No memory budget: every batch goes to disk at once, so a killed actor loses none.
@@ -97,12 +106,12 @@ class ActorNode(Node):
         recorder = None
         if recording:
             if not p["record_path"]:
-                raise ParameterError("actor: mode record needs record_path (the dataset to write)")
+                raise ParameterError("arm_actor: mode record needs record_path (the dataset to write)")
             try:
                 recorder = EpisodeWriter(p["record_path"], EpisodeSchema(
                     self.task.frame_shapes, self.task.obs_dim, self.task.action_dim), record_task_config(self.task))
             except ValueError as exc:
-                raise ParameterError(f"actor: cannot record into {p['record_path']}: {exc}") from None
+                raise ParameterError(f"arm_actor: cannot record into {p['record_path']}: {exc}") from None
         config = config_from_params(ActorConfig, p, record_only=recording,
                                     learned_reward=p["reward_source"] == "reward_node")
         self.core = ActorCore(self.task, config, outbox, recorder, progress_path=outbox_dir / "progress.json",
@@ -351,7 +360,7 @@ class ActorNode(Node):
 
 
 def main(args=None) -> int:
-    return run_node(ActorNode, args)
+    return run_node(ArmActorNode, args)
 
 
 if __name__ == "__main__":

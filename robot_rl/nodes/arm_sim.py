@@ -1,5 +1,6 @@
-"""Simulated arm node: publishes exactly what the real arm and cameras publish and obeys the
-same command topics, so the actor cannot tell the two apart.
+"""Simulated arm node (`arm_sim`; the old name `sim` works with a deprecation warning until 0.2.0):
+publishes exactly what the real arm and cameras publish and obeys the same command topics, so the
+actor cannot tell the two apart.
 
 Clock modes:
 - `lockstep` (training, CI): the simulation advances one control period when the command
@@ -50,9 +51,9 @@ PARAMS = [
 ]
 
 
-class SimNode(Node):
+class ArmSimNode(Node):
     def __init__(self):
-        super().__init__("sim")
+        super().__init__("arm_sim")
         p = self.params = declare_params(self, PARAMS)
         self.control_period_ns = int(round(1e9 / p["control_hz"]))
         self.sim = ArmSim(config_from_params(ArmSimConfig, {**p, "cameras": tuple(p["cameras"])},
@@ -202,7 +203,7 @@ class SimNode(Node):
 
 
 def main(args=None) -> int:
-    return run_node(SimNode, args)
+    return run_node(ArmSimNode, args)
 
 
 if __name__ == "__main__":

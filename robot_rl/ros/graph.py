@@ -4,7 +4,7 @@ build their processes from `build_graph`, so the two can never start different g
 A task config (config/<task>.yaml) has one `ros__parameters` section per node plus the graph
 section (the task, the nodes to start, how demonstrations are made), kept under
 `robot_rl: {ros__parameters: ...}` so the whole file is valid rcl parameter YAML (`ros2 run
-robot_rl sim --ros-args --params-file config/arm_lift.yaml`). In memory, `config["robot_rl"]`
+robot_rl arm_sim --ros-args --params-file config/arm_lift.yaml`). In memory, `config["robot_rl"]`
 is the graph section itself.
 """
 
@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import yaml
 
 from robot_rl.resources import share_dir
-from robot_rl.ros.node_kinds import BACKEND_REPLACEMENTS, NODE_KINDS, NodeKind
+from robot_rl.ros.node_kinds import BACKEND_REPLACEMENTS, DEPRECATED_NODE_NAMES, NODE_KINDS, NodeKind, current_name
 
 PACKAGE = "robot_rl"
 
@@ -56,9 +56,10 @@ def load_config(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def apply_overrides(config: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """`{"actor.total_steps": 500}` sets actor's ros__parameters.total_steps; `robot_rl.x` the graph
-    section. A name no node declares, or a value of the wrong type, raises SettingsError."""
-    from robot_rl.ros.settings import SettingsError, check_graph_setting, check_node_setting
+    """`{"arm_actor.total_steps": 500}` sets arm_actor's ros__parameters.total_steps; `robot_rl.x` the
+    graph section. A name no node declares, or a value of the wrong type, raises SettingsError; a
+    deprecated node name (`actor.total_steps`) is taken for its new one with a warning."""
+    from robot_rl.ros.settings import SettingsError, check_graph_setting, check_node_setting, renamed_graph_setting
 
     config = copy.deepcopy(config)
     for key, value in overrides.items():
@@ -67,35 +68,50 @@ def apply_overrides(config: dict[str, Any], overrides: Mapping[str, Any]) -> dic
         if not param:
             raise SettingsError(f"{where}: a setting looks like node.parameter=value")
         if node == "robot_rl":
+            value = renamed_graph_setting(param, value, "--set robot_rl")
             check_graph_setting(param, value, where)
             config["robot_rl"][param] = value
         else:
+            node = current_name(node, "--set node")
             value = check_node_setting(node, param, value, where)
             config.setdefault(node, {}).setdefault("ros__parameters", {})[param] = value
     return config
+
+
+def _with_current_names(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`config` with deprecated node names (sections, `nodes`, `restarts`) replaced by the new ones, for
+    configs built in code (`load_config` and `apply_overrides` have done it for the others)."""
+    graph, old = config["robot_rl"], set(DEPRECATED_NODE_NAMES)
+    if not (old & set(config) or old & set(graph.get("nodes") or []) or old & set(graph.get("restarts") or {})):
+        return config
+    from robot_rl.ros.settings import renamed_sections
+
+    return renamed_sections(config, "graph config")
 
 
 def node_names(config: Mapping[str, Any], backend: str) -> list[str]:
     """The nodes the graph starts with `backend` (real-robot nodes in the simulators' places)."""
     if backend not in ("sim", "real"):
         raise ValueError(f"backend must be 'sim' or 'real', not {backend!r}")
+    config = _with_current_names(config)
     names = [BACKEND_REPLACEMENTS.get(backend, {}).get(n, n) for n in config["robot_rl"].get("nodes", [])]
     return [n for n in names if n is not None]  # None: the real robot's own drivers publish these topics
 
 
 def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | None = None,
                 namespace: str = "") -> list[NodeSpec]:
+    config = _with_current_names(config)
     names = node_names(config, backend)
     # The node that owns ~/reset: the simulator, or the robot node that replaces it.
-    robot = next((n for n in names if n in ("sim", "arm", "quad_sim", "car_sim")), None)
+    robot = next((n for n in names if n in ("arm_sim", "arm", "quad_sim", "car_sim")), None)
     prefix = f"/{namespace.strip('/')}" if namespace else ""
     restarts = _restart_budgets(config["robot_rl"].get("restarts") or {})
     specs = []
     for name in names:
         params = dict(config.get(name, {}).get("ros__parameters", {}))
-        if run_dir is not None and name in ("actor", "learner", "juggle_actor", "ppo_learner", "car_actor"):
+        if run_dir is not None and name in ("arm_actor", "learner", "juggle_actor", "ppo_learner", "car_actor"):
             params["run_dir"] = str(run_dir)
-        if name in ("actor", "juggle_actor", "car_actor") and robot is not None:
+        if name in ("arm_actor", "juggle_actor", "car_actor") and robot is not None:
             params["reset_service"] = f"{prefix}/{robot}/reset"
         elif name in ("juggle_actor", "car_actor"):
             params["reset_service"] = ""  # no reset on a real quadrotor or car: they start where they are
@@ -120,14 +136,15 @@ def _restart_budgets(restarts: Mapping[str, Any]) -> dict[str, int]:
 def _check_lockstep_sync(config: Mapping[str, Any]) -> None:
     """A lockstep actor waiting for learner updates must be allowed to run ahead far enough to
     fill the learner's warm-up, or the two wait for each other forever."""
-    actor = config.get("actor", config.get("car_actor", {})).get("ros__parameters", {})
+    name = "arm_actor" if "arm_actor" in config else "car_actor"
+    actor = config.get(name, {}).get("ros__parameters", {})
     learner = config.get("learner", {}).get("ros__parameters", {})
     if float(actor.get("sync_updates_per_step", 0.0)) <= 0 or not learner:
         return
     slack, batch = int(actor.get("sync_slack_steps", 500)), int(actor.get("batch_transitions", 50))
     warmup = int(learner.get("warmup_transitions", 256))
     if slack // batch * batch < warmup:  # transitions the learner surely has when the actor starts waiting
-        raise ValueError(f"actor.sync_slack_steps={slack} sends at least {slack // batch * batch} transitions in "
+        raise ValueError(f"{name}.sync_slack_steps={slack} sends at least {slack // batch * batch} transitions in "
                          f"batches of {batch} before waiting, fewer than learner.warmup_transitions={warmup}: "
                          "actor and learner would wait for each other forever")
 
@@ -201,7 +218,7 @@ def prepare_run(config: Mapping[str, Any], run_dir: str | os.PathLike, episodes:
         from robot_rl.training.local import collect_demonstrations
 
         task = get_task(config["robot_rl"]["task"])
-        sim_params = config.get("sim", {}).get("ros__parameters", {})
+        sim_params = config.get("arm_sim", {}).get("ros__parameters", {})
         robot = ArmSim(ArmSimConfig(**{k: sim_params[k] for k in ("control_hz", "action_scale", "cube_xy_range")
                                        if k in sim_params}, render=bool(task.cameras)))
         before_reset = None

@@ -20,7 +20,7 @@ from xml.sax.saxutils import escape
 
 from robot_rl.outputs import UserError, atomic_path
 from robot_rl.ros.graph import NodeSpec
-
+from robot_rl.ros.node_kinds import DEPRECATED_NODE_NAMES
 
 # ---- what each node may publish and subscribe -----------------------------------------------------
 
@@ -55,12 +55,12 @@ EVERY_NODE = Endpoints(
 # also talk to their device's driver topics, named in hardware/<device>.yaml: add those to the
 # generated permissions for a real robot.
 NODE_ENDPOINTS: dict[str, Endpoints] = {
-    "sim": Endpoints(publish=(*ARM_STATE, *CAMERA_TOPICS, "/clock"), subscribe=("arm/cmd", "arm/gripper"),
-                     serves=("~/reset",)),
-    "actor": Endpoints(publish=("arm/cmd", "arm/gripper", "episode/event", "rl/transitions"),
-                       subscribe=(*ARM_STATE, CAMERA_TOPICS[0], *TELEOP, "reward", "reward/done", "rl/policy",
-                                  "rl/acks"),
-                       calls=(RESET,)),
+    "arm_sim": Endpoints(publish=(*ARM_STATE, *CAMERA_TOPICS, "/clock"), subscribe=("arm/cmd", "arm/gripper"),
+                         serves=("~/reset",)),
+    "arm_actor": Endpoints(publish=("arm/cmd", "arm/gripper", "episode/event", "rl/transitions"),
+                           subscribe=(*ARM_STATE, CAMERA_TOPICS[0], *TELEOP, "reward", "reward/done", "rl/policy",
+                                      "rl/acks"),
+                           calls=(RESET,)),
     "learner": Endpoints(publish=("rl/acks", "rl/policy"), subscribe=("rl/transitions", "reward", "reward/done")),
     "camera": Endpoints(publish=CAMERA_TOPICS),
     "arm": Endpoints(publish=("arm/ee_pose",), subscribe=("arm/cmd", "arm/gripper", "joint_states", "/estop"),
@@ -295,6 +295,21 @@ run's secret. On a ROS 2 install from apt, before starting the graph:
   export ROS_SECURITY_ENABLE=true
   export ROS_SECURITY_STRATEGY=Enforce
 and start each node with its enclave, e.g. `ros2 run robot_rl learner --ros-args --enclave /learner`."""
+
+
+def check_keystore(keystore: str | os.PathLike) -> None:
+    """Refuses (UserError, one line) a keystore made before `sim` and `actor` became `arm_sim` and
+    `arm_actor`: its enclaves and their permissions (`/sim/reset`, ...) are named after the old nodes,
+    so the renamed nodes could not use them."""
+    enclaves = Path(keystore) / "enclaves"
+    if not enclaves.is_dir():
+        return
+    for old, new in DEPRECATED_NODE_NAMES.items():
+        for found in sorted(enclaves.rglob(old)):
+            if (found / "permissions.xml").is_file():
+                raise UserError(f"keystore {keystore} was made for the node {old!r} (enclave "
+                                f"/{found.relative_to(enclaves).as_posix()}), now named {new!r}: re-run "
+                                "`robot-rl security init --overwrite` for this task")
 
 
 def init_keystore(task: str, keystore: str | os.PathLike, *, overwrite: bool = False, backend: str = "sim",

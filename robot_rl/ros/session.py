@@ -22,6 +22,7 @@ from typing import IO
 import yaml
 
 from robot_rl.outputs import UserError, check_output
+from robot_rl.ros.node_kinds import DEPRECATED_NODE_NAMES
 from robot_rl.ros.settings import declared_params
 from robot_rl.ros.supervisor import Supervisor
 
@@ -69,7 +70,9 @@ NETWORK_PARAMETERS = ("task", "hidden_dims", "num_critics", "grasp_critic", "enc
 
 def check_resumable(run_dir: Path, specs) -> None:
     """A resumed run must build the learner's networks as the run that made `run_dir` did (its
-    checkpoint holds their weights); raises UserError naming the first setting that differs."""
+    checkpoint holds their weights); raises UserError naming the first setting that differs. A run
+    made before the nodes' renaming keeps its logs (see `adopt_renamed_logs`)."""
+    adopt_renamed_logs(run_dir)
     learner = next((spec for spec in specs if spec.name == "learner"), None)
     earlier_path = run_dir / "params.yaml"
     if learner is None or not earlier_path.exists():
@@ -82,6 +85,19 @@ def check_resumable(run_dir: Path, specs) -> None:
             raise UserError(f"run directory {run_dir} was made with learner.{name}={before}; this run asks for "
                             f"{now}: use the same setting, or --overwrite / another --run-dir")
 
+def adopt_renamed_logs(run_dir: Path) -> None:
+    """A run directory made before `sim` and `actor` became `arm_sim` and `arm_actor`: their logs
+    (`logs/<node>.log`, what a resumed run appends to) go on under the new names. Nothing else in a run
+    directory is named after a node (the actor's outbox and progress are named after its actor_id)."""
+    logs = run_dir / "logs"
+    for old, new in DEPRECATED_NODE_NAMES.items():
+        before, now = logs / f"{old}.log", logs / f"{new}.log"
+        if before.is_file() and not now.exists():
+            os.replace(before, now)
+            print(f"robot_rl: {before} (made before the node {old!r} became {new!r}) continues as {now}",
+                  file=sys.stderr, flush=True)
+
+
 SILENT_AFTER_S = 5.0
 """An actor without a new observation for this long says the robot (or simulator) is silent."""
 
@@ -91,13 +107,13 @@ class Monitor:
     periodic plain lines otherwise, e.g. in CI logs)."""
 
     def __init__(self, total_steps: int, eval_episodes: int, record_episodes: int | None = None,
-                 actor: str = "actor"):
+                 actor: str = "arm_actor"):
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
 
         self.total_steps, self.eval_episodes, self.record_episodes = total_steps, eval_episodes, record_episodes
         self.actor = actor
-        """The node whose diagnostics give the progress (actor, car_actor)."""
+        """The node whose diagnostics give the progress (arm_actor, car_actor)."""
         self.values: dict[str, dict[str, str]] = {}
         rclpy.init(args=[])
         self.rclpy = rclpy

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from robot_rl.outputs import UserError
 from robot_rl.ros.hardware_node import SAFETY_PARAMS, HardwareNode
-from robot_rl.ros.node_kinds import NODE_KINDS
+from robot_rl.ros.node_kinds import DEPRECATED_NODE_NAMES, NODE_KINDS, current_name
 from robot_rl.ros.node_utils import Param, ParameterError, check_bounds, closest_name, coerce_value
 
 GRAPH_KEYS = ("task", "nodes", "demos", "restarts")
@@ -81,9 +81,43 @@ def check_graph_setting(name: str, value: Any, where: str) -> None:
         raise SettingsError(f"{where}: robot_rl.restarts must be a mapping of node names, not {value!r}")
 
 
+def _renamed(names: list, what: str, where: str) -> list:
+    """`names` with deprecated node names replaced by the new ones (each said once on stderr); a
+    name given both ways is refused."""
+    for old, new in DEPRECATED_NODE_NAMES.items():
+        if old in names and new in names:
+            raise SettingsError(f"{where}: {what} {old!r} and {new!r} are the same node ({old!r} is its deprecated "
+                                f"name): keep only {new!r}")
+    return [current_name(n, what) if isinstance(n, str) else n for n in names]
+
+
+def renamed_graph_setting(name: str, value: Any, where: str) -> Any:
+    """A graph setting (`robot_rl.nodes`, `robot_rl.restarts`) with deprecated node names in it replaced
+    by the new ones (see `robot_rl.ros.node_kinds.DEPRECATED_NODE_NAMES`)."""
+    if name == "nodes" and isinstance(value, list):
+        return _renamed(value, "robot_rl.nodes entry", where)
+    if name == "restarts" and isinstance(value, dict):
+        return dict(zip(_renamed(list(value), "robot_rl.restarts key", where), value.values()))
+    return value
+
+
+def renamed_sections(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """`config` with its sections named after deprecated nodes (`sim:`, `actor:`) under the new names,
+    and the same for the graph section's node lists; a node given a section under both names is refused."""
+    names = _renamed([k for k in config if k != "robot_rl"], "config section", where)
+    out = dict(zip(names, (v for k, v in config.items() if k != "robot_rl")))
+    if "robot_rl" in config:
+        graph = config["robot_rl"]
+        out["robot_rl"] = ({k: renamed_graph_setting(k, v, where) for k, v in graph.items()}
+                           if isinstance(graph, Mapping) else graph)
+    return out
+
+
 def check_config(config: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The config with every node section's values in their declared types; SettingsError for an
-    unknown section, graph key or parameter."""
+    unknown section, graph key or parameter. Sections and node lists that use a deprecated node name
+    are taken under the new name (`renamed_sections`)."""
+    config = renamed_sections(config, where)
     out = {"robot_rl": dict(config["robot_rl"])}
     for name, value in config["robot_rl"].items():
         check_graph_setting(name, value, where)

@@ -23,7 +23,7 @@ from robot_rl.ros.node_kinds import crashed
 
 # Stop order: the actor first (it stops commanding the robot), the learner next (it writes
 # its final checkpoint), the robot side last.
-STOP_ORDER = ("actor", "learner")
+STOP_ORDER = ("arm_actor", "learner")
 
 RESTART_DELAY_S = 1.0
 """Pause before respawning a crashed node (a node that crashes at once does not spin)."""
