@@ -37,7 +37,7 @@ def test_hit_detection_counts_debounces_and_ignores_flight():
     # the same contact still pushing next step: not a second contact
     _, _, ev = task.step(state(ball=(0, 0, surface + 0.05), ball_vel=(0, 0, 3.0)), HOVER[None])
     assert not ev["contact"][0]
-    # a new contact 5 steps after the counted hit: a contact, but not a counted hit (< 0.3 s)
+    # a new contact 5 steps after the counted hit: a contact, but not a counted hit (< 0.6 s)
     for _ in range(3):
         task.step(state(ball=(0, 0, surface + 0.1), ball_vel=(0, 0, -1.0)), HOVER[None])
     _, _, ev = task.step(state(ball=(0, 0, surface), ball_vel=(0, 0, 2.0)), HOVER[None])
@@ -49,6 +49,40 @@ def test_hit_detection_counts_debounces_and_ignores_flight():
     task.prev_ball_in_zone[:] = False
     _, _, ev = task.step(state(ball=(0.5, 0, surface), ball_vel=(0, 0, 2.5)), HOVER[None])
     assert not ev["contact"][0]
+
+
+def test_true_hits_follow_jugglerls_rule_and_apexes_are_measured_above_the_contact():
+    cfg = JuggleConfig()
+    assert cfg.min_hit_interval_s == 0.6 and round(cfg.min_hit_interval_s * cfg.policy_hz) == 30
+    task = JuggleTask(1, cfg)
+    surface = 1.0 + cfg.racket_top_offset + cfg.ball_radius
+
+    def bounce(x=0.0, quad_z=1.0):
+        task.prev_ball_vel[:] = (0, 0, -3.0)
+        task.prev_ball_in_zone[:] = True
+        return task.step(state(quad=(0, 0, quad_z), ball=(x, 0, surface + quad_z - 1.0), ball_vel=(0, 0, 2.5)),
+                         HOVER[None])[2]
+
+    def fly(steps):
+        for _ in range(steps):
+            task.step(state(ball=(0, 0, surface + 0.3), ball_vel=(0, 0, -1.0)), HOVER[None])
+
+    task.reset([0], state(ball=(0, 0, surface + 0.5)))
+    assert bounce()["hit"][0]  # the first hit of an episode counts at once
+    fly(28)
+    assert not bounce()["hit"][0] and task.contacts[0] == 2  # 29 steps (0.58 s) later: a contact only
+    fly(29)
+    # inside the cylinder's margin but outside the racket's radius: a contact, not a true hit
+    assert not bounce(x=cfg.racket_radius + 0.01)["hit"][0]
+    fly(29)
+    ev = bounce(quad_z=1.2)  # 0.6 s after the first counted hit, met 20 cm higher
+    assert ev["hit"][0] and task.hits[0] == 2
+    task.step(state(quad=(0, 0, 1.2), ball=(0, 0, 2.0), ball_vel=(0, 0, 1.0)), HOVER[None])
+    above_contact, above_home = task.apex_above_contact_sum[0], task.apex_sum[0]
+    ev = task.step(state(quad=(0, 0, 1.2), ball=(0, 0, 2.1), ball_vel=(0, 0, -0.1)), HOVER[None])[2]
+    assert ev["apex"][0]  # the flight's apex: measured from where the racket met the ball, 20 cm up
+    assert task.apex_above_contact_sum[0] - above_contact == pytest.approx(2.1 - (1.2 + cfg.racket_top_offset))
+    assert task.apex_sum[0] - above_home == pytest.approx(2.1 - (1.0 + cfg.racket_top_offset))
 
 
 def test_every_reward_term_reaches_the_summed_reward():

@@ -123,3 +123,27 @@ def test_yaml_files(tmp_path):
     wrong.write_text("train:\n  a: {uniform: [2, 1]}\neval: {}\n")
     with pytest.raises(ValueError, match=r"wrong.yaml: train.a"):
         Randomization.load(wrong)
+
+
+def test_the_quadrotor_heldout_split_lies_beyond_every_training_range_it_shifts():
+    from robot_rl.resources import package_path
+
+    randomization = Randomization.load(package_path("sim/quad/randomization.yaml"))
+    train = randomization.sample_batch("train", np.random.default_rng(0), 20_000)
+    heldout = randomization.sample_batch("heldout", np.random.default_rng(1), 2_000)
+    shifted = ("restitution", "ball_mass", "thrust_scale", "motor_tau", "action_latency_steps", "position_noise",
+               "velocity_noise", "rate_noise")
+    for name in shifted:
+        low, high = train[name].min(), train[name].max()
+        margin = 0.1 * (high - low) * 0.98  # 10 % of the training width (sampled extremes sit just inside it)
+        outside = (heldout[name] <= low - margin) | (heldout[name] >= high + margin)
+        assert outside.all(), f"{name}: held-out draws within 10 % of the training range {low}..{high}"
+    assert set(heldout) == set(train)
+
+
+def test_a_split_the_file_lacks_is_refused_except_pretrain(tmp_path):
+    spec = {"train": {"mass": {"uniform": [1.0, 2.0]}}, "eval": {"mass": {"uniform": [1.0, 2.0]}}}
+    randomization = Randomization(spec, source="r.yaml")
+    assert randomization.sample_batch("pretrain", np.random.default_rng(0), 3)["mass"].shape == (3,)
+    with pytest.raises(ValueError, match="r.yaml has no randomization split 'heldout'"):
+        randomization.sample_batch("heldout", np.random.default_rng(0), 3)

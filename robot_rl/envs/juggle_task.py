@@ -10,8 +10,10 @@ is in the racket zone (centre within the racket's radius of its axis, just above
 at this or the previous step) and its velocity along the racket normal jumped up by more than
 ``hit_dv`` in one policy step (gravity alone changes it by -g dt).  A jump within
 ``contact_steps`` of the previous one is the same contact; a hit is *counted* (rewarded, and
-what the benchmarks report) when at least ``min_hit_interval_s`` passed since the last counted
-one, so bouncing the ball in place on the racket earns nothing.
+what the benchmarks report) by JuggleRL's "true hit" rule: the ball's centre inside the racket
+cylinder (within ``racket_radius`` of its axis) and at least ``min_hit_interval_s`` (0.6 s, 30
+steps at 50 Hz) since the last counted one, so bouncing the ball in place on the racket earns
+nothing. Apexes are measured above the racket surface where it met the ball.
 """
 
 from __future__ import annotations
@@ -93,9 +95,9 @@ class JuggleConfig:
     """Minimum jump of the ball's velocity along the racket normal in one step for a hit [m/s]."""
     contact_steps: int = 3
     """Jumps within this many steps of the previous one belong to the same contact."""
-    min_hit_interval_s: float = 0.3
-    """A hit counts when at least this long after the last counted one [s] (the ball rose about
-    11 cm); JuggleRL: 0.6 s."""
+    min_hit_interval_s: float = 0.6
+    """A hit counts when at least this long after the last counted one [s]: JuggleRL's true hit
+    (30 steps at 50 Hz; the ball rose at least 44 cm above the contact). Until 2026-11-25: 0.3 s."""
     policy_hz: float = 50.0
     """Policy rate [Hz]."""
     max_episode_s: float = 15.0
@@ -188,6 +190,10 @@ class JuggleTask:
         self.awaiting_apex = np.zeros(n, dtype=bool)
         self.apex_sum = np.zeros(n)
         """Sum of the apex heights above the racket's home surface this episode (mean = / apexes)."""
+        self.apex_above_contact_sum = np.zeros(n)
+        """Sum of the apex heights above the racket surface where the hit met the ball (JuggleRL's)."""
+        self.contact_z = np.zeros(n)
+        """Height of the racket surface at the last counted hit [m]."""
         self.apexes = np.zeros(n, dtype=np.int64)
         self.actions = np.zeros((n, 2, 4))
         """The last two policy actions, newest first."""
@@ -214,11 +220,13 @@ class JuggleTask:
 
     def reset(self, ids: np.ndarray, s: JuggleState) -> None:
         """Start episodes for the pairs ``ids`` (indices or a boolean mask) in state ``s`` (all N)."""
-        for buf in (self.steps, self.hits, self.contacts, self.since_hit, self.apexes):
+        for buf in (self.steps, self.hits, self.contacts, self.apexes):
             buf[ids] = 0
+        self.since_hit[ids] = self.min_hit_steps  # an episode's first hit counts whenever it comes
         self.since_contact[ids] = self.config.contact_steps
         self.awaiting_apex[ids] = False
         self.apex_sum[ids] = 0.0
+        self.apex_above_contact_sum[ids] = 0.0
         self.actions[ids] = 0.0
         self.prev_ball_vel[ids] = s.ball_vel[ids]
         _, centre, normal = self.racket(s)
@@ -243,16 +251,18 @@ class JuggleTask:
         jump = finite & (zone | self.prev_ball_in_zone) & (dv > cfg.hit_dv)
         contact = jump & (self.since_contact > cfg.contact_steps)
         self.since_contact[jump] = 0
-        hit = contact & (self.since_hit >= self.min_hit_steps)
+        hit = contact & (self.since_hit >= self.min_hit_steps) & (radial <= cfg.racket_radius)
         self.contacts += contact
         self.hits += hit
         self.since_hit[hit] = 0
+        self.contact_z[hit] = centre[hit, 2]
         # the apex of the flight that a counted hit started: the first step the ball falls again
         apex = self.awaiting_apex & (s.ball_vel[:, 2] <= 0.0) & ~hit
         self.awaiting_apex[hit] = True
         self.awaiting_apex[apex] = False
         apex_above_home = s.ball_pos[:, 2] - (self.home[2] + cfg.racket_top_offset)
         self.apex_sum += np.where(apex, apex_above_home, 0.0)
+        self.apex_above_contact_sum += np.where(apex, s.ball_pos[:, 2] - self.contact_z, 0.0)
         self.apexes += apex
 
         self.actions[:, 1] = self.actions[:, 0]

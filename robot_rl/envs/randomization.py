@@ -1,7 +1,7 @@
 """Domain randomization: named parameter distributions with separate train and eval ranges.
 
 Robot-agnostic: this module only describes and samples parameters; each simulator applies a
-sample to its own model (the arm: :meth:`robot_rl.envs.arm.ArmSim.apply_randomization`).
+sample to its own model (the arm: :meth:`robot_rl.envs.arm_sim.ArmSim.apply_randomization`).
 
 File format (YAML, or the same structure as a dict)::
 
@@ -51,8 +51,9 @@ __all__ = [
 
 #: Required sections of a randomization file.
 SPLITS: tuple[str, ...] = ("train", "eval")
-#: Optional sections, each falling back to ``train`` when a file lacks it.
-OPTIONAL_SPLITS: tuple[str, ...] = ("pretrain",)
+#: Optional sections: ``pretrain`` falls back to ``train`` when a file lacks it; ``heldout``
+#: (plants beyond the training ranges, for transfer) must be written to be used.
+OPTIONAL_SPLITS: tuple[str, ...] = ("pretrain", "heldout")
 
 Value = float | str | np.ndarray
 
@@ -271,13 +272,13 @@ class Randomization:
         return {name: dist.sample_batch(rng, n) for name, dist in self._split(split).items()}
 
     def _split(self, split: str) -> dict[str, Distribution]:
-        if split in OPTIONAL_SPLITS and split not in self.distributions:
+        if split == "pretrain" and split not in self.distributions:
             return self.distributions["train"]
         try:
             return self.distributions[split]
         except KeyError:
-            raise ValueError(f"unknown randomization split {split!r}; expected one of "
-                             f"{', '.join(SPLITS + OPTIONAL_SPLITS)}") from None
+            raise ValueError(f"{self.source} has no randomization split {split!r}; it has "
+                             f"{', '.join(self.distributions)}") from None
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{s}: {len(d)} parameters" for s, d in self.distributions.items())

@@ -70,6 +70,8 @@ class TrialResult:
     """ball_lost, crash, non_finite or time_limit."""
     mean_apex_height: float
     """Mean apex of the ball above the home racket surface [m]."""
+    mean_apex_above_contact: float
+    """Mean apex of the ball above the racket surface where it was hit [m] (JuggleRL's measure)."""
 
 
 def evaluate_policy(policy: Callable[[np.ndarray], np.ndarray], trials: int = 10, max_s: float = 600.0,
@@ -98,7 +100,8 @@ def evaluate_policy(policy: Callable[[np.ndarray], np.ndarray], trials: int = 10
                 t, ev = core.task, info["events"]
                 reason = next((r for r in ("ball_lost", "crash", "non_finite") if ev[r][i]), "time_limit")
                 results[i] = TrialResult(int(t.hits[i]), float(t.steps[i] / cfg.policy_hz), reason,
-                                         float(t.apex_sum[i] / max(t.apexes[i], 1)))
+                                         float(t.apex_sum[i] / max(t.apexes[i], 1)),
+                                         float(t.apex_above_contact_sum[i] / max(t.apexes[i], 1)))
             if not active.all():
                 # keep the finished ones from ending again: restart them (their results are kept)
                 done = np.flatnonzero(~active & (terminated | truncated))
@@ -110,11 +113,14 @@ def evaluate_policy(policy: Callable[[np.ndarray], np.ndarray], trials: int = 10
 
 def summarize(results: list[TrialResult]) -> dict[str, Any]:
     hits = [r.hits for r in results]
+    durations = [r.duration_s for r in results]
     return {"trials": len(results), "mean_hits": float(np.mean(hits)), "max_hits": int(np.max(hits)),
             "min_hits": int(np.min(hits)), "hits": hits,
-            "mean_duration_s": float(np.mean([r.duration_s for r in results])),
+            "mean_duration_s": float(np.mean(durations)),
+            "hits_per_min": float(60.0 * np.sum(hits) / max(np.sum(durations), 1e-9)),
             "ended_by": [r.ended_by for r in results],
-            "mean_apex_height_m": float(np.mean([r.mean_apex_height for r in results]))}
+            "mean_apex_height_m": float(np.mean([r.mean_apex_height for r in results])),
+            "mean_apex_above_contact_m": float(np.mean([r.mean_apex_above_contact for r in results]))}
 
 
 def train_juggling(cfg: JuggleTrainConfig, out_dir: str | Path, run_dir: str | Path | None = None,
