@@ -51,6 +51,9 @@ setup(
         "gpu": ["mujoco-warp>=4.0"],
         # the large VLAC-style reward backend (InternVL checkpoints from a local path, GPU)
         "vlac": ["transformers>=4.51", "einops", "sentencepiece", "timm"],
+        # peer libraries benchmarks/learner_throughput.py measures beside ours (pinned: the versions measured;
+        # install torch==2.13.0 first, as `make setup` does, so none of them pulls another torch)
+        "bench": ["stable-baselines3==2.9.2", "torchrl==0.14.1"],
         # the tests drive the hardware adapters through their real libraries
         "test": ["pytest", "pytest-timeout", "matplotlib", "hypothesis", "pyrealsense2", "opencv-python-headless",
                  "mcap", "mcap-ros2-support", "pymavlink", "cflib", "hidapi", "evdev-binary", "pyserial",
