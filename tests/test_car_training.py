@@ -67,6 +67,8 @@ def test_online_run_caches_frame_features_and_learns_from_executed_actions(pretr
 
         history = trainer.run()
         assert [row["steps"] for row in history] == [20, 40] and history[-1]["updates"] == 21
+        saved = trainer.save_checkpoint(root / "car-run")
+        assert torch.load(saved, weights_only=True)["agent"]["num_updates"] == 21
         stored = trainer.core.online.ordered()
         # Stored actions are the executed ones: within 0.2 of the previous action the state holds,
         # and that is the next state's previous action (inside an episode).

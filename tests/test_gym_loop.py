@@ -69,6 +69,14 @@ def test_box_env_through_the_cli(tmp_path):
     history = json.loads((run / "history.json").read_text())
     assert history[-1]["steps"] == 300 and history[-1]["updates"] == 201
     assert (run / "policy.pt").exists()
+    # the agent's checkpoint (OffPolicyCore's format) loads into a fresh trainer of the same shape
+    config = GymTrainConfig("Pendulum-v1", sac=SACConfig(batch_size=32), demo_episodes=0)
+    fresh = Trainer(config)
+    state = fresh.core.load_checkpoint(run / "checkpoint.pt", fresh.network_shape())
+    assert fresh.agent.num_updates == 201 and state["steps"] == 300
+    with pytest.raises(ValueError, match="hidden_dims"):
+        other = Trainer(GymTrainConfig("Pendulum-v1", sac=SACConfig(hidden_dims=(8,)), demo_episodes=0))
+        other.core.load_checkpoint(run / "checkpoint.pt", other.network_shape())
 
 
 def test_cli_rejects_unknown_settings_and_unsupported_envs(tmp_path):

@@ -106,11 +106,12 @@ def cmd_train_env(args: argparse.Namespace) -> int:
     trainer = Trainer(config, expert=expert, log=lambda row: print(json.dumps(row), flush=True))
     print(f"robot_rl: {config.env_id} for {config.total_steps} steps on {trainer.device}, run dir {run_dir}", flush=True)
     history = trainer.run()
-    trainer.agent.policy.network.cpu()
     import torch
 
     with atomic_path(run_dir, directory=True) as tmp:  # the run appears whole, with its policy, or not at all
         (tmp / "history.json").write_text(json.dumps(history, indent=1))
+        trainer.save_checkpoint(tmp)
+        trainer.agent.policy.network.cpu()
         torch.save({"spec": trainer.agent.policy.spec.to_json(), "weights": trainer.agent.policy.network.state_dict()},
                    tmp / "policy.pt")
     final = history[-1]

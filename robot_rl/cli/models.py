@@ -9,7 +9,7 @@ from pathlib import Path
 
 from robot_rl.cli.args import at_least, overwrite_flag, parse_settings
 from robot_rl.cli.gym import checked_fields
-from robot_rl.outputs import check_output
+from robot_rl.outputs import atomic_path, check_output
 
 
 def cmd_pretrain_encoder(args: argparse.Namespace) -> int:
@@ -95,7 +95,9 @@ def cmd_car(args: argparse.Namespace) -> int:
         return 0
     from robot_rl.training.car_race import CarTrainConfig, CarTrainer
 
+    run_dir = Path(args.run_dir) if args.run_dir else Path(args.out).parent / f"{Path(args.out).name}-run"
     check_output(args.out, "policy directory", overwrite=args.overwrite)
+    check_output(run_dir, "run directory", overwrite=args.overwrite)
     sac = replace(CarTrainConfig().sac, **checked_fields(CarTrainConfig().sac, parse_settings(args.set), "--set "))
     config = CarTrainConfig(policy=None if args.policy == "none" else args.policy, track_seed=args.track_seed,
                             total_steps=args.steps, seed=args.seed, sac=sac, updates_per_step=args.updates_per_step,
@@ -104,10 +106,13 @@ def cmd_car(args: argparse.Namespace) -> int:
     try:
         trainer.run()
         trainer.export(args.out)
+        with atomic_path(run_dir, directory=True) as tmp:
+            trainer.save_checkpoint(tmp)
     finally:
         trainer.close()
     print(json.dumps({"laps": len(trainer.laps), "first_lap_step": trainer.laps[0][0] if trainer.laps else None,
-                      "best_lap_s": min((t for _, t in trainer.laps), default=None), "policy": args.out}))
+                      "best_lap_s": min((t for _, t in trainer.laps), default=None), "policy": args.out,
+                      "checkpoint": str(run_dir / "checkpoint.pt")}))
     return 0
 
 
@@ -179,6 +184,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     ctrain.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="SACConfig override, e.g. --set utd_ratio=2 --set num_critics=2")
     ctrain.add_argument("--seed", type=at_least(0), default=0)
-    overwrite_flag(ctrain, "the policy directory")
+    ctrain.add_argument("--run-dir", help="the agent's checkpoint (default: <out>-run)")
+    overwrite_flag(ctrain, "the policy and run directories")
     ctrain.add_argument("--device", default="auto")
     car.set_defaults(handler=cmd_car)

@@ -224,6 +224,13 @@ class CarTrainer:
                 break
         return history
 
+    def save_checkpoint(self, run_dir: str | Path) -> Path:
+        """Agent, optimizers and sampling state in <run_dir>/checkpoint.pt (OffPolicyCore's format)."""
+        sac = self.agent.config
+        network = {"obs_dim": self.agent.obs_dim, "action_dim": 2, "hidden_dims": list(sac.hidden_dims),
+                   "num_critics": sac.num_critics, "frame_stack": self.config.frame_stack}
+        return self.core.save_checkpoint(run_dir, network, keep=1, extra={"steps": self.steps, "laps": self.laps})
+
     def export(self, directory: str | Path, card: dict | None = None) -> None:
         """The trained policy (frozen encoder + actor) for the car actor node."""
         save_frame_stack_policy(directory, self.policy.encoder, self.agent.actor, STATE_DIM, self.config.frame_stack,

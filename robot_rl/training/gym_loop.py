@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -267,6 +268,19 @@ class Trainer:
                 self.core.add(observations[t], episode["action"][t], episode["reward"][t], observations[t + 1],
                               episode["terminated"][t], episode["truncated"][t], episode["intervention"][t], f"ds{i}",
                               demonstration=True)
+
+    # ---- checkpoints -------------------------------------------------------------------------
+
+    def network_shape(self) -> dict[str, Any]:
+        """The settings that decide the weights' shapes (a checkpoint loads only into the same)."""
+        sac = self.agent.config
+        return {"env_id": self.config.env_id, "obs_dim": self.agent.obs_dim, "action_dim": self.agent.action_dim,
+                "cameras": list(self.cameras), "hidden_dims": list(sac.hidden_dims), "num_critics": sac.num_critics,
+                "grasp_critic": sac.grasp_critic}
+
+    def save_checkpoint(self, run_dir) -> Path:
+        """Agent, optimizers and sampling state in <run_dir>/checkpoint.pt (OffPolicyCore's format)."""
+        return self.core.save_checkpoint(run_dir, self.network_shape(), keep=1, extra={"steps": self.steps})
 
     # ---- loops -------------------------------------------------------------------------------
 
