@@ -129,3 +129,28 @@ def test_no_file_over_600_lines(folder):
     long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / folder).rglob("*.py"))
             if (n := len(p.read_text().splitlines())) > 600}
     assert not long, long
+
+
+SAME_CONCEPT = {
+    "learner.py": "the learner: its core (training/) and its node (nodes/)",
+    "arm_sim.py": "the simulated arm: the simulation (envs/) and its node (nodes/)",
+    "graph.py": "the node graph: its spec (ros/) and the commands that start it (cli/)",
+    "car_race.py": "the car race task: its environment (envs/), training loop (training/) and benchmark",
+    "pick_cube.py": "the pick-cube task: its environment (envs/) and its benchmark",
+    "safety.py": "hardware safety: the safety gate (hardware/) and its benchmark",
+}
+"""Module basenames in more than one folder, each with the reason: the same concept in its layers."""
+
+
+def test_no_basename_in_two_folders_unless_the_same_concept():
+    """A basename names one concept: two modules of that name in different folders are the same
+    thing in different layers (listed in SAME_CONCEPT with why), or one of them needs a clearer name."""
+    folders: dict[str, set[str]] = defaultdict(set)
+    for top in ("robot_rl", "benchmarks"):
+        for path in (ROOT / top).rglob("*.py"):
+            if path.name not in ("__init__.py", "__main__.py"):
+                folders[path.name].add(str(path.parent.relative_to(ROOT)))
+    repeated = {name: sorted(where) for name, where in folders.items() if len(where) > 1}
+    unexplained = {name: where for name, where in repeated.items() if name not in SAME_CONCEPT}
+    assert not unexplained, f"rename one, or list it in SAME_CONCEPT with why it is the same concept: {unexplained}"
+    assert not set(SAME_CONCEPT) - set(repeated), f"no longer repeated: {sorted(set(SAME_CONCEPT) - set(repeated))}"

@@ -1,4 +1,4 @@
-"""Tests of the simulated arm pick/lift task (robot_rl.envs.arm, robot_rl.control.osc)."""
+"""Tests of the simulated arm pick/lift task (robot_rl.envs.arm_sim, robot_rl.control.osc)."""
 
 import os
 
@@ -13,7 +13,8 @@ from gymnasium.utils.env_checker import check_env  # noqa: E402
 
 import robot_rl.envs  # noqa: E402,F401  (registers robot_rl/ArmLift-v0)
 from robot_rl.control.osc import TOP_DOWN_QUAT, quat_error  # noqa: E402
-from robot_rl.envs.arm import (  # noqa: E402
+from robot_rl.envs.arm_lift import ArmLiftEnv  # noqa: E402
+from robot_rl.envs.arm_sim import (  # noqa: E402
     CUBE_REST_Z,
     LIFT_OBS_DIM,
     ArmSim,
@@ -23,7 +24,6 @@ from robot_rl.envs.arm import (  # noqa: E402
     lift_success,
     scripted_lift_action,
 )
-from robot_rl.envs.arm_lift import ArmLiftEnv  # noqa: E402
 
 
 @pytest.fixture

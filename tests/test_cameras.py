@@ -18,10 +18,10 @@ import pytest
 
 cv2 = pytest.importorskip("cv2")
 
-from robot_rl.hardware.cameras.base import (  # noqa: E402
+from robot_rl.hardware.cameras.source import (  # noqa: E402
     Backoff, CameraError, EndOfStream, HardwareClock, SourceClosed,
 )
-from robot_rl.hardware.cameras.frames import Geometry, Intrinsics  # noqa: E402
+from robot_rl.hardware.cameras.frame_geometry import Geometry, Intrinsics  # noqa: E402
 from robot_rl.hardware.cameras.opencv import OpenCVSource  # noqa: E402
 from robot_rl.hardware.cameras.realsense import RealSenseSource  # noqa: E402
 from robot_rl.ros.probe import fresh_domain_id  # noqa: E402

@@ -26,7 +26,7 @@ from pymavlink import mavutil  # noqa: E402
 
 from robot_rl.hardware.fake_autopilot import FakeAutopilot, free_udp_port  # noqa: E402
 from robot_rl.ros.probe import RosProbe, start_node, stop_node  # noqa: E402
-from robot_rl.hardware.quad_links.base import FLYING, IDLE, KILLED, LANDING, STOPPED, Geofence, LinkError  # noqa: E402
+from robot_rl.hardware.quad_links.link import FLYING, IDLE, KILLED, LANDING, STOPPED, Geofence, LinkError  # noqa: E402
 from robot_rl.hardware.quad_links.config import load_quad_hardware, parse_quad_hardware  # noqa: E402
 from robot_rl.hardware.quad_links.crazyflie import (  # noqa: E402
     CF_MANUAL_THRUST_MAX, CF_MANUAL_THRUST_MIN, CrazyflieConfig, CrazyflieLink, MotorThrustModel, crazyflie_rates_deg,

@@ -18,7 +18,7 @@ import pytest
 from robot_rl.device import resolve_device
 from robot_rl.rewards.backends import (BACKENDS, BackendLoadError, LoadedBackend, SuccessScorer, check_model_path,
                                        load_backend)
-from robot_rl.rewards.frames import FrameRejected, StampPairer, check_frame_shape
+from robot_rl.rewards.scorer_input import FrameRejected, StampPairer, check_frame_shape
 from robot_rl.rewards.online import LatestSlot, RewardConfig, RewardStream, ScoringWorker
 from robot_rl.rewards.progress import accumulate_value, share_of_remaining
 from robot_rl.ros.reward_io import decode_image, feed_image
@@ -464,7 +464,7 @@ def test_backend_loading_errors(tmp_path, monkeypatch):
 def progress_setup(tmp_path_factory):
     """A small progress model trained on 4 scripted pick-cube demonstrations, and a held-out one."""
     from robot_rl.data.scripted import record_scripted_episodes
-    from robot_rl.envs.arm import scripted_lift_action
+    from robot_rl.envs.arm_sim import scripted_lift_action
     from robot_rl.rewards.progress import ProgressModelConfig, progress_episodes, train_progress_model
 
     root = tmp_path_factory.mktemp("reward_node")

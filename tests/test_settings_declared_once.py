@@ -15,7 +15,7 @@ pytest.importorskip("rclpy")
 
 from robot_rl.agents.sac import SACConfig  # noqa: E402
 from robot_rl.config_fields import config_from_params, settings_of  # noqa: E402
-from robot_rl.envs.arm import ArmSimConfig  # noqa: E402
+from robot_rl.envs.arm_sim import ArmSimConfig  # noqa: E402
 from robot_rl.nodes import arm_actor, arm_sim, car_actor, learner, reward  # noqa: E402
 from robot_rl.rewards.online import RewardConfig  # noqa: E402
 from robot_rl.ros.link_params import LINK_PARAMS  # noqa: E402

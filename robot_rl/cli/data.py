@@ -22,7 +22,7 @@ def cmd_demos(args: argparse.Namespace) -> int:
     if args.env:
         return _demos_episodes(args)
     from robot_rl.data.dataset import save_transitions
-    from robot_rl.envs.arm import ArmSim
+    from robot_rl.envs.arm_sim import ArmSim
     from robot_rl.tasks import get_task
     from robot_rl.training.local import collect_demonstrations
 

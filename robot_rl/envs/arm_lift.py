@@ -1,5 +1,5 @@
-"""The arm lift task as a gymnasium environment (``robot_rl/ArmLift-v0``) on :class:`~robot_rl.envs.arm.ArmSim`,
-with the task functions of :mod:`robot_rl.envs.arm`."""
+"""The arm lift task as a gymnasium environment (``robot_rl/ArmLift-v0``) on :class:`~robot_rl.envs.arm_sim.ArmSim`,
+with the task functions of :mod:`robot_rl.envs.arm_sim`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from robot_rl.envs.arm import (
+from robot_rl.envs.arm_sim import (
     LIFT_OBS_DIM, ArmSim, ArmSimConfig, cube_grasped, cube_rest_z, lift_observation, lift_reward, lift_success,
 )
 

@@ -21,7 +21,7 @@ import mujoco
 import numpy as np
 from gymnasium import spaces
 
-from robot_rl.envs.arm import LIFT_OBS_DIM, ArmSim, ArmSimConfig, lift_observation, lift_success
+from robot_rl.envs.arm_sim import LIFT_OBS_DIM, ArmSim, ArmSimConfig, lift_observation, lift_success
 from robot_rl.envs.randomization import OPTIONAL_SPLITS, SPLITS, Randomization
 from robot_rl.resources import package_path
 

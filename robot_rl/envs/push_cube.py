@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from robot_rl.control.rotations import quat_to_mat
-from robot_rl.envs.arm import cube_rest_z, cube_size
+from robot_rl.envs.arm_sim import cube_rest_z, cube_size
 from robot_rl.envs.pick_cube import ArmPickCubeEnv
 
 __all__ = ["MAX_PUSH_HEIGHT", "PUSH_DIRECTION", "PUSH_DISTANCE", "ArmPushCubeEnv", "cube_displacement",
@@ -80,7 +80,7 @@ def scripted_push_action(
     cube's centre height, then move along PUSH_DIRECTION while steering the paddle back onto the
     line through the cube's centre. Low and neither behind the cube nor lined up with it, it
     rises first, so it never knocks the cube the wrong way. Arguments as in
-    :func:`robot_rl.envs.arm.scripted_lift_action`; returns float32 (4,) in [-1, 1].
+    :func:`robot_rl.envs.arm_sim.scripted_lift_action`; returns float32 (4,) in [-1, 1].
     """
     ee = np.asarray(state["ee_pos"], dtype=np.float64)
     cube = np.asarray(state["cube_pos"], dtype=np.float64)

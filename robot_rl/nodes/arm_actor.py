@@ -38,7 +38,7 @@ from std_srvs.srv import Trigger
 
 from robot_rl.config_fields import config_from_params
 from robot_rl.data.episodes import EpisodeSchema, EpisodeWriter
-from robot_rl.envs.arm import ArmSimConfig
+from robot_rl.envs.arm_sim import ArmSimConfig
 from robot_rl.ros import qos
 from robot_rl.ros.arm_io import STATE_TOPICS, action_to_msgs, msgs_to_state
 from robot_rl.ros.learner_link import LearnerLink

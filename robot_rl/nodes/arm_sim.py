@@ -28,7 +28,7 @@ from std_msgs.msg import Float32
 from std_srvs.srv import Trigger
 
 from robot_rl.config_fields import config_from_params
-from robot_rl.envs.arm import ArmSim, ArmSimConfig
+from robot_rl.envs.arm_sim import ArmSim, ArmSimConfig
 from robot_rl.envs.pick_cube import ArmRandomizer
 from robot_rl.envs.randomization import Randomization
 from robot_rl.resources import package_path

@@ -20,10 +20,10 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image
 
-from robot_rl.hardware.cameras.base import Backoff, CameraError, CameraSource, EndOfStream, SourceClosed
-from robot_rl.hardware.cameras.frames import Frame, Geometry, Intrinsics
+from robot_rl.hardware.cameras.frame_geometry import Frame, Geometry, Intrinsics
 from robot_rl.hardware.cameras.opencv import OpenCVSource
 from robot_rl.hardware.cameras.realsense import RealSenseSource
+from robot_rl.hardware.cameras.source import Backoff, CameraError, CameraSource, EndOfStream, SourceClosed
 from robot_rl.ros import qos
 from robot_rl.ros.camera_io import camera_info_msg, depth_to_msg
 from robot_rl.ros.messages import image_to_msg, ns_to_stamp

@@ -38,7 +38,7 @@ from std_srvs.srv import Trigger
 from robot_rl.envs.car_race import CarSim
 from robot_rl.envs.randomization import OPTIONAL_SPLITS, SPLITS, Randomization
 from robot_rl.envs.track import generate_track
-from robot_rl.hardware.cameras.frames import Intrinsics
+from robot_rl.hardware.cameras.frame_geometry import Intrinsics
 from robot_rl.hardware.safety import Rejected
 from robot_rl.hardware.vesc import CarLimits, load_car_hardware
 from robot_rl.resources import package_path

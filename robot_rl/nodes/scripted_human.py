@@ -2,7 +2,7 @@
 
 Watches the arm (`joint_states`, `arm/ee_pose`, `cube/pose`) and what the actor executes
 (`arm/cmd`, `arm/gripper`); after each executed command it judges the policy with the task's
-scripted expert (`robot_rl.teleop.scripted.ScriptedGamepad`) and publishes the gamepad's state on
+scripted expert (`robot_rl.teleop.scripted_gamepad.ScriptedGamepad`) and publishes the gamepad's state on
 `joy` (`sensor_msgs/Joy`) at `rate_hz` and on every change, as the `joy` package's joy_node does.
 Run the teleop node with `device:=joy` next to it: interventions then travel the same path as a
 real person's (teleop node, arbitration, actor, learner), so they are tested and measured end to end.
@@ -19,13 +19,13 @@ from rclpy.node import Node
 from sensor_msgs.msg import Joy
 from std_msgs.msg import Float32
 
-from robot_rl.envs.arm import ArmSimConfig
+from robot_rl.envs.arm_sim import ArmSimConfig
 from robot_rl.ros import qos
 from robot_rl.ros.arm_io import STATE_TOPICS, msgs_to_action, msgs_to_state
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
 from robot_rl.tasks import get_task, task_names
 from robot_rl.teleop.mapping import load_mapping
-from robot_rl.teleop.scripted import ScriptedGamepad
+from robot_rl.teleop.scripted_gamepad import ScriptedGamepad
 from robot_rl.training.interventions import InterventionConfig, ScriptedIntervener
 
 _DEFAULT = InterventionConfig()

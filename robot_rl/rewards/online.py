@@ -4,7 +4,7 @@ The reward node (`robot_rl.nodes.reward`) is a thin wrapper around `RewardStream
 
 * `robot_rl.ros.reward_io.feed_image` turns each image message into a stamped uint8 (H, W, 3) frame
   for `RewardStream.on_frame` (or its rejection for `RewardStream.on_rejected`); frames the model
-  cannot read (`robot_rl.rewards.frames.check_frame_shape`) are refused too, each counted by reason.
+  cannot read (`robot_rl.rewards.scorer_input.check_frame_shape`) are refused too, each counted by reason.
 * `StampPairer` pairs the cameras' frames by stamp (equal within a tolerance); frames that
   never find partners are dropped and counted.
 * `RewardStream` keeps the episodes: the first paired frame after a new episode starts (a
@@ -36,7 +36,7 @@ import numpy as np
 from robot_rl.config_fields import setting
 from robot_rl.device import check_device_name
 from robot_rl.rewards.backends import BACKENDS, LoadedBackend, backend_names
-from robot_rl.rewards.frames import FrameRejected, StampPairer, check_frame_shape
+from robot_rl.rewards.scorer_input import FrameRejected, StampPairer, check_frame_shape
 
 __all__ = ["LatestSlot", "RewardConfig", "RewardResult", "RewardStream", "ScoringWorker"]
 

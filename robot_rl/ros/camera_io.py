@@ -9,7 +9,7 @@ import sys
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import Header
 
-from robot_rl.hardware.cameras.frames import Intrinsics
+from robot_rl.hardware.cameras.frame_geometry import Intrinsics
 
 
 def depth_to_msg(depth, stamp, frame_id: str) -> Image:

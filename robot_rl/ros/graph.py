@@ -213,7 +213,7 @@ def prepare_run(config: Mapping[str, Any], run_dir: str | os.PathLike, episodes:
     path = Path(run_dir) / "demos.zarr"
     if not path.exists():
         from robot_rl.data.dataset import save_transitions
-        from robot_rl.envs.arm import ArmSim, ArmSimConfig
+        from robot_rl.envs.arm_sim import ArmSim, ArmSimConfig
         from robot_rl.tasks import get_task
         from robot_rl.training.local import collect_demonstrations
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.rewards.frames import FrameRejected
 from robot_rl.rewards.online import RewardStream
+from robot_rl.rewards.scorer_input import FrameRejected
 from robot_rl.ros.messages import stamp_to_ns
 
 __all__ = ["EPISODE_EVENTS", "decode_image", "feed_image"]

@@ -52,7 +52,7 @@ class PretrainConfig:
 
 
 def arm_targets(state: dict) -> np.ndarray:
-    from robot_rl.envs.arm import cube_grasped
+    from robot_rl.envs.arm_sim import cube_grasped
 
     cube, ee = np.asarray(state["cube_pos"]), np.asarray(state["ee_pos"])
     return np.concatenate([cube, ee, cube - ee, np.asarray(state["gripper"]).reshape(1),

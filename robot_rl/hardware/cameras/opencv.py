@@ -7,8 +7,8 @@ import time
 
 import numpy as np
 
-from robot_rl.hardware.cameras.base import Backoff, CameraError, CameraSource, EndOfStream
-from robot_rl.hardware.cameras.frames import Geometry, Intrinsics
+from robot_rl.hardware.cameras.frame_geometry import Geometry, Intrinsics
+from robot_rl.hardware.cameras.source import Backoff, CameraError, CameraSource, EndOfStream
 
 
 class OpenCVSource(CameraSource):

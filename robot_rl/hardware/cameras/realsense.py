@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.hardware.cameras.base import Backoff, CameraError, CameraSource, HardwareClock, SourceClosed
-from robot_rl.hardware.cameras.frames import Geometry, Intrinsics
+from robot_rl.hardware.cameras.frame_geometry import Geometry, Intrinsics
+from robot_rl.hardware.cameras.source import Backoff, CameraError, CameraSource, HardwareClock, SourceClosed
 
 
 def _rs():

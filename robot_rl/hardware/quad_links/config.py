@@ -11,8 +11,8 @@ import numpy as np
 
 from robot_rl.control.checks import finite
 from robot_rl.hardware.files import load_hardware_file, number_field, section_field, string_field
-from robot_rl.hardware.quad_links.base import Geofence, QuadLink
 from robot_rl.hardware.quad_links.crazyflie import CrazyflieConfig, CrazyflieLink, MotorThrustModel
+from robot_rl.hardware.quad_links.link import Geofence, QuadLink
 from robot_rl.hardware.quad_links.mavlink import GRAVITY, MavlinkConfig, MavlinkLink
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from robot_rl.control.checks import finite
-from robot_rl.hardware.quad_links.base import (
+from robot_rl.hardware.quad_links.link import (
     CLOSED, CONTROLLING, DISCONNECTED, FLYING, IDLE, KILLED, STOPPED, Geofence, LinkError, QuadLink,
 )
 

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from robot_rl.control.checks import finite
-from robot_rl.hardware.quad_links.base import (
+from robot_rl.hardware.quad_links.link import (
     ARMING, CLOSED, CONTROLLING, DISCONNECTED, FLYING, IDLE, KILLED, LANDING, STOPPED, CommandRefused, Geofence,
     LinkError, LinkStatus, QuadLink,
 )

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.hardware.cameras.frames import Frame, Geometry, Intrinsics
+from robot_rl.hardware.cameras.frame_geometry import Frame, Geometry, Intrinsics
 
 
 class CameraError(RuntimeError):
