@@ -508,8 +508,8 @@ def test_car_nodes_replace_each_other_in_the_graph():
 
     assert NODE_KINDS["car_sim"].critical and NODE_KINDS["car"].critical
     assert BACKEND_REPLACEMENTS["real"]["car_sim"] == "car"
-    config = {"robot_rl": {"nodes": ["car_sim", "actor"]}, "car_sim": {"ros__parameters": {"track_seed": 3}}}
+    config = {"robot_rl": {"nodes": ["car_sim", "arm_actor"]}, "car_sim": {"ros__parameters": {"track_seed": 3}}}
     sim = {spec.name: spec for spec in build_graph(config, "sim")}
     assert sim["car_sim"].parameters == {"track_seed": 3}
-    assert sim["actor"].parameters["reset_service"] == "/car_sim/reset"
-    assert [spec.name for spec in build_graph(config, "real")] == ["car", "actor"]
+    assert sim["arm_actor"].parameters["reset_service"] == "/car_sim/reset"
+    assert [spec.name for spec in build_graph(config, "real")] == ["car", "arm_actor"]
