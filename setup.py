@@ -53,7 +53,7 @@ setup(
         "vlac": ["transformers>=4.51", "einops", "sentencepiece", "timm"],
         # peer libraries benchmarks/learner_throughput.py measures beside ours (pinned: the versions measured;
         # install torch==2.13.0 first, as `make setup` does, so none of them pulls another torch)
-        "bench": ["stable-baselines3==2.9.2", "torchrl==0.14.1"],
+        "bench": ["stable-baselines3==2.9.2", "torchrl==0.14.1", "rsl-rl-lib==5.5.1"],
         # the tests drive the hardware adapters through their real libraries
         "test": ["pytest", "pytest-timeout", "matplotlib", "hypothesis", "pyrealsense2", "opencv-python-headless",
                  "mcap", "mcap-ros2-support", "pymavlink", "cflib", "hidapi", "evdev-binary", "pyserial",

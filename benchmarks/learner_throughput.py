@@ -20,7 +20,8 @@ Against installed peers (`pip install -e '.[bench]'`; `sac_peers.py`), state-bas
 and at 10 (ours and TorchRL's REDQLoss 2 of 10, stable-baselines3 min over all 10): each update
 samples 256 from the contender's own replay memory, then one critic, actor and temperature step
 and the target update (`peers_<n>` in the JSON: each one's updates/s, version and what its update
-includes; `ratio_vs_best_peer_<n>`). `roofline_fraction_<n>`: our update's FLOPs (FlopCounterMode,
+includes; `ratio_vs_best_peer_<n>`). PPO: one update round of our juggling PPO against rsl-rl-lib's
+PPO on the same rollout and network sizes (`ppo_peers.py`; `ppo_ratio_vs_rsl_rl`). `roofline_fraction_<n>`: our update's FLOPs (FlopCounterMode,
 eager, same math) times our updates/s over the throughput of its dominant matmul shape measured in
 the same run, dtype and thread count. CPUs differ (bf16 or not): ratios compare within one run.
 
@@ -38,6 +39,7 @@ import math
 import statistics
 import time
 
+import ppo_peers
 import sac_peers
 import torch
 import torch.nn.functional as F
@@ -246,6 +248,20 @@ def peer_figures(device: torch.device, precision: str, seconds: float) -> dict:
     return result
 
 
+def ppo_figures(device: torch.device, seconds: float) -> dict:
+    """Our juggling PPO's update round against rsl-rl-lib's PPO (`ppo_peers.py`), interleaved."""
+    version = sac_peers.version("rsl-rl-lib")
+    contenders = {"ours": ppo_peers.ours(2048, device)}
+    if version:
+        contenders["rsl_rl"] = ppo_peers.rsl_rl(2048, device)
+    measured = rates({name: (lambda batch, f=f: f()) for name, f in contenders.items()}, None, seconds, device)
+    print("PPO update rounds: " + ", ".join(f"{name} {rate:.2f}/s" for name, rate in measured.items()), flush=True)
+    return {"ppo_rounds_per_s": round(measured["ours"], 3),
+            "rsl_rl_ppo_rounds_per_s": round(measured["rsl_rl"], 3) if version else None,
+            "ppo_ratio_vs_rsl_rl": round(measured["ours"] / measured["rsl_rl"], 3) if version else None,
+            "rsl_rl_version": version, "ppo_round": ppo_peers.describe()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="short timing windows (same measurements)")
@@ -285,6 +301,7 @@ def main() -> None:
               f"ours {precision}+{'compile' if best.compiled else 'EAGER (compile failed)'} {best_rate:.1f}/s -> "
               f"{best_rate / ref_rate:.2f}x", flush=True)
     result.update(peer_figures(device, precision, seconds))
+    result.update(ppo_figures(device, 2 * seconds))
     result["cpu"] = cpu_name()
     assert all(math.isfinite(v) for v in result.values() if isinstance(v, float))
     print(json.dumps(result))
