@@ -53,8 +53,17 @@ def test_actor_trains_on_the_reward_nodes_rewards(tmp_path, progress_model):
         "reward.use_sim_time": True,
         "reward.diagnostics_period_s": 0.5,
     }
-    supervisor = start_graph("arm_pick_cube", overrides, tmp_path, domain_id)
     probe = RosProbe(domain_id, "reward_probe")
+    published: dict[int, float] = {}  # observation stamp -> the reward the reward node published for it
+    from geometry_msgs.msg import Vector3Stamped
+
+    from robot_rl.ros import qos
+    from robot_rl.ros.messages import stamp_to_ns
+
+    probe.node.create_subscription(
+        Vector3Stamped, "reward", lambda msg: published.__setitem__(stamp_to_ns(msg.header.stamp), msg.vector.x),
+        qos.EVENTS)
+    supervisor = start_graph("arm_pick_cube", overrides, tmp_path, domain_id)
     try:
         probe.wait_for(lambda: probe.value("learned_rewards_received", "arm_actor") >= 100
                        and probe.value("transitions_received", "learner") >= 100, 240,
@@ -71,3 +80,28 @@ def test_actor_trains_on_the_reward_nodes_rewards(tmp_path, progress_model):
     summary = json.loads((tmp_path / "learner_summary.json").read_text())
     assert summary["transitions_received"] >= 100
     assert summary["demo_size"] >= 20  # the 4 demonstrations, cut at the model's done
+    _assert_stored_rewards_are_the_reward_nodes(tmp_path / "journal", published)
+
+
+def _assert_stored_rewards_are_the_reward_nodes(journal_dir, published: dict[int, float]) -> None:
+    """Every transition the learner journaled with its reward carries the reward the reward node
+    published for that observation's stamp (not the task's own sparse 0/1 reward)."""
+    import numpy as np
+
+    from robot_rl.transport import codec
+    from robot_rl.transport.journal import PayloadJournal
+    from robot_rl.transport.kinds import TRANSITIONS
+
+    journal = PayloadJournal(journal_dir)
+    stamps, rewards = [], []
+    for _, data in journal.replay():
+        arrays = codec.decode(data, expect_kind=TRANSITIONS).arrays
+        on_time = ~np.asarray(arrays["reward_late"], bool)  # late rows wait for their reward at the learner
+        stamps += arrays["stamp"][on_time].tolist()
+        rewards += arrays["reward"][on_time].tolist()
+    journal.close()
+    matched = [(reward, published[stamp]) for stamp, reward in zip(stamps, rewards) if stamp in published]
+    assert len(matched) >= 50, f"{len(matched)} of {len(stamps)} stored rows have a reward the probe heard"
+    stored, sent = np.array(matched, np.float32).T
+    np.testing.assert_allclose(stored, sent, rtol=0, atol=1e-6)
+    assert not np.isin(stored, (0.0, 1.0)).all()  # progress deltas, not the sparse task reward
