@@ -65,7 +65,8 @@ def cmd_juggle(args: argparse.Namespace) -> int:
 
         policy = DeployedPolicy.load(args.policy)
         overrides = {"ball_mass": args.ball_mass} if args.ball_mass else None
-        summary = summarize(evaluate_policy(policy, args.trials, args.max_s, overrides=overrides, seed=args.seed))
+        summary = summarize(evaluate_policy(policy, args.trials, args.max_s, split=args.split, overrides=overrides,
+                                            seed=args.seed))
         print(json.dumps(summary))
         return 0
     out = Path(args.out)
@@ -161,6 +162,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     jeval.add_argument("--max-s", type=at_least(0.02, float), default=600.0, help="simulated length limit of a trial [s]")
     jeval.add_argument("--ball-mass", type=at_least(1e-4, float), help="fix the ball mass [kg] (e.g. 0.005)")
     jeval.add_argument("--seed", type=at_least(0), default=1000)
+    jeval.add_argument("--split", default="eval", choices=["eval", "heldout"],
+                       help="plants from the training ranges (eval) or beyond them (heldout; sim/quad/randomization.yaml)")
     juggle.set_defaults(handler=cmd_juggle)
     car = sub.add_parser("car", help="race car (FastRLAP): IQL pretraining on prior driving, online RL, no ROS")
     car_sub = car.add_subparsers(dest="action", required=True)
