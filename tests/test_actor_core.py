@@ -166,7 +166,7 @@ def test_recording_session_keeps_discards_and_commits_on_the_next_start(tmp_path
     assert core.step({"x": 9}).action is None
     core.start_episode()  # kept at the horizon; the second kept one is written at once and ends the session
     for x in range(4):
-        core.step({"x": x})
+        core.step({"x": x}, person if x == 0 else None)
     assert core.finished and core.episodes_recorded == 2 and core.episodes_discarded == 2
     data = EpisodeDataset(path)
     assert len(data) == 2 and data.num_steps == 5
@@ -175,10 +175,40 @@ def test_recording_session_keeps_discards_and_commits_on_the_next_start(tmp_path
     assert first["intervention"].tolist() == [True, False]
     assert first["success_label"].tolist() == [-1, 0] and first["truncated"].tolist() == [False, True]
     second = data.episode(1)
-    assert second["truncated"].tolist() == [False, False, True] and not second["intervention"].any()
+    assert second["truncated"].tolist() == [False, False, True]
+    assert second["intervention"].tolist() == [True, False, False]
     assert core.outbox.due(now=0.0) == []  # nothing for a learner
     with pytest.raises(ValueError, match="recorder"):
         ActorCore(task, ActorConfig(record_only=True), Outbox(tmp_path / "p"))
+
+
+@pytest.mark.parametrize("keep_idle", [False, True])
+def test_an_episode_nobody_drove_is_discarded_with_its_reason_unless_kept(tmp_path, keep_idle):
+    from robot_rl.data.episodes import EpisodeDataset, EpisodeSchema, EpisodeWriter
+
+    task = TaskSpec(name="toy_arm", obs_dim=2, action_dim=2, max_episode_steps=3, control_hz=10.0,
+                    observation=lambda s: np.array([s["x"], 1.0], np.float32), reward=lambda s: 0.0,
+                    success=lambda s: False, terminate_on_success=True, expert=None, env_id="none")
+    path = tmp_path / "rec.zarr"
+    core = ActorCore(task, ActorConfig(record_only=True, record_episodes=1, total_steps=0, keep_idle=keep_idle),
+                     Outbox(tmp_path / "o"), recorder=EpisodeWriter(path, EpisodeSchema({}, 2, 2), {"task": "toy_arm"}))
+    core.start_episode()  # the robot holds still to the horizon: nobody touched the device
+    for x in range(4):
+        result = core.step({"x": x})
+    assert result.action is None
+    if keep_idle:  # asked for: kept like any other episode
+        assert core.finished and core.episodes_recorded == 1 and core.last_discard is None
+        assert len(EpisodeDataset(path)) == 1
+        return
+    assert not core.finished and core.episodes_recorded == 0 and len(EpisodeDataset(path)) == 0
+    assert core.episodes_discarded == core.episodes_idle == 1
+    index, reason = core.last_discard
+    assert index == 0 and "nobody drove it (3 steps" in reason and "--keep-idle" in reason
+    assert core.record_summary()["episodes_discarded_idle"] == 1
+    core.start_episode()  # the next one a person drives is kept
+    for x in range(4):
+        core.step({"x": x}, np.array([0.5, 1.0], np.float32) if x == 1 else None)
+    assert core.finished and core.episodes_recorded == 1 and len(EpisodeDataset(path)) == 1
 
 
 # ---- learned rewards (the reward node) -----------------------------------------------------------

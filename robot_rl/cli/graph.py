@@ -206,6 +206,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     overrides = {"robot_rl.nodes": nodes, "robot_rl.demos": {"episodes": 0},
                  "arm_actor.mode": "record", "arm_actor.record_path": str(recording),
                  "arm_actor.record_episodes": args.episodes, "arm_actor.sync_updates_per_step": 0.0,
+                 "arm_actor.keep_idle": args.keep_idle,
                  "teleop.device": "joy" if scripted else args.device}
     if "arm_sim" in robot:
         overrides["arm_sim.clock_mode"] = "realtime"  # a person (scripted too: it reacts in wall time) needs real time
@@ -309,6 +310,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     rec.add_argument("--device", default="spacemouse", choices=["spacemouse", "evdev", "joy", "keyboard", "scripted"],
                      help="input device; scripted: the scripted human on a virtual gamepad (tests, demos)")
     rec.add_argument("--device-path", help="which device (see the teleop node's device_path)")
+    rec.add_argument("--keep-idle", action="store_true",
+                     help="keep episodes nobody drove (by default they are discarded, counted and the reason shown)")
     rec.add_argument("--mapping", help="teleop mapping file (default: the device's)")
     rec.add_argument("--backend", default="sim", choices=["sim", "real"])
     rec.add_argument("--run-dir", help="logs and record.json (default: runs/record-<task>-<time>)")

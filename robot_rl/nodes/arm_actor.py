@@ -261,6 +261,8 @@ class ArmActorNode(Node):
                 f"policy v{episode.policy_version}")
         if episode.evaluation:
             self.get_logger().info(f"evaluation {text}")
+        elif self.core.last_discard is not None and self.core.last_discard[0] == episode.index:
+            self.get_logger().warning(f"episode {episode.index} discarded: {self.core.last_discard[1]}")
         else:
             self.get_logger().info(f"training {text}", throttle_duration_sec=5.0)
         if self.core.finished:

@@ -65,6 +65,9 @@ class ActorConfig:
     learner, no evaluation; episodes go to the recorder."""
     record_episodes: int = setting(0, "Record mode: finish after this many kept episodes (0: until stopped).", low=0,
                                    high=1_000_000)
+    keep_idle: bool = setting(False, "Record mode: keep episodes nobody drove (else discarded and counted).")
+    """An episode in which no person's action reached the robot is the robot holding still: as a
+    demonstration it would teach standing still, so it is discarded unless asked for."""
     seed: int = setting(0, "Random seed.", low=0, high=2**31 - 1)
     learned_reward: bool = False
     """Training rewards and episode ends come from the reward node (`on_learned_reward`,
@@ -148,6 +151,10 @@ class ActorCore:
         self._held_episode: Any = None  # final observation of a recorded episode awaiting its commit
         self.episodes_recorded = 0
         self.episodes_discarded = 0
+        self.episodes_idle = 0
+        """Record mode: episodes discarded because nobody drove them (also in episodes_discarded)."""
+        self.last_discard: tuple[int, str] | None = None
+        """(episode index, why) of the last episode a recording session threw away."""
         self._pending = _Pending()
         # Learned rewards: stamp -> row in _pending of every pending transition (by the stamp of
         # the observation it reached), the rows still waiting for their reward (stamp -> since when).
@@ -427,9 +434,14 @@ class ActorCore:
         episode, self._episode, self._prev = self._episode, None, None
         self.history.append(episode)
         if self.recorder is not None and not episode.evaluation:
-            if discard:
+            idle = self.config.record_only and not self.config.keep_idle and episode.intervention_steps == 0
+            if discard or (idle and self.recorder.steps_in_episode):
                 self.recorder.discard_episode()
                 self.episodes_discarded += 1
+                self.episodes_idle += int(not discard)
+                self.last_discard = (episode.index, "re-recorded" if discard else
+                                     f"nobody drove it ({episode.steps} steps without a person's input; "
+                                     "record --keep-idle keeps such episodes)")
             elif self.recorder.steps_in_episode:
                 self._held_episode = final_obs if isinstance(final_obs, dict) else {"state": final_obs}
         if self.config.record_only:
@@ -504,6 +516,7 @@ class ActorCore:
     def record_summary(self) -> dict[str, Any]:
         return {"dataset": str(self.recorder.path) if self.recorder is not None else None,
                 "episodes_recorded": self.episodes_recorded, "episodes_discarded": self.episodes_discarded,
+                "episodes_discarded_idle": self.episodes_idle,
                 "steps": self.recorder.num_steps if self.recorder is not None else 0,
                 "interventions": sum(e.interventions for e in self.history)}
 
