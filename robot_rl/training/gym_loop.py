@@ -233,7 +233,7 @@ class Trainer:
         kept = attempted = stored_rows = 0
         while kept < episodes or stored_rows < transitions:
             attempted += 1
-            if attempted > 5 * (kept + 1) + 10:
+            if attempted > 5 * max(kept, episodes) + 10:  # demonstrations: 5 tries per episode asked for
                 raise RuntimeError(f"scripted expert succeeded in only {kept} of {attempted} episodes")
             obs, info = self.env.reset(seed=int(self.rng.integers(2**31)))
             episode, states, success, done = [], [], False, False
@@ -315,7 +315,6 @@ class Trainer:
         start = time.perf_counter()
         demo_stats = self.collect_demos() if (cfg.demo_episodes or cfg.demo_dataset or cfg.correction_transitions) \
             else {}
-        corrected = cfg.correction_transitions  # expert transitions so far: given up front, then a person's
         if cfg.offline_updates and len(self.demos):
             self.core.train_offline(cfg.offline_updates)
         obs, info = self.reset_training_episode(cfg.seed)
@@ -330,7 +329,6 @@ class Trainer:
                 action, intervened = self.intervener(info["state"], policy_action, self.rng)
                 episode["interventions"] += int(intervened and not intervening)
                 episode["intervention_steps"] += int(intervened)
-                corrected += int(intervened)
                 intervening = intervened
             obs, reward, terminated, truncated, info = self.env.step(action)
             next_stored = self.stored(obs)
@@ -348,6 +346,8 @@ class Trainer:
             if self.steps >= next_eval or self.steps == cfg.total_steps:
                 next_eval += cfg.eval_every or cfg.total_steps
                 recent = episodes[-20:]
+                # Expert transitions so far: given up front, then every step a person (the intervener) drove.
+                corrected = cfg.correction_transitions + sum(e["intervention_steps"] for e in (*episodes, episode))
                 row = {"steps": self.steps, "updates": self.agent.num_updates, "expert_transitions": corrected,
                        "wall_s": round(time.perf_counter() - start, 1), **demo_stats,
                        **self.evaluate(cfg.eval_episodes),
