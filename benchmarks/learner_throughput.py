@@ -208,6 +208,11 @@ PEER_INCLUDES = {
 }
 
 
+def self_sampling_rates(updates: dict, seconds: float, device: torch.device) -> dict[str, float]:
+    """`rates` for contenders that draw their own batches (each callable takes no argument)."""
+    return rates({name: (lambda batch, f=f: f()) for name, f in updates.items()}, None, seconds, device)
+
+
 def cpu_name() -> str:
     try:
         return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
@@ -227,7 +232,7 @@ def peer_figures(device: torch.device, precision: str, seconds: float) -> dict:
             contenders["stable_baselines3"] = sac_peers.stable_baselines3(OBS_DIM, ACTION_DIM, critics, device)
         if versions["torchrl"]:
             contenders["torchrl"] = sac_peers.torchrl(OBS_DIM, ACTION_DIM, critics, subsample, device)
-        measured = rates({name: (lambda batch, f=f: f()) for name, f in contenders.items()}, None, seconds, device)
+        measured = self_sampling_rates(contenders, seconds, device)
         eager, _ = sac_peers.ours(OBS_DIM, ACTION_DIM, critics, subsample, device, precision, False)
         flops = sac_peers.update_flops(eager)
         dtype = torch.bfloat16 if agent.precision == "bfloat16" else torch.float32
@@ -254,7 +259,7 @@ def ppo_figures(device: torch.device, seconds: float) -> dict:
     contenders = {"ours": ppo_peers.ours(2048, device)}
     if version:
         contenders["rsl_rl"] = ppo_peers.rsl_rl(2048, device)
-    measured = rates({name: (lambda batch, f=f: f()) for name, f in contenders.items()}, None, seconds, device)
+    measured = self_sampling_rates(contenders, seconds, device)
     print("PPO update rounds: " + ", ".join(f"{name} {rate:.2f}/s" for name, rate in measured.items()), flush=True)
     return {"ppo_rounds_per_s": round(measured["ours"], 3),
             "rsl_rl_ppo_rounds_per_s": round(measured["rsl_rl"], 3) if version else None,

@@ -135,9 +135,7 @@ class CarTrainer:
             encoder = pretrained.encoder
         else:
             pretrained, encoder = None, _random_encoder(cfg.image_size, cfg.seed)
-        self.env = CarRaceEnv(track_seed=cfg.track_seed, boundary=cfg.boundary, image_size=cfg.image_size,
-                              frame_stack=cfg.frame_stack, randomization_split=cfg.randomization_split,
-                              action_rate_limit=cfg.sac.action_rate_limit)
+        self.env = self._make_env(cfg.randomization_split)
         obs_dim = cfg.frame_stack * encoder.output_dim + STATE_DIM
         self.agent = SAC(obs_dim, 2, cfg.sac, self.device)
         if pretrained is not None and cfg.load_actor:
@@ -153,6 +151,13 @@ class CarTrainer:
         self.laps: list[tuple[int, float]] = []
         """(step, lap time [s]) of every clean lap, in order."""
         self.events = {"crash": 0, "stuck": 0, "time_limit": 0}
+
+    def _make_env(self, split: str) -> CarRaceEnv:
+        """This run's track, car, camera and frame stack, in randomization split `split`."""
+        cfg = self.config
+        return CarRaceEnv(track_seed=cfg.track_seed, boundary=cfg.boundary, image_size=cfg.image_size,
+                          frame_stack=cfg.frame_stack, randomization_split=split,
+                          action_rate_limit=cfg.sac.action_rate_limit)
 
     def observe(self, obs: dict[str, np.ndarray], first: bool, stack: FeatureStack | None = None) -> np.ndarray:
         """The stored observation: the newest frame encoded once, stacked with the last K-1 (in
@@ -172,9 +177,7 @@ class CarTrainer:
         """The current policy, deterministic, timed for one lap per draw (`timed_laps`) on this run's
         track in randomization split `split`; training state (frame stack, env) is left untouched."""
         cfg = self.config
-        env = CarRaceEnv(track_seed=cfg.track_seed, boundary=cfg.boundary, image_size=cfg.image_size,
-                         frame_stack=cfg.frame_stack, randomization_split=split,
-                         action_rate_limit=cfg.sac.action_rate_limit)
+        env = self._make_env(split)
         stack = FeatureStack(cfg.frame_stack)
         try:
             return timed_laps(env, lambda obs, first: self.act(self.observe(obs, first, stack), deterministic=True),

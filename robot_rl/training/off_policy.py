@@ -99,7 +99,7 @@ class OffPolicyCore:
         else:
             self.store(row)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def features(self, observations: Mapping[str, np.ndarray]) -> np.ndarray:
         """A frozen policy encoder's features of N observations (camera frames + `state`), encoded
         in chunks: what the memories keep instead of frames when the encoder does not train."""
