@@ -124,6 +124,27 @@ def test_policy_swap_versions_and_learner_sync(tmp_path):
         core.load_policy(codec.decode(payload))
 
 
+def test_a_policy_prepared_aside_is_adopted_only_if_still_newest(tmp_path):
+    """The node builds weights on its loader thread while the robot acts; the swap re-checks, so a
+    slower older payload never replaces a newer policy and bad tensors are a ValueError (counted and
+    logged by the node), not an exception that ends its loader thread."""
+    learner = LearnerCore(LearnerConfig(obs_dim=2, action_dim=1, warmup_transitions=1), tmp_path / "learner")
+    core = ActorCore(_task(horizon=100), ActorConfig(total_steps=0), Outbox(tmp_path / "outbox"))
+    older = core.prepare_policy(codec.decode(learner.policy_payload()))
+    newer = core.prepare_policy(codec.decode(learner.policy_payload()))
+    assert core.policy is None  # preparing touches nothing
+    assert core.adopt_policy(newer) and not core.adopt_policy(older)
+    assert core.policy is newer.policy and core.policy_version == 2
+    assert core.prepare_policy(codec.decode(learner.policy_payload(), key=None)) is not None
+    arrays = codec.state_dict_to_arrays(core.policy.network.state_dict())
+    first = next(iter(arrays))
+    arrays[first] = np.zeros((3, 3), np.float32)  # the right name, the wrong shape
+    bad = codec.encode("policy", arrays, {"version": 10, "spec": core.policy.spec.to_json()})
+    with pytest.raises(ValueError, match="do not match the spec"):
+        core.prepare_policy(codec.decode(bad))
+    assert core.policy_version == 2
+
+
 def test_stamp_synchronizer_pairs_by_stamp_and_counts_drops():
     sync = StampSynchronizer(["a", "b"], slop_ns=5)
     assert sync.add("a", 100, "a100") is None

@@ -28,6 +28,7 @@ import threading
 import time
 from pathlib import Path
 
+import torch
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import TwistStamped, Vector3Stamped
 from rclpy.clock import Clock, ClockType
@@ -95,6 +96,7 @@ class ArmActorNode(Node):
     def __init__(self):
         super().__init__("arm_actor")
         p = self.params = declare_params(self, PARAMS)
+        torch.set_num_threads(p["torch_threads"])
         self.task = get_task(p["task"])
         if self.task.actor_node != "arm_actor":
             raise ParameterError(f"task {self.task.name} runs with the {self.task.actor_node} node, not arm_actor")

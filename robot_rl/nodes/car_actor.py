@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
@@ -101,6 +102,7 @@ class CarActorNode(Node):
     def __init__(self):
         super().__init__("car_actor")
         p = self.params = declare_params(self, PARAMS)
+        torch.set_num_threads(p["torch_threads"])
         self.task = get_task("car_race")
         self.race = CarRaceConfig(reach_radius=p["reach_radius"])
         try:

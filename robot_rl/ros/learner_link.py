@@ -47,12 +47,20 @@ class LearnerLink:
             except queue.Empty:
                 continue
             try:
+                # Decoded and built outside the core's lock: the control loop never waits for a
+                # weights copy, only for the swap.
                 payload = codec.decode(data, expect_kind="policy", key=self.core.key)  # only this run's learner
-                with self.core_lock:
-                    self.core.load_policy(payload)
+                prepared = self.core.prepare_policy(payload)
+                if prepared is not None:
+                    with self.core_lock:
+                        self.core.adopt_policy(prepared)
             except (codec.PayloadError, ValueError, KeyError) as exc:
                 self.rejected += 1
                 self.node.get_logger().warning(f"rejected policy payload: {exc}", throttle_duration_sec=5.0)
+            except Exception as exc:  # noqa: BLE001 - this thread must outlive any one bad payload
+                self.rejected += 1
+                self.node.get_logger().error(f"policy payload failed to load ({type(exc).__name__}: {exc}); "
+                                             "keeping the current policy", throttle_duration_sec=5.0)
 
     def _on_ack(self, msg: UInt8MultiArray) -> None:
         try:

@@ -1,5 +1,6 @@
-"""The parameters both actor nodes (`actor`, `car_actor`) declare for their link to the learner
-(`LearnerLink`, the outbox, the run's secret); their other shared settings are ActorConfig's fields."""
+"""The parameters both actor nodes (`arm_actor`, `car_actor`) declare for their link to the learner
+(`LearnerLink`, the outbox, the run's secret) and for the process they run in; their other shared
+settings are ActorConfig's fields."""
 
 from __future__ import annotations
 
@@ -11,4 +12,7 @@ LINK_PARAMS = [
     Param("send_period_s", 0.05, "Period of the outbox (re)send check.", 0.001, 10.0),
     Param("resend_after_s", 2.0, "Resend a batch not acknowledged within this time.", 0.05, 600.0),
     Param("drain_timeout_s", 60.0, "After evaluation, wait this long for the learner to acknowledge.", 0.0, 3600.0),
+    # One thread: a policy's forward pass is too small to gain from more, and a second OpenMP team
+    # (the policy loader's thread has its own) competing with the learner for the cores stalls both.
+    Param("torch_threads", 1, "CPU threads for torch in this node (policy inference and loading).", 1, 256),
 ]

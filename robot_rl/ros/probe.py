@@ -144,8 +144,14 @@ def stop_node(proc: subprocess.Popen, log_path: Path) -> None:
 def start_graph(task: str, overrides: dict, run_dir: Path, domain_id: int):
     """Starts the task's node graph (config/<task>.yaml with `overrides`, simulated backend) as
     separate processes on loopback domain `domain_id`; returns the running `Supervisor` (stop it)."""
-    from robot_rl.ros.graph import apply_overrides, build_graph, config_path, load_config, loopback_environment, \
-        params_file
+    from robot_rl.ros.graph import (
+        apply_overrides,
+        build_graph,
+        config_path,
+        load_config,
+        loopback_environment,
+        params_file,
+    )
     from robot_rl.ros.supervisor import Supervisor
 
     config = apply_overrides(load_config(config_path(task)), overrides)

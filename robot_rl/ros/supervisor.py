@@ -25,6 +25,9 @@ from robot_rl.ros.node_kinds import crashed
 # its final checkpoint), the robot side last.
 STOP_ORDER = ("arm_actor", "learner")
 
+STACK_DUMP_WAIT_S = 1.0
+"""Time a hung node gets to write its stacks before SIGKILL."""
+
 RESTART_DELAY_S = 1.0
 """Pause before respawning a crashed node (a node that crashes at once does not spin)."""
 
@@ -181,7 +184,8 @@ class Supervisor:
             return ""
 
     def stop(self, timeout_s: float = 20.0) -> dict[str, int]:
-        """SIGINT in stop order, waiting for each; SIGKILL whatever outlives the timeout."""
+        """SIGINT in stop order, waiting for each; whatever outlives the timeout gets SIGUSR1 (its
+        stacks to its log, see `run_node`) and then SIGKILL."""
         self.stopping = True
         codes = {}
         order = [n for n in STOP_ORDER if n in self.nodes] + [n for n in self.nodes if n not in STOP_ORDER]
@@ -192,6 +196,9 @@ class Supervisor:
             try:
                 codes[name] = node.process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
+                # A node that ignores SIGINT is hung: its threads' stacks go to its log first.
+                node.process.send_signal(signal.SIGUSR1)
+                time.sleep(STACK_DUMP_WAIT_S)
                 os.killpg(node.process.pid, signal.SIGKILL)
                 codes[name] = node.process.wait()
         self.nodes.clear()

@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -30,7 +30,6 @@ from robot_rl.transport import codec
 from robot_rl.transport.kinds import ACK, POLICY, TRANSITIONS
 from robot_rl.transport.layout import TRANSITION_FIELDS, stack_transitions
 from robot_rl.transport.outbox import Outbox
-
 
 LABELS = ("success", "failure", "reset", "rerecord")
 """Episode labels a person can give through teleop/event (see ActorCore.label)."""
@@ -111,6 +110,14 @@ class StepResult:
     """The finished episode when action is None."""
 
 
+class PreparedPolicy(NamedTuple):
+    """Weights decoded into a policy of their own, waiting to be swapped in (`ActorCore.adopt_policy`)."""
+
+    policy: Policy
+    version: int
+    learner_updates: int
+
+
 @dataclass
 class _Pending:
     fields: dict[str, list] = field(default_factory=lambda: {k: [] for k in TRANSITION_FIELDS})
@@ -185,24 +192,38 @@ class ActorCore:
         """Swaps in newer weights; returns False for an old version, and once the first evaluation
         episode has begun: evaluation keeps the policy it started with (the version eval.json
         names is the one evaluated). Raises ValueError if malformed."""
+        prepared = self.prepare_policy(payload)
+        return prepared is not None and self.adopt_policy(prepared)
+
+    def prepare_policy(self, payload: codec.Payload) -> PreparedPolicy | None:
+        """The weights of `payload` in a policy of their own, built without touching the acting one,
+        so that a node builds it on another thread while the robot keeps acting; None for a version
+        this actor would not take. Raises ValueError if malformed."""
         if payload.kind != POLICY:
             raise ValueError(f"expected a {POLICY!r} payload, got {payload.kind!r}")
         version = payload.meta.get("version")
         if not isinstance(version, int):
             raise ValueError("policy payload without an integer version")
-        if version <= self.policy_version or (self.evaluation_started and self.policy is not None):
-            return False
+        if not self._takes_version(version):
+            return None
         spec = PolicySpec.from_json(payload.meta["spec"])
         state_dim = spec.obs_dim if spec.encoder is None else spec.encoder["state_dim"]
         if (state_dim, spec.full_action_dim) != (self.task.obs_dim, self.task.action_dim):
             raise ValueError(f"policy for state_dim={state_dim}, action_dim={spec.full_action_dim} does not fit "
                              f"task {self.task.name} ({self.task.obs_dim}, {self.task.action_dim})")
-        weights = codec.arrays_to_state_dict(payload.arrays)
-        policy = self.policy if self.policy is not None and self.policy.spec == spec else Policy(spec)
-        policy.load_state_dict(weights)
-        self.policy, self.policy_version = policy, version
-        self.learner_updates = int(payload.meta.get("num_updates", self.learner_updates))
+        policy = Policy(spec)
+        policy.load_state_dict(codec.arrays_to_state_dict(payload.arrays))  # ValueError if they do not fit
+        return PreparedPolicy(policy, version, int(payload.meta.get("num_updates", self.learner_updates)))
+
+    def adopt_policy(self, prepared: PreparedPolicy) -> bool:
+        """Makes a prepared policy the acting one, unless a newer one or an evaluation came first."""
+        if not self._takes_version(prepared.version):
+            return False
+        self.policy, self.policy_version, self.learner_updates = prepared
         return True
+
+    def _takes_version(self, version: int) -> bool:
+        return version > self.policy_version and not (self.evaluation_started and self.policy is not None)
 
     def waiting_for_rewards(self) -> bool:
         """True while a training step must wait for learned rewards (see sync_rewards)."""

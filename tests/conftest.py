@@ -1,0 +1,26 @@
+"""When a test that ran nodes as processes fails, its report carries the end of each node's log
+(written under the test's tmp_path): in CI that is the only place a node's own words survive."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+LOG_TAIL_LINES = 60
+
+
+def _node_logs(tmp_path: Path) -> list[Path]:
+    return sorted(p for p in tmp_path.rglob("*.log") if p.is_file() and "journal" not in p.parts)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    tmp_path = item.funcargs.get("tmp_path") if hasattr(item, "funcargs") else None
+    if report.when != "call" or not report.failed or tmp_path is None:
+        return
+    for log in _node_logs(tmp_path):
+        lines = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        report.sections.append((f"node log {log.relative_to(tmp_path)} (last {len(lines)} lines)", "\n".join(lines)))
