@@ -7,7 +7,7 @@ from setuptools import find_packages, setup
 
 PACKAGE = "robot_rl"
 NODES = ["arm_sim", "arm_actor", "learner", "camera", "arm", "quadrotor", "teleop", "scripted_human", "reward",
-         "quad_sim", "juggle_actor", "ppo_learner", "car_sim", "car", "car_actor"]
+         "quad_sim", "juggle_actor", "ppo_learner", "car_sim", "car", "car_actor", "session_view"]
 DEPRECATED_NODES = ["sim", "actor"]  # robot_rl/ros/node_kinds.py: DEPRECATED_NODE_NAMES
 
 
@@ -34,6 +34,7 @@ setup(
         *share_tree("policies"),
     ],
     install_requires=["setuptools", "numpy", "scipy", "pyyaml", "safetensors", "zarr", "mujoco", "gymnasium", "rich",
+                      "pillow",  # the session view: frames composed and JPEG-encoded
                       "cryptography",  # robot-rl security: SROS2 keystores
                       "tensorboard"],
     zip_safe=True,

@@ -154,6 +154,7 @@ STARTABLE = {
     "car": [],
     "camera": [],
     "reward": [],  # and an untrained model: what it scores does not matter here
+    "session_view": ["port:=0"],  # any free port: tests run side by side
 }
 TERMINAL_PARAMETER = {"teleop": "device_path", "car": "port"}
 WRITES_RUN_DIR = ("arm_actor", "learner", "ppo_learner", "juggle_actor", "car_actor")

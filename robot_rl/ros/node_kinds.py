@@ -46,6 +46,8 @@ NODE_KINDS: dict[str, NodeKind] = {
     "quadrotor": NodeKind("quadrotor", "robot_rl.nodes.quadrotor", critical=True),
     "teleop": NodeKind("teleop", "robot_rl.nodes.teleop", critical=False),
     "scripted_human": NodeKind("scripted_human", "robot_rl.nodes.scripted_human", critical=False),
+    # What the person sees: the session goes on without it (they may watch the console instead).
+    "session_view": NodeKind("session_view", "robot_rl.nodes.session_view", critical=False),
     # Critical: a graph that learns from its rewards must not go on without them (a model that
     # fails to load ends the node, and so the run, with the reason).
     "reward": NodeKind("reward", "robot_rl.nodes.reward", critical=True, max_restarts=DEFAULT_RESTARTS),
