@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("rclpy")
 
-from robot_rl.ros.probe import RosProbe, fresh_domain_id, start_graph  # noqa: E402
+from robot_rl.ros.probe import RosProbe, free_port, fresh_domain_id, start_graph  # noqa: E402
 
 HIL = {
     "robot_rl.nodes": ["arm_sim", "arm_actor", "learner", "teleop", "scripted_human"],
@@ -70,7 +70,7 @@ def test_record_session_with_the_scripted_human_writes_a_labelled_dataset(tmp_pa
     out = tmp_path / "rec.zarr"
     cmd = [sys.executable, "-m", "robot_rl.cli", "record", "--task", "arm_lift", "--device", "scripted",
            "--episodes", "2", "--out", str(out), "--run-dir", str(tmp_path / "run"), "--plain",
-           "--status-period", "1", "--domain-id", str(fresh_domain_id())]
+           "--status-period", "1", "--domain-id", str(fresh_domain_id()), "--view-port", str(free_port())]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "recording" in done.stdout and "kept" in done.stdout  # the live status lines

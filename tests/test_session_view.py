@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from robot_rl.teleop.session import KEY_LEGEND, SessionStatus
+from robot_rl.teleop.session_status import KEY_LEGEND, SessionStatus
 from robot_rl.view.compose import (
     BORDER,
     DRIVER_COLOURS,

@@ -28,7 +28,7 @@ CONFIGS = {"arm_actor": (ActorConfig,), "car_actor": (ActorConfig,), "learner": 
            "reward": (RewardConfig,), "arm_sim": (ArmSimConfig,)}
 NODE_ONLY = {
     "arm_actor": {"task", "mode", "record_path", "run_dir", "action_scale", "control_hz", "control_mode",
-                  "obs_slop_s", "max_obs_age_s", "reset_service", "teleop_timeout_s", "reward_source"},
+                  "obs_slop_s", "max_obs_age_s", "reset_service", "teleop_timeout_s", "reward_source", "reset_time_s"},
     "car_actor": {"policy_dir", "checkpoints", "reach_radius", "run_dir", "obs_slop_s", "reset_service",
                   "device"},
     "learner": {"task", "run_dir", "demos", "reward_model", "reward_goal", "lr", "publish_period_s",

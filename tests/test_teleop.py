@@ -441,12 +441,12 @@ def test_mapper_deadzone_scale_and_clip():
     data["deadzone"] = 0.2
     data["joy"]["axes"] = {"x": {"source": 0, "scale": -2.0}, "yaw": {"source": 1, "scale": 0.5}}
     mapper = InputMapper(parse_mapping(data, "joy"))
-    sample = mapper({0: 0.6, 1: -0.1, 7: 1.0}, [10, 4], 0.0)
+    sample = mapper({0: 0.6, 1: -0.1, 7: 1.0}, [10, 5], 0.0)
     assert sample.twist[0] == pytest.approx(-1.0)  # (0.6 - 0.2) / 0.8 * -2 = -1
     assert sample.twist[5] == 0.0  # inside the deadzone
     assert mapper({0: 1.0}, [], 0.0).twist[0] == -1.0  # clipped
     assert mapper({0: 0.3}, [], 0.0).twist[0] == pytest.approx(-0.25)  # continuous past the deadzone
-    assert sample.buttons == {"takeover"}  # button 4 is not mapped: ignored
+    assert sample.buttons == {"takeover"}  # button 5 (GUIDE) is not mapped: ignored
 
 
 @pytest.mark.parametrize("device,edit,match", [
@@ -627,6 +627,10 @@ def test_labels_and_event_order():
     assert arb.step(0.05).events == ("takeover", "success", "rerecord", "reset")  # one per press
     assert arb.step(0.06).events == ()
     assert arb.status(0.06)["success"] == 1
+    arb.on_input(_input(0.07, 0.0, "gripper_close"))
+    arb.on_input(_input(0.08, 0.0, "pause"))  # a session key: an event that ends nothing and keeps the gripper
+    out = arb.step(0.08)
+    assert out.events == ("pause",) and out.gripper == 1.0 and arb.counters["pause"] == 1
 
 
 def test_config_and_input_validation():

@@ -25,11 +25,19 @@ def at_least(minimum: int | float, kind: type = int):
     trial length ... are refused at parse time with the flag named)."""
     def parse(text: str):
         value = kind(text)  # a ValueError here: argparse says "invalid int value: 'x'"
-        if value < minimum:
+        if not value >= minimum:  # NaN too
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
         return value
     parse.__name__ = kind.__name__
     return parse
+
+
+def port_arg(text: str) -> int:
+    """An argparse type: a TCP port to listen on (1-65535)."""
+    port = int(text)
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1-65535, got {text}")
+    return port
 
 
 def domain_id_arg(text: str) -> int:

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from robot_rl.cli.args import at_least, dataset_flags, domain_id_arg, parse_settings
+from robot_rl.cli.args import at_least, dataset_flags, domain_id_arg, parse_settings, port_arg
 from robot_rl.cli.data import dataset_out
 from robot_rl.cli.gym import cmd_train_env
 from robot_rl.outputs import TEMP_PREFIX, UserError, atomic_path
@@ -102,6 +102,57 @@ def _join_graph(args: argparse.Namespace) -> tuple[dict, str]:
     return env, f"ROS_DOMAIN_ID={domain_id} ({domain_source}), {_discovery_note(args.backend, env)}"
 
 
+TELEOP_DEVICES = ("spacemouse", "evdev", "joy", "keyboard")
+
+VIEW_CAMERAS = ["front", "wrist"]
+"""What the person's view shows of a task without cameras of its own (the simulator renders them
+for the view only, at VIEW_IMAGE_SIZE)."""
+VIEW_IMAGE_SIZE = 160
+
+
+def _person_overrides(args: argparse.Namespace, config: dict, device: str, robot: list[str]) -> dict:
+    """Settings that put a person in the loop with `device` ("scripted": the scripted human on a
+    virtual gamepad): the teleop node reading it (the keyboard: this terminal), the simulator on the
+    wall clock, the person's timing, and the person's view unless --view off."""
+    scripted = device == "scripted"
+    overrides = {"teleop.device": "joy" if scripted else device,
+                 "arm_actor.reset_time_s": args.reset_time_s, "arm_actor.sync_updates_per_step": 0.0}
+    if "arm_sim" in robot:
+        overrides["arm_sim.clock_mode"] = "realtime"  # a person (scripted too: it reacts in wall time) needs real time
+    if device == "keyboard" and not args.device_path:
+        if not sys.stdin.isatty():
+            raise UserError("--teleop keyboard needs a terminal (or --device-path /dev/pts/N of another one)")
+        overrides["teleop.device_path"] = os.ttyname(sys.stdin.fileno())
+    elif args.device_path:
+        overrides["teleop.device_path"] = args.device_path
+    if args.mapping:
+        overrides["teleop.mapping"] = args.mapping
+    overrides["teleop.speed"] = args.teleop_speed
+    if args.view != "off":
+        from robot_rl.tasks import get_task
+
+        cameras = list(get_task(config["robot_rl"]["task"]).cameras)
+        if not cameras and "arm_sim" in robot:
+            overrides.update({"arm_sim.publish_images": True, "arm_sim.cameras": VIEW_CAMERAS,
+                              "arm_sim.image_size": VIEW_IMAGE_SIZE})
+            cameras = VIEW_CAMERAS
+        overrides.update({"session_view.task": config["robot_rl"]["task"], "session_view.cameras": cameras,
+                          "session_view.device": "joy" if scripted else device,
+                          "session_view.port": args.view_port})
+    return overrides
+
+
+def _person_nodes(args: argparse.Namespace, scripted: bool) -> list[str]:
+    return ["teleop", *(["scripted_human"] if scripted else []), *(["session_view"] if args.view != "off" else [])]
+
+
+def _print_view_address(args: argparse.Namespace) -> None:
+    if args.view != "off":
+        print(f"robot_rl: the person's view: http://127.0.0.1:{args.view_port}/ (from another machine: "
+              f"ssh -L {args.view_port}:localhost:{args.view_port} <this host>, then the same address there)",
+              flush=True)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     if args.env:
         return cmd_train_env(args)
@@ -119,6 +170,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     config = load_config(args.config or config_path(args.task))
     settings = _settings(args.set)
+    if args.teleop:
+        robot = [n for n in config["robot_rl"]["nodes"] if n not in ("teleop", "scripted_human", "session_view")]
+        person = {"robot_rl.nodes": [*robot, *_person_nodes(args, scripted=False)],
+                  **_person_overrides(args, config, args.teleop, robot)}
+        config = apply_overrides(config, person)
     config = apply_overrides(config, settings)  # first: `robot_rl.nodes` decides which nodes the flags reach
     nodes = node_names(config, args.backend)
     _refuse_settings_outside(nodes, settings)
@@ -148,9 +204,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     juggle_path = run_dir / "juggle_actor_summary.json"  # the juggling actor's result instead
     juggle_path.unlink(missing_ok=True)
 
-    monitor = Monitor(int(actor_params.get("total_steps", 0)), int(actor_params.get("eval_episodes", 0)), actor=actor)
-    codes, code = run_graph(specs, params_path, run_dir, env, monitor, plain=args.plain,
-                            status_period=args.status_period)
+    if args.teleop:
+        _print_view_address(args)
+    monitor = Monitor(int(actor_params.get("total_steps", 0)), int(actor_params.get("eval_episodes", 0)), actor=actor,
+                      person=bool(args.teleop))
+    keyboard_here = args.teleop == "keyboard" and not args.device_path
+    codes, code = run_graph(specs, params_path, run_dir, env, monitor, plain=args.plain or keyboard_here,
+                            status_period=args.status_period, line_end="\r" if keyboard_here else "")
     if codes:
         print("robot_rl: exit codes " + ", ".join(f"{n}={c}" for n, c in codes.items()), flush=True)
     if eval_path.exists():
@@ -200,25 +260,16 @@ def cmd_record(args: argparse.Namespace) -> int:
     # Replacing a dataset: the session records a new one beside it, swapped in when the session ends;
     # otherwise the actor commits episode by episode into --out itself.
     recording = out.with_name(f"{TEMP_PREFIX}{out.name}-{os.getpid()}") if args.overwrite and out.exists() else out
-    scripted = args.device == "scripted"
-    robot = [n for n in config["robot_rl"]["nodes"] if n not in ("arm_actor", "learner", "teleop", "scripted_human")]
-    nodes = [*robot, "arm_actor", "teleop", *(["scripted_human"] if scripted else [])]
+    scripted = args.teleop == "scripted"
+    robot = [n for n in config["robot_rl"]["nodes"]
+             if n not in ("arm_actor", "learner", "teleop", "scripted_human", "session_view")]
+    nodes = [*robot, "arm_actor", *_person_nodes(args, scripted)]
     overrides = {"robot_rl.nodes": nodes, "robot_rl.demos": {"episodes": 0},
                  "arm_actor.mode": "record", "arm_actor.record_path": str(recording),
-                 "arm_actor.record_episodes": args.episodes, "arm_actor.sync_updates_per_step": 0.0,
-                 "arm_actor.keep_idle": args.keep_idle,
-                 "teleop.device": "joy" if scripted else args.device}
-    if "arm_sim" in robot:
-        overrides["arm_sim.clock_mode"] = "realtime"  # a person (scripted too: it reacts in wall time) needs real time
-    keyboard_here = args.device == "keyboard" and not args.device_path
-    if keyboard_here:
-        if not sys.stdin.isatty():
-            raise SystemExit("record --device keyboard needs a terminal (or --device-path /dev/pts/N of another one)")
-        overrides["teleop.device_path"] = os.ttyname(sys.stdin.fileno())
-    elif args.device_path:
-        overrides["teleop.device_path"] = args.device_path
-    if args.mapping:
-        overrides["teleop.mapping"] = args.mapping
+                 "arm_actor.record_episodes": args.episodes, "arm_actor.keep_idle": args.keep_idle,
+                 "arm_actor.episode_time_s": args.episode_time_s,
+                 **_person_overrides(args, config, args.teleop, robot)}
+    keyboard_here = args.teleop == "keyboard" and not args.device_path
     if scripted:
         overrides.update({"scripted_human.task": config["robot_rl"]["task"], "scripted_human.takeover_prob_start": 1.0,
                           "scripted_human.takeover_prob_end": 1.0, "scripted_human.off_track_steps": 1,
@@ -232,12 +283,13 @@ def cmd_record(args: argparse.Namespace) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     env, graph_line = _join_graph(args)
     _check_keystore(env)
-    print(f"robot_rl: recording {config['robot_rl']['task']} with {args.device} into {out}, run dir {run_dir}, "
+    print(f"robot_rl: recording {config['robot_rl']['task']} with {args.teleop} into {out}, run dir {run_dir}, "
           f"{graph_line}", flush=True)
+    _print_view_address(args)
     specs = build_graph(config, args.backend, str(run_dir))
     params_path = params_file(specs, run_dir / "params.yaml")
     (run_dir / "record.json").unlink(missing_ok=True)
-    monitor = Monitor(0, 0, record_episodes=args.episodes)
+    monitor = Monitor(0, 0, record_episodes=args.episodes, person=True)
     # The keyboard puts this terminal in raw mode: plain lines with their own carriage returns.
     codes, code = run_graph(specs, params_path, run_dir, env, monitor, plain=args.plain or keyboard_here,
                             status_period=args.status_period, line_end="\r" if keyboard_here else "")
@@ -276,6 +328,20 @@ def cmd_security(args: argparse.Namespace) -> int:
     return 0
 
 
+def person_flags(parser: argparse.ArgumentParser, reset_time_s: float) -> None:
+    """The flags of a session with a person in the loop (record, train --teleop)."""
+    parser.add_argument("--device-path", help="which device (see the teleop node's device_path)")
+    parser.add_argument("--mapping", help="teleop mapping file (default: the device's)")
+    parser.add_argument("--teleop-speed", type=float, default=1.0,
+                        help="scale of the person's motion commands, (0, 1]: lower for fine positioning")
+    parser.add_argument("--reset-time-s", type=at_least(0.0, float), default=reset_time_s,
+                        help="after each reset the robot holds this long, counting down, before the episode runs")
+    parser.add_argument("--view", choices=["browser", "off"], default="browser",
+                        help="the person's view: the cameras with who drives, the episode clock and the keys, in a "
+                             "browser at http://127.0.0.1:PORT/ (over SSH: forward the port)")
+    parser.add_argument("--view-port", type=port_arg, default=8765, help="port of the person's view")
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="start the task's node graph (arm_sim, arm_actor, learner) and train")
     train.add_argument("--task", default="arm_lift")
@@ -297,6 +363,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                        help="override a node parameter, e.g. --set learner.utd_ratio=2")
     train.add_argument("--plain", action="store_true", help="plain status lines instead of a live display")
     train.add_argument("--status-period", type=at_least(0.1, float), default=10.0, help="seconds between plain status lines")
+    train.add_argument("--teleop", choices=TELEOP_DEVICES,
+                       help="a person in the loop: add the teleop node reading this device (keyboard: this terminal) "
+                            "and the person's view; the simulator then runs on the wall clock")
+    person_flags(train, reset_time_s=0.0)
     train.set_defaults(handler=cmd_train)
     node = sub.add_parser("node", help="run one node of the package (ROS arguments follow)")
     node.add_argument("name")
@@ -307,12 +377,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     rec.add_argument("--out", required=True, help="zarr episode dataset")
     dataset_flags(rec)
     rec.add_argument("--episodes", type=at_least(0), default=20, help="episodes to keep (0: until Ctrl-C)")
-    rec.add_argument("--device", default="spacemouse", choices=["spacemouse", "evdev", "joy", "keyboard", "scripted"],
-                     help="input device; scripted: the scripted human on a virtual gamepad (tests, demos)")
-    rec.add_argument("--device-path", help="which device (see the teleop node's device_path)")
+    rec.add_argument("--teleop", "--device", dest="teleop", default="spacemouse",
+                     choices=[*TELEOP_DEVICES, "scripted"],
+                     help="input device (--device is the same flag); scripted: the scripted human on a virtual "
+                          "gamepad (tests, demos)")
     rec.add_argument("--keep-idle", action="store_true",
                      help="keep episodes nobody drove (by default they are discarded, counted and the reason shown)")
-    rec.add_argument("--mapping", help="teleop mapping file (default: the device's)")
+    rec.add_argument("--episode-time-s", type=at_least(0.1, float), default=30.0,
+                     help="length of each episode in seconds of the person's time (not the policy's horizon)")
+    person_flags(rec, reset_time_s=3.0)
     rec.add_argument("--backend", default="sim", choices=["sim", "real"])
     rec.add_argument("--run-dir", help="logs and record.json (default: runs/record-<task>-<time>)")
     rec.add_argument("--domain-id", type=domain_id_arg, help="ROS_DOMAIN_ID (default: the exported one, else a random one)")

@@ -19,6 +19,16 @@ interventions (the learner stores them as demonstrations too). A command older t
 `mode: record` (what `robot-rl record` starts) is a recording session: only the person drives
 (the robot holds still otherwise), nothing is learned, and episodes are appended to the zarr
 dataset `record_path`; "rerecord" throws the current or just finished episode away.
+
+For the person in the loop it publishes `session/status` (`robot_rl.teleop.session_status.SessionStatus`
+as JSON: who drives, the episode clock, the last reward, kept and discarded episodes) at every
+step and phase change; the person's view and the console show it. After each reset the robot
+holds for `reset_time_s` (a countdown), and the person's pause key (teleop/event "pause") holds
+it until pressed again; neither takes a step, so the episode clock stops.
+
+Act latency (observation stamp to command, on the wall clock; inside the node under simulated
+time) is reported on /diagnostics as p50/p99 over the last steps, with the steps that missed their
+control period counted.
 """
 
 from __future__ import annotations
@@ -26,8 +36,10 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
+import numpy as np
 import torch
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import TwistStamped, Vector3Stamped
@@ -50,6 +62,7 @@ from robot_rl.ros.node_utils import (
     ParameterError,
     declare_params,
     diagnostics,
+    latency_percentiles,
     params_from_dataclass,
     reset_stamp,
     run_node,
@@ -57,6 +70,7 @@ from robot_rl.ros.node_utils import (
 )
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.tasks import get_task, task_names
+from robot_rl.teleop.session_status import SessionClock, SessionStatus
 from robot_rl.teleop.takeover import HumanCommand
 from robot_rl.training.actor import LABELS, ActorConfig, ActorCore
 from robot_rl.transport.outbox import Outbox
@@ -77,12 +91,17 @@ PARAMS = [
     Param("max_obs_age_s", 0.5, "Timer mode: observation sets older than this are not acted on.", 0.001, 10.0),
     Param("reset_service", "/arm_sim/reset", "std_srvs/Trigger service that resets the robot or simulator."),
     Param("teleop_timeout_s", 0.3, "A teleop/cmd older than this is stale: the policy drives again.", 0.01, 10.0),
+    Param("reset_time_s", 0.0, "Seconds the robot holds after each reset before the episode runs: a countdown for "
+          "a person in the loop (0: none).", 0.0, 600.0),
     Param("reward_source", "task", "task: rewards and episode ends from the task's own functions (simulation, "
           "instrumented robots); reward_node: from the reward node's `reward` and `reward/done` (learned "
           "progress rewards from the cameras), evaluation still judged by the task.", choices=["task", "reward_node"]),
 ]
 
 TOPICS = tuple(topic for topic, _ in STATE_TOPICS)
+
+LATENCY_WINDOW = 1000
+"""Steps over which the act latency percentiles on /diagnostics are taken."""
 
 
 def record_task_config(task) -> dict:
@@ -134,10 +153,19 @@ class ArmActorNode(Node):
         self.draining_since: float | None = None
         self.last_observation = time.monotonic()
         """When any observation topic last delivered (since start before the first): a silent robot shows."""
+        self.latest_received = 0.0
+        """When the newest complete observation set formed (monotonic)."""
+        self.act_latencies_ms: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self.missed_periods = 0
+        self.session = SessionClock(p["reset_time_s"])
+        self.last_action: np.ndarray | None = None
+        self.driver = "holding" if recording else "policy"
+        self.status_message = ""
 
         self.cmd_pub = self.create_publisher(TwistStamped, "arm/cmd", qos.COMMAND)
         self.gripper_pub = self.create_publisher(Float32, "arm/gripper", qos.COMMAND)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.status_pub = self.create_publisher(String, "session/status", qos.EVENTS)
         # The person's topics are subscribed before the observations: the executor serves ready
         # messages in subscription order, so after a stall the actor acts on a state only once the
         # person's commands queued with it are in (else a live command looks stale).
@@ -180,6 +208,7 @@ class ArmActorNode(Node):
         complete = self.sync.add(topic, stamp, msg)
         if complete is not None:
             self.latest = complete
+            self.latest_received = time.monotonic()
         # Also on repeats: a step deferred while waiting for the learner is taken on the next one.
         if self.params["control_mode"] == "on_observation" and self.latest is not None:
             self._act()
@@ -202,6 +231,12 @@ class ArmActorNode(Node):
             self.invalid_messages += 1
             self.get_logger().warning(f"invalid observation: {exc}", throttle_duration_sec=5.0)
             return
+        phase = self.session.phase(time.monotonic())
+        if phase != "running" and self.core.in_episode:
+            self.acted_stamp = stamp
+            self._hold(stamp)
+            self._publish_status(phase)
+            return
         with self.core_lock:
             if self.core.in_episode and self.core.waiting_for_learner():
                 self.learner_waits += 1
@@ -210,17 +245,52 @@ class ArmActorNode(Node):
                 self.reward_waits += 1
                 return
             self.acted_stamp = stamp
+            human_action = self.human.action(time.monotonic())
             try:
-                result = self.core.step(state, self.human.action(time.monotonic()), stamp)
+                result = self.core.step(state, human_action, stamp)
             except ValueError as exc:  # e.g. a frame of the wrong size: skip it, the robot's watchdog holds
                 self.invalid_messages += 1
                 self.get_logger().warning(f"observation not usable: {exc}", throttle_duration_sec=5.0)
                 return
         if result.action is not None:
+            self.last_action = result.action
             self._publish_command(*action_to_msgs(result.action, stamp, self.params["action_scale"],
                                                   self.params["control_hz"]))
+            self._measure_latency(stamp)
+            self.driver = "person" if human_action is not None else "holding" if self.core.config.record_only \
+                else "policy"
+            self._publish_status("running")
             return
         self._on_episode_end(result.episode)
+
+    def _hold(self, stamp: int) -> None:
+        """The robot holds still (during the countdown and pauses), its gripper as last commanded."""
+        hold = np.zeros(self.task.action_dim, np.float32)
+        if self.last_action is not None:
+            hold[3:] = self.last_action[3:]  # the gripper keeps what it holds
+        else:
+            hold[3:] = -1.0  # after a reset: open
+        self._publish_command(*action_to_msgs(hold, stamp, self.params["action_scale"], self.params["control_hz"]))
+
+    def _measure_latency(self, stamp: int) -> None:
+        # Under simulated time the stamp is not on the wall clock: only the node's own share is measured.
+        if self.get_parameter("use_sim_time").value:
+            latency_s = time.monotonic() - self.latest_received
+        else:
+            latency_s = (self.get_clock().now().nanoseconds - stamp) * 1e-9
+        self.act_latencies_ms.append(latency_s * 1e3)
+        self.missed_periods += int(latency_s > 1.0 / self.params["control_hz"])
+
+    def _publish_status(self, phase: str) -> None:
+        c, hz = self.core, self.params["control_hz"]
+        status = SessionStatus(
+            mode="record" if c.config.record_only else "train", phase=phase, driver=self.driver,
+            episode=max(0, c.episode_index - 1) if c.in_episode else c.episode_index, step=c.episode_steps,
+            elapsed_s=c.episode_steps / hz, episode_time_s=c.max_episode_steps / hz,
+            countdown_s=self.session.countdown_s(time.monotonic()), last_reward=c.last_reward,
+            success=c.last_success, kept=c.episodes_recorded, discarded=c.episodes_discarded,
+            message=self.status_message)
+        self.status_pub.publish(String(data=status.to_json()))
 
     def _on_reward(self, msg: Vector3Stamped) -> None:
         with self.core_lock:
@@ -244,6 +314,12 @@ class ArmActorNode(Node):
                             time.monotonic())
 
     def _on_teleop_event(self, msg: String) -> None:
+        if msg.data == "pause":
+            paused = self.session.toggle_pause()
+            self.status_message = "paused: the robot holds; pause again to go on" if paused else "resumed"
+            self.get_logger().info(f"person {'paused' if paused else 'resumed'} the session")
+            self._publish_status(self.session.phase(time.monotonic()))
+            return
         if msg.data not in LABELS:  # takeover/handback are carried by teleop/engaged
             return
         self.teleop_events += 1
@@ -261,12 +337,17 @@ class ArmActorNode(Node):
         self.episode_start_stamp = None
         text = (f"episode {episode.index}: return {episode.ret:.2f}, success {episode.success}, "
                 f"policy v{episode.policy_version}")
+        self.last_action = None
         if episode.evaluation:
             self.get_logger().info(f"evaluation {text}")
+            self.status_message = f"evaluation {text}"
         elif self.core.last_discard is not None and self.core.last_discard[0] == episode.index:
             self.get_logger().warning(f"episode {episode.index} discarded: {self.core.last_discard[1]}")
+            self.status_message = f"episode {episode.index} discarded: {self.core.last_discard[1]}"
         else:
             self.get_logger().info(f"training {text}", throttle_duration_sec=5.0)
+            self.status_message = (f"episode {episode.index} done ({episode.steps} steps, success {episode.success})"
+                                   + ("; r during the reset throws it away" if self.core.config.record_only else ""))
         if self.core.finished:
             if self.core.config.record_only:
                 self._finish(drained=True)
@@ -294,7 +375,9 @@ class ArmActorNode(Node):
             return
         with self.core_lock:
             self.core.start_episode()
+        self.session.reset_done(time.monotonic())
         self.episode_start_stamp = stamp
+        self._publish_status(self.session.phase(time.monotonic()))
         # The reward node's episode begins at the same observation (if the start announced before the
         # reset arrived late, frames up to this one may have been scored in the old episode).
         self.episode_pub.publish(Header(stamp=ns_to_stamp(stamp), frame_id="start"))
@@ -315,6 +398,7 @@ class ArmActorNode(Node):
                 self._finish(drained)
 
     def _finish(self, drained: bool) -> None:
+        self._publish_status("done")
         if self.core.config.record_only:
             summary = {**self.core.record_summary(), "teleop_stale_steps": self.human.stale}
             (self.run_dir / "record.json").write_text(json.dumps(summary, indent=2))
@@ -352,7 +436,11 @@ class ArmActorNode(Node):
             "learned_rewards_received": c.learned_rewards_received, "late_rewards_sent": c.late_rewards_sent,
             "invalid_rewards": self.invalid_rewards, "reward_waits": self.reward_waits,
             "observation_age_s": round(time.monotonic() - self.last_observation, 1),
+            **latency_percentiles(self.act_latencies_ms), "missed_periods": self.missed_periods,
+            "paused": self.session.paused,
         }
+        # Late joiners (the view, the console) get the status between steps too.
+        self._publish_status(self.session.phase(time.monotonic()) if c.in_episode else "countdown")
         level = DiagnosticStatus.WARN if len(c.outbox) > 100 else DiagnosticStatus.OK
         message = "learner not acknowledging" if level != DiagnosticStatus.OK else "ok"
         self.diag_pub.publish(diagnostics(self, values, level, message))

@@ -77,8 +77,8 @@ PARAMS = [
           0.05, 20.0),
     Param("run_dir", "runs/default", "Directory for the outbox spill and eval.json."),
     # No exploration with random actions (the pretrained actor drives), no learned rewards, no recording.
-    *params_from_dataclass(ActorConfig, exclude=("random_steps", "record_episodes", "keep_idle", "sync_rewards",
-                                                 "reward_wait_s"),
+    *params_from_dataclass(ActorConfig, exclude=("random_steps", "record_episodes", "keep_idle", "episode_time_s",
+                                                 "sync_rewards", "reward_wait_s"),
                            defaults={"actor_id": "car_actor0", "total_steps": 48_000, "eval_episodes": 3}),
     *LINK_PARAMS,
     Param("obs_slop_s", 0.0, "Max stamp difference within one observation set (0 in simulation, where the car "

@@ -1,7 +1,7 @@
 """Session view node: what a person in the loop sees while they teleoperate, in a browser.
 
 - Subscribes to each camera's `<camera>/color/image_raw` (sensor_msgs/Image rgb8, sensor QoS) and
-  to `session/status` (std_msgs/String, the actor's `robot_rl.teleop.session.SessionStatus` JSON),
+  to `session/status` (std_msgs/String, the actor's `robot_rl.teleop.session_status.SessionStatus` JSON),
   keeping only the newest image of each camera and the newest status.
 - A thread of its own composes them (`robot_rl.view.compose`: cameras scaled up side by side, the
   status and the device's key legend burned in, a border in the colour of whoever drives),
@@ -41,7 +41,7 @@ from robot_rl.ros.messages import msg_to_image
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
 from robot_rl.tasks import get_task, task_names
 from robot_rl.teleop.mapping import DEVICE_KINDS
-from robot_rl.teleop.session import KEY_LEGEND, SessionStatus
+from robot_rl.teleop.session_status import KEY_LEGEND, SessionStatus
 from robot_rl.view.compose import MAX_CAMERAS, compose_frame
 from robot_rl.view.mjpeg import MjpegServer
 from robot_rl.view.recording import FrameRecorder, check_record_path

@@ -60,6 +60,8 @@ PARAMS = [
           "(reported). For joy, joy_node's autorepeat_rate must be faster than this.", 0.02, 10.0),
     Param("initial_gripper", -1.0, "Gripper command before the first gripper press and after each episode label "
           "(-1 open, +1 close).", -1.0, 1.0),
+    Param("speed", 1.0, "Scale of the person's motion commands (lower for fine positioning with a keyboard; the "
+          "engage threshold applies before it).", 0.01, 1.0),
     Param("frame_id", "world", "header.frame_id of teleop/cmd: the task's action frame."),
     Param("reconnect_s", 1.0, "Time between attempts to open an absent device.", 0.05, 60.0),
     Param("diagnostics_period_s", 1.0, "Period of /diagnostics.", 0.05, 60.0),
@@ -211,7 +213,8 @@ class TeleopNode(Node):
         msg.header.stamp = self.get_clock().now().to_msg()
         msg.header.frame_id = self.params["frame_id"]
         t = msg.twist
-        t.linear.x, t.linear.y, t.linear.z, t.angular.x, t.angular.y, t.angular.z = (float(v) for v in twist)
+        scaled = twist * self.params["speed"]
+        t.linear.x, t.linear.y, t.linear.z, t.angular.x, t.angular.y, t.angular.z = (float(v) for v in scaled)
         self._cmd_pub.publish(msg)
 
     def _publish_diagnostics(self) -> None:

@@ -109,7 +109,8 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
     specs = []
     for name in names:
         params = dict(config.get(name, {}).get("ros__parameters", {}))
-        if run_dir is not None and name in ("arm_actor", "learner", "juggle_actor", "ppo_learner", "car_actor"):
+        if run_dir is not None and name in ("arm_actor", "learner", "juggle_actor", "ppo_learner", "car_actor",
+                                            "session_view"):
             params["run_dir"] = str(run_dir)
         if name in ("arm_actor", "juggle_actor", "car_actor") and robot is not None:
             params["reset_service"] = f"{prefix}/{robot}/reset"

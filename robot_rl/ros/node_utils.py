@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
@@ -152,6 +153,14 @@ def diagnostics(node: Node, values: dict[str, Any], level: bytes = DiagnosticSta
     status.values = [KeyValue(key=str(k), value=str(v)) for k, v in values.items()]
     msg.status = [status]
     return msg
+
+
+def latency_percentiles(samples_ms, name: str = "act_latency_ms") -> dict[str, float | str]:
+    """p50 and p99 of latency samples for /diagnostics ("-" before the first)."""
+    if not samples_ms:
+        return {f"{name}_p50": "-", f"{name}_p99": "-"}
+    p50, p99 = np.percentile(np.fromiter(samples_ms, float), [50, 99])
+    return {f"{name}_p50": round(float(p50), 2), f"{name}_p99": round(float(p99), 2)}
 
 
 def timer_once(node: Node, period_s: float, callback: Callable[[], None], clock=None) -> None:

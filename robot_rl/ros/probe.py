@@ -113,6 +113,15 @@ def fresh_domain_id() -> int:
     return _UNUSED_DOMAINS.pop()
 
 
+def free_port() -> int:
+    """A TCP port on the loopback nobody listens on now (for a test's session view)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def start_node(module: str, log_path: Path, *params: str, domain_id: int | None = None
                ) -> tuple[subprocess.Popen, int]:
     """Starts `python -P -m module` with `-p` parameters on a loopback domain (a random fresh one

@@ -57,7 +57,7 @@ EVERY_NODE = Endpoints(
 NODE_ENDPOINTS: dict[str, Endpoints] = {
     "arm_sim": Endpoints(publish=(*ARM_STATE, *CAMERA_TOPICS, "/clock"), subscribe=("arm/cmd", "arm/gripper"),
                          serves=("~/reset",)),
-    "arm_actor": Endpoints(publish=("arm/cmd", "arm/gripper", "episode/event", "rl/transitions"),
+    "arm_actor": Endpoints(publish=("arm/cmd", "arm/gripper", "episode/event", "rl/transitions", "session/status"),
                            subscribe=(*ARM_STATE, CAMERA_TOPICS[0], *TELEOP, "reward", "reward/done", "rl/policy",
                                       "rl/acks"),
                            calls=(RESET,)),
@@ -69,6 +69,7 @@ NODE_ENDPOINTS: dict[str, Endpoints] = {
                            serves=("~/arm", "~/land", "~/reset_estop")),
     "teleop": Endpoints(publish=TELEOP, subscribe=("/estop", "joy")),
     "scripted_human": Endpoints(publish=("joy",), subscribe=(*ARM_STATE, "arm/cmd", "arm/gripper")),
+    "session_view": Endpoints(subscribe=(CAMERA_TOPICS[0], "session/status")),
     "reward": Endpoints(publish=("reward", "reward/done"),
                         subscribe=("task/goal", "teleop/event", "episode/event", CAMERA_TOPICS[0])),
     "quad_sim": Endpoints(publish=("quad/odom", "ball/pose", "/clock"), subscribe=("quad/cmd_ctbr",),

@@ -10,6 +10,7 @@ ask for the same network shapes as the one that made it (`check_resumable`).
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import shutil
 import signal
@@ -25,6 +26,7 @@ from robot_rl.outputs import UserError, check_output
 from robot_rl.ros.node_kinds import DEPRECATED_NODE_NAMES
 from robot_rl.ros.settings import declared_params
 from robot_rl.ros.supervisor import Supervisor
+from robot_rl.teleop.session_status import SessionStatus
 
 LOCK_NAME = ".lock"
 _held_locks: list[IO] = []
@@ -104,12 +106,17 @@ SILENT_AFTER_S = 5.0
 
 class Monitor:
     """Reads /diagnostics from the graph and renders live progress (rich on a terminal,
-    periodic plain lines otherwise, e.g. in CI logs)."""
+    periodic plain lines otherwise, e.g. in CI logs). With a person in the loop it also reads the
+    actor's session/status and prompts the person: the countdown after a reset, GO (with the
+    terminal's bell) when an episode starts, pauses, and why an episode was discarded."""
 
     def __init__(self, total_steps: int, eval_episodes: int, record_episodes: int | None = None,
-                 actor: str = "arm_actor"):
+                 actor: str = "arm_actor", person: bool = False):
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
+        from std_msgs.msg import String
+
+        from robot_rl.ros import qos
 
         self.total_steps, self.eval_episodes, self.record_episodes = total_steps, eval_episodes, record_episodes
         self.actor = actor
@@ -119,9 +126,26 @@ class Monitor:
         self.rclpy = rclpy
         self.node = rclpy.create_node("robot_rl_monitor")
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
+        self.status: SessionStatus | None = None
+        self._prompts: list[str] = []
+        if person:
+            self.node.create_subscription(String, "session/status", self._on_status, qos.EVENTS)
         self.started = time.monotonic()
         self.last_plain = 0.0
         self._reported_silence = False
+
+    def _on_status(self, msg) -> None:
+        try:
+            status = SessionStatus.from_json(msg.data)
+        except ValueError:
+            return  # the actor's own message; a malformed one is the view's to count
+        self._prompts += person_prompts(self.status, status)
+        self.status = status
+
+    def prompts(self) -> list[str]:
+        """Prompts for the person since the last call (print each on a line of its own)."""
+        out, self._prompts = self._prompts, []
+        return out
 
     def _on_diagnostics(self, msg) -> None:
         for status in msg.status:
@@ -152,13 +176,15 @@ class Monitor:
         a, l = self.values.get(self.actor, {}), self.values.get("learner", {})
         elapsed = time.monotonic() - self.started
         person = "PERSON DRIVING" if a.get("teleop_engaged") == "True" else "policy driving"
+        if self.status is not None:
+            person = self.status.headline()
         if self.record_episodes is not None:
             target = f"/{self.record_episodes}" if self.record_episodes else ""
-            person = "PERSON DRIVING" if a.get("teleop_engaged") == "True" else "robot holding"
+            if self.status is None:
+                person = "PERSON DRIVING" if a.get("teleop_engaged") == "True" else "robot holding"
+                person += f"  episode {a.get('episodes', 0)} step {a.get('episode_steps', 0)}"
             return (f"[{elapsed:6.0f}s] recording  kept {a.get('episodes_recorded', 0)}{target}  discarded "
-                    f"{a.get('episodes_discarded', 0)}  episode {a.get('episodes', 0)} step {a.get('episode_steps', 0)}"
-                    f"  {person}  (labels: success / failure / rerecord / reset on the device)"
-                    f"{self._health(restarts)}")
+                    f"{a.get('episodes_discarded', 0)}  {person}{self._health(restarts)}")
         if a.get("evaluating") == "True":
             phase = f"evaluating {a.get('eval_done', 0)}/{self.eval_episodes}  success {a.get('eval_success_rate', '-')}"
         else:
@@ -187,6 +213,26 @@ class Monitor:
     def close(self) -> None:
         self.node.destroy_node()
         self.rclpy.shutdown()
+
+
+def person_prompts(before: SessionStatus | None, now: SessionStatus) -> list[str]:
+    """What to tell the person when the session status changes from `before` to `now` ("\a" rings
+    the terminal's bell when an episode starts)."""
+    out = []
+    if now.message and (before is None or now.message != before.message):
+        out.append(now.message)
+    changed = before is None or now.phase != before.phase or now.episode != before.episode
+    if not changed:
+        return out
+    if now.phase == "countdown" and now.countdown_s > 0:
+        out.append(f"reset: episode {now.episode} starts in {math.ceil(now.countdown_s)} s, get ready")
+    elif now.phase == "running" and (before is None or before.phase != "paused"):
+        out.append(f"\a>>> episode {now.episode}: GO ({now.episode_time_s:.0f} s)")
+    elif now.phase == "running":
+        out.append(f"resumed: episode {now.episode} at {now.clock_text()}")
+    elif now.phase == "paused":
+        out.append("PAUSED: the robot holds and the clock stops; the pause key again goes on")
+    return out
 
 
 def run_graph(specs, params_path: Path, run_dir: Path, env: dict, monitor: Monitor, plain: bool,
@@ -221,7 +267,7 @@ def run_graph(specs, params_path: Path, run_dir: Path, env: dict, monitor: Monit
                     reason, code = f"critical node {node.spec.name!r} exited with code {exit_code}{after}", 1
                     print(f"--- last lines of {node.log_path} ---\n{supervisor.log_tail(node)}", file=sys.stderr)
             silence = monitor.silence_notice()
-            for notice in supervisor.notices() + ([silence] if silence else []):
+            for notice in supervisor.notices() + ([silence] if silence else []) + monitor.prompts():
                 # Under a rich Live display, print() goes above the live line.
                 print(f"robot_rl: {notice}", end=line_end + "\n", flush=True)
             if live is not None:

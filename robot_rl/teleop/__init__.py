@@ -7,7 +7,7 @@ from robot_rl.teleop.arbitration import EVENTS, ArbitrationConfig, ArbitrationOu
 from robot_rl.teleop.backend import DeviceError, InputBackend
 from robot_rl.teleop.devices import backend_opener
 from robot_rl.teleop.evdev_gamepad import EvdevBackend, EvdevState
-from robot_rl.teleop.inputs import ACTIONS, AXES, EPISODE_LABELS, InputRejections, TeleopInput
+from robot_rl.teleop.inputs import ACTIONS, AXES, EPISODE_LABELS, SESSION_KEYS, InputRejections, TeleopInput
 from robot_rl.teleop.joy import JoyDecoder
 from robot_rl.teleop.keyboard import KeyboardBackend, KeyDecoder
 from robot_rl.teleop.mapping import DEVICE_KINDS, DeviceMapping, InputMapper, load_mapping, parse_mapping
@@ -15,7 +15,7 @@ from robot_rl.teleop.spacemouse import SpaceMouseBackend, SpaceMouseReport, pars
 from robot_rl.teleop.takeover import HumanCommand, human_action
 
 __all__ = [
-    "ACTIONS", "AXES", "DEVICE_KINDS", "EPISODE_LABELS", "EVENTS", "ArbitrationConfig", "ArbitrationOutput",
+    "ACTIONS", "AXES", "DEVICE_KINDS", "EPISODE_LABELS", "EVENTS", "SESSION_KEYS", "ArbitrationConfig", "ArbitrationOutput",
     "Arbitrator", "DeviceError", "DeviceMapping", "EngageRule", "EvdevBackend", "EvdevState", "InputBackend",
     "HumanCommand", "InputMapper", "InputRejections", "JoyDecoder", "KeyDecoder", "KeyboardBackend", "SpaceMouseBackend",
     "SpaceMouseReport", "TeleopInput", "backend_opener", "human_action", "load_mapping", "parse_mapping", "parse_spacemouse_report",

@@ -16,6 +16,7 @@ single zero on release, twist_mux's input timeout):
 - Episode labels (success, failure, rerecord, reset) are events on each button press; each one
   ends the episode, after which the robot is reset with its gripper open, so the held gripper
   command returns to `initial_gripper`.
+- Session keys (pause) are events on each press too; they end nothing and leave the gripper.
 - The gripper command (-1 open, +1 close: the task's action scale) follows the gripper buttons'
   presses while engaged and is held between presses.
 
@@ -30,12 +31,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from robot_rl.teleop.inputs import ACTIONS, EPISODE_LABELS, TeleopInput
+from robot_rl.teleop.inputs import ACTIONS, EPISODE_LABELS, SESSION_KEYS, TeleopInput
 from robot_rl.teleop.takeover import human_action
 
 __all__ = ["EVENTS", "ArbitrationConfig", "ArbitrationOutput", "Arbitrator", "EngageRule"]
 
-EVENTS = (*EPISODE_LABELS, "takeover", "handback")
+EVENTS = (*EPISODE_LABELS, *SESSION_KEYS, "takeover", "handback")
 """Everything published on teleop/event."""
 
 _ZERO_TWIST = np.zeros(6)
@@ -133,9 +134,9 @@ class Arbitrator:
         self.gripper = self.config.initial_gripper
         """The held gripper command."""
         self.counters = dict.fromkeys(("inputs", "takeovers", "handbacks", "silence_handbacks", "estop_handbacks",
-                                       "commands", "zero_commands", *EPISODE_LABELS), 0)
+                                       "commands", "zero_commands", *EPISODE_LABELS, *SESSION_KEYS), 0)
         """Counts for /diagnostics: inputs, takeovers, handbacks (silence_ and estop_handbacks of
-        them), commands published, zero commands on release, episode labels."""
+        them), commands published, zero commands on release, episode labels, session keys."""
         self.last_handback_reason = ""
         """Why control went back last: "released", "silence" or "estop"."""
         self._engaged = False
@@ -163,6 +164,10 @@ class Arbitrator:
                 self._events.append(label)
                 self.counters[label] += 1
                 self.gripper = self.config.initial_gripper
+        for key in SESSION_KEYS:
+            if key in presses:
+                self._events.append(key)
+                self.counters[key] += 1
         if self._estop:
             return
         if self._needs_neutral:

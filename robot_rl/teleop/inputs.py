@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ACTIONS", "AXES", "EPISODE_LABELS", "InputRejections", "TeleopInput"]
+__all__ = ["ACTIONS", "AXES", "EPISODE_LABELS", "SESSION_KEYS", "InputRejections", "TeleopInput"]
 
 AXES = ("x", "y", "z", "roll", "pitch", "yaw")
 """The twist's axes, in `TeleopInput.twist` order (the task's action frame)."""
@@ -21,7 +21,11 @@ AXES = ("x", "y", "z", "roll", "pitch", "yaw")
 EPISODE_LABELS = ("success", "failure", "rerecord", "reset")
 """Actions that label or end the episode: each press is published once on teleop/event."""
 
-ACTIONS = ("gripper_open", "gripper_close", "takeover", *EPISODE_LABELS)
+SESSION_KEYS = ("pause",)
+"""Actions for the session rather than the episode (pause toggles: the robot holds and the episode
+clock stops): each press is published once on teleop/event."""
+
+ACTIONS = ("gripper_open", "gripper_close", "takeover", *EPISODE_LABELS, *SESSION_KEYS)
 """What a button can mean (the names in the mapping files and in `TeleopInput.buttons`)."""
 
 

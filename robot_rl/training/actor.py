@@ -13,6 +13,7 @@ ends), so a person can still throw it away with "rerecord" during the reset.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -64,6 +65,10 @@ class ActorConfig:
     learner, no evaluation; episodes go to the recorder."""
     record_episodes: int = setting(0, "Record mode: finish after this many kept episodes (0: until stopped).", low=0,
                                    high=1_000_000)
+    episode_time_s: float = setting(0.0, "Record mode: episode length in seconds (0: the task's horizon).", low=0.0,
+                                    high=3600.0)
+    """A person at a keyboard or SpaceMouse needs tens of seconds where a policy's horizon is a few
+    (LeRobot's recorder: episode_time_s; HIL-SERL's demonstrations: 100-200 steps)."""
     keep_idle: bool = setting(False, "Record mode: keep episodes nobody drove (else discarded and counted).")
     """An episode in which no person's action reached the robot is the robot holding still: as a
     demonstration it would teach standing still, so it is discarded unless asked for."""
@@ -143,6 +148,8 @@ class ActorCore:
         self.policy: Policy | None = None
         self.policy_version = 0
         self.learner_updates = 0
+        self.last_reward, self.last_success = math.nan, False
+        """The reward and the task's success estimate of the newest step (what a person is shown)."""
         self.train_steps = 0
         self.episode_index = 0
         self.evaluating = False
@@ -260,6 +267,13 @@ class ActorCore:
     def in_episode(self) -> bool:
         return self._episode is not None
 
+    @property
+    def max_episode_steps(self) -> int:
+        """The episode's horizon: the task's, or in a recording session episode_time_s at the task's rate."""
+        if self.config.record_only and self.config.episode_time_s > 0:
+            return max(1, round(self.config.episode_time_s * self.task.control_hz))
+        return self.task.max_episode_steps
+
     def label(self, event: str) -> None:
         """A person's episode label (teleop/event), applied at the next step:
 
@@ -323,7 +337,8 @@ class ActorCore:
                 terminated, success = True, False
             episode.steps += 1
             episode.ret += reward
-            truncated = not terminated and (episode.steps >= self.task.max_episode_steps or label is not None)
+            self.last_reward, self.last_success = reward, success
+            truncated = not terminated and (episode.steps >= self.max_episode_steps or label is not None)
             if not episode.evaluation:
                 # A person's label, or the task's own success where it ends the episode (the sim knows).
                 success_label = {"success": True, "failure": False}.get(label, True if terminated else None)

@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from robot_rl.teleop.session import SessionStatus
+from robot_rl.teleop.session_status import SessionStatus
 
 SCENE_HEIGHT = 320
 """Height every camera image is scaled to: a 64-pixel policy image is unreadable at its own size."""

@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from robot_rl.teleop.session import SessionStatus
+from robot_rl.teleop.session_status import SessionStatus
 
 BOUNDARY = "robot_rl_frame"
 CLIENT_WRITE_TIMEOUT_S = 10.0

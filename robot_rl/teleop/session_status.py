@@ -108,3 +108,33 @@ class SessionStatus:
         paused = "PAUSED  " if self.phase == "paused" else ""
         return (f"{paused}{driver}  episode {self.episode}  {self.clock_text()}  reward {reward}"
                 f"{'  success' if self.success else ''}")
+
+
+class SessionClock:
+    """A person's timing between episodes, on a monotonic clock passed in (testable without time):
+    after each reset a countdown of `reset_time_s` before the robot acts again, and a pause the
+    person toggles. The episode clock itself is steps / control rate (pauses take no steps)."""
+
+    def __init__(self, reset_time_s: float):
+        if not reset_time_s >= 0:
+            raise ValueError(f"reset_time_s must be >= 0, got {reset_time_s}")
+        self.reset_time_s = reset_time_s
+        self.paused = False
+        self._starts_at = -math.inf
+
+    def reset_done(self, now: float) -> None:
+        """The scene is reset: the next episode starts `reset_time_s` from now."""
+        self._starts_at = now + self.reset_time_s
+
+    def toggle_pause(self) -> bool:
+        """Pauses or resumes; returns whether paused now."""
+        self.paused = not self.paused
+        return self.paused
+
+    def countdown_s(self, now: float) -> float:
+        return max(0.0, self._starts_at - now)
+
+    def phase(self, now: float) -> str:
+        if self.countdown_s(now) > 0:
+            return "countdown"
+        return "paused" if self.paused else "running"
