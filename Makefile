@@ -5,7 +5,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-DEB_PACKAGES := libosmesa6 libusb-1.0-0
+# xvfb: a virtual display for the test of MuJoCo's viewer window
+DEB_PACKAGES := libosmesa6 libusb-1.0-0 xvfb
 ROS_WHEELS := ros-rclpy ros-std-msgs ros-sensor-msgs ros-geometry-msgs ros-nav-msgs ros-std-srvs \
               ros-diagnostic-msgs ros-trajectory-msgs ros-lifecycle-msgs ros-rmw-fastrtps-cpp
 # Headless MuJoCo rendering on CPU; DDS stays on this machine.

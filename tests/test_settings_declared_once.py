@@ -35,7 +35,7 @@ NODE_ONLY = {
                 "checkpoint_period_s", "torch_threads"},
     "reward": {"torch_threads", "diagnostics_period_s"},
     "arm_sim": {"clock_mode", "publish_images", "command_timeout_s", "republish_period_s", "randomization",
-                "randomization_split", "seed"},
+                "randomization_split", "seed", "viewer"},
 }
 """The parameters a node declares by hand: none is a config field."""
 LINKED = {"arm_actor", "car_actor"}

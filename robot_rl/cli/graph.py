@@ -128,6 +128,12 @@ def _person_overrides(args: argparse.Namespace, config: dict, device: str, robot
     if args.mapping:
         overrides["teleop.mapping"] = args.mapping
     overrides["teleop.speed"] = args.teleop_speed
+    if args.view in ("auto", "window") and "arm_sim" in robot and args.backend == "sim":
+        display = bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+        if args.view == "window" and not display:
+            raise UserError("--view window needs a display (DISPLAY is not set); over SSH use --view browser")
+        if display:  # MuJoCo's own window where a display exists
+            overrides["arm_sim.viewer"] = "always" if args.view == "window" else "auto"
     if args.view != "off":
         from robot_rl.tasks import get_task
 
@@ -336,9 +342,11 @@ def person_flags(parser: argparse.ArgumentParser, reset_time_s: float) -> None:
                         help="scale of the person's motion commands, (0, 1]: lower for fine positioning")
     parser.add_argument("--reset-time-s", type=at_least(0.0, float), default=reset_time_s,
                         help="after each reset the robot holds this long, counting down, before the episode runs")
-    parser.add_argument("--view", choices=["browser", "off"], default="browser",
+    parser.add_argument("--view", choices=["auto", "browser", "window", "off"], default="auto",
                         help="the person's view: the cameras with who drives, the episode clock and the keys, in a "
-                             "browser at http://127.0.0.1:PORT/ (over SSH: forward the port)")
+                             "browser at http://127.0.0.1:PORT/ (over SSH: forward the port); window: also MuJoCo's "
+                             "own viewer on the simulated scene; auto: the browser view, and the window where a "
+                             "display exists")
     parser.add_argument("--view-port", type=port_arg, default=8765, help="port of the person's view")
 
 

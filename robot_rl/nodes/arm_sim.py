@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 
 import numpy as np
@@ -48,6 +49,9 @@ PARAMS = [
           "'' for none). Physics and appearance; latency and noise are the actor side's."),
     Param("randomization_split", "train", "Ranges of the randomization file to draw from.", choices=["train", "eval"]),
     Param("seed", 0, "Random seed of the cube placement.", 0, 2**31 - 1),
+    Param("viewer", "never", "Also show the scene in MuJoCo's own viewer window: always (refused without a "
+          "display), auto (where a display can be opened, else a warning) or never. Over SSH use the session_view "
+          "node's browser view.", choices=["never", "auto", "always"]),
 ]
 
 
@@ -95,8 +99,28 @@ class ArmSimNode(Node):
         else:
             self.create_timer(1.0 / p["control_hz"], self._realtime_step)
         self.create_timer(1.0, lambda: self.diag_pub.publish(diagnostics(self, dict(self.counters))))
+        self.viewer = self._open_viewer(p["viewer"]) if p["viewer"] != "never" else None
         self.sim.reset(self.rng)
         self._publish_observation()
+
+    def _open_viewer(self, mode: str):
+        """MuJoCo's passive viewer: it renders on a thread of its own; each step only copies the state
+        into it (`sync`), so a slow window never holds the control loop. Without a display, "always" is
+        refused and "auto" goes on without the window."""
+        problem = "" if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") else "DISPLAY is not set"
+        if not problem:
+            import mujoco.viewer
+
+            try:
+                return mujoco.viewer.launch_passive(self.sim.model, self.sim.data, show_left_ui=False,
+                                                    show_right_ui=False)
+            except Exception as exc:  # noqa: BLE001 - GLFW reports a missing or refused display in several ways
+                problem = f"the window could not open: {exc}"
+        if mode == "always":
+            raise ParameterError(f"arm_sim: viewer:=always needs a display ({problem}); over SSH use the browser view "
+                                 "(robot-rl record/train --view browser)")
+        self.get_logger().warning(f"no MuJoCo viewer window ({problem}); the browser view still shows the scene")
+        return None
 
     # ---- commands -----------------------------------------------------------------------------
 
@@ -154,6 +178,8 @@ class ArmSimNode(Node):
             image_pub.publish(image_to_msg(self.sim.render(cam), stamp, f"{cam}_color_optical_frame"))
             info.header.stamp = stamp
             info_pub.publish(info)
+        if self.viewer is not None and self.viewer.is_running():
+            self.viewer.sync()
         joints, ee, cube = state_to_msgs(self.sim.state(), self.sim.joint_names, self.clock_ns)
         self.ee_pub.publish(ee)
         self.cube_pub.publish(cube)
@@ -199,6 +225,8 @@ class ArmSimNode(Node):
         return response
 
     def close(self) -> None:
+        if self.viewer is not None:
+            self.viewer.close()
         self.sim.close()
 
 

@@ -1,0 +1,93 @@
+"""MuJoCo's own viewer window on the simulated scene, where a display exists (a virtual X display
+here): the window shows the arm, table and cube while the simulator keeps its control rate; without
+a display `viewer:=always` is refused with the reason and `auto` goes on without the window."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("rclpy")
+
+from robot_rl.ros.graph import loopback_environment  # noqa: E402
+from robot_rl.ros.probe import RosProbe, fresh_domain_id  # noqa: E402
+
+
+def _free_display() -> int:
+    for number in range(90, 200):
+        if not os.path.exists(f"/tmp/.X11-unix/X{number}") and not os.path.exists(f"/tmp/.X{number}-lock"):
+            return number
+    raise RuntimeError("no free X display number")
+
+
+@pytest.fixture
+def display():
+    if shutil.which("Xvfb") is None:
+        pytest.fail("Xvfb is missing: `make setup` installs it (Debian package xvfb)")
+    number = _free_display()
+    server = subprocess.Popen(["Xvfb", f":{number}", "-screen", "0", "1024x768x24"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    end = time.monotonic() + 10
+    while not os.path.exists(f"/tmp/.X11-unix/X{number}"):
+        assert time.monotonic() < end and server.poll() is None, "Xvfb did not start"
+        time.sleep(0.05)
+    yield f":{number}"
+    server.terminate()
+    server.wait(timeout=10)
+
+
+def _sim(tmp_path, domain_id: int, viewer: str, display: str | None) -> subprocess.Popen:
+    env = {**os.environ, **loopback_environment(domain_id)}
+    env.pop("DISPLAY", None)
+    env.pop("WAYLAND_DISPLAY", None)
+    if display:
+        env["DISPLAY"] = display
+    return subprocess.Popen([sys.executable, "-m", "robot_rl.nodes.arm_sim", "--ros-args", "-p",
+                             "clock_mode:=realtime", "-p", f"viewer:={viewer}"], env=env,
+                            stdout=open(tmp_path / "arm_sim.log", "wb"), stderr=subprocess.STDOUT)
+
+
+def test_the_viewer_window_shows_the_scene_at_the_control_rate(tmp_path, display):
+    from PIL import ImageGrab
+
+    domain_id = fresh_domain_id()
+    sim = _sim(tmp_path, domain_id, "always", display)
+    probe = RosProbe(domain_id, "viewer_probe")
+    probe.watched = "arm_sim"
+    try:
+        probe.wait_for(lambda: probe.value("steps") >= 5, 60, "the simulator stepping")
+        start, t0 = probe.value("steps"), time.monotonic()
+        probe.spin(3.0)
+        rate = (probe.value("steps") - start) / (time.monotonic() - t0)
+        screen = np.asarray(ImageGrab.grab(xdisplay=display).convert("RGB")).astype(int)
+    finally:
+        probe.close()
+        sim.send_signal(signal.SIGINT)
+        assert sim.wait(timeout=30) == 0, (tmp_path / "arm_sim.log").read_text()[-2000:]
+    assert 7.0 <= rate <= 13.0  # the window does not hold the 10 Hz loop (diagnostics come once a second)
+    red = (screen[..., 0] > 150) & (screen[..., 1] < 60) & (screen[..., 2] < 60)
+    assert screen.std() > 20 and red.sum() > 30  # a rendered scene with the red cube in it
+
+
+def test_without_a_display_always_is_refused_and_auto_goes_on(tmp_path):
+    sim = _sim(tmp_path, fresh_domain_id(), "always", None)
+    assert sim.wait(timeout=60) == 2
+    assert "viewer:=always needs a display (DISPLAY is not set)" in (tmp_path / "arm_sim.log").read_text()
+    domain_id = fresh_domain_id()
+    sim = _sim(tmp_path, domain_id, "auto", None)
+    probe = RosProbe(domain_id, "viewer_probe")
+    probe.watched = "arm_sim"
+    try:
+        probe.wait_for(lambda: probe.value("steps") >= 3, 60, "the simulator stepping without a window")
+    finally:
+        probe.close()
+        sim.send_signal(signal.SIGINT)
+        assert sim.wait(timeout=30) == 0
+    assert "no MuJoCo viewer window (DISPLAY is not set)" in (tmp_path / "arm_sim.log").read_text()
