@@ -32,6 +32,17 @@ def at_least(minimum: int | float, kind: type = int):
     return parse
 
 
+def in_range(low: float, high: float):
+    """An argparse type: a float in [low, high] (NaN refused)."""
+    def parse(text: str) -> float:
+        value = float(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], got {text}")
+        return value
+    parse.__name__ = "float"
+    return parse
+
+
 def port_arg(text: str) -> int:
     """An argparse type: a TCP port to listen on (1-65535)."""
     port = int(text)

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from robot_rl.cli.args import at_least, dataset_flags, domain_id_arg, parse_settings, port_arg
+from robot_rl.cli.args import at_least, dataset_flags, domain_id_arg, in_range, parse_settings, port_arg
 from robot_rl.cli.data import dataset_out
 from robot_rl.cli.gym import cmd_train_env
 from robot_rl.outputs import TEMP_PREFIX, UserError, atomic_path
@@ -338,7 +338,7 @@ def person_flags(parser: argparse.ArgumentParser, reset_time_s: float) -> None:
     """The flags of a session with a person in the loop (record, train --teleop)."""
     parser.add_argument("--device-path", help="which device (see the teleop node's device_path)")
     parser.add_argument("--mapping", help="teleop mapping file (default: the device's)")
-    parser.add_argument("--teleop-speed", type=float, default=1.0,
+    parser.add_argument("--teleop-speed", type=in_range(0.01, 1.0), default=1.0,
                         help="scale of the person's motion commands, (0, 1]: lower for fine positioning")
     parser.add_argument("--reset-time-s", type=at_least(0.0, float), default=reset_time_s,
                         help="after each reset the robot holds this long, counting down, before the episode runs")
