@@ -14,7 +14,7 @@ from pathlib import Path
 from robot_rl.cli.args import at_least, dataset_flags, domain_id_arg, in_range, parse_settings, port_arg
 from robot_rl.cli.data import dataset_out
 from robot_rl.cli.gym import cmd_train_env
-from robot_rl.outputs import TEMP_PREFIX, UserError, atomic_path
+from robot_rl.outputs import TEMP_PREFIX, UserError, atomic_path, atomic_write_text
 from robot_rl.ros.security import ENFORCEMENT_NOTE, init_keystore
 from robot_rl.ros.session import Monitor, check_resumable, claim_run_dir, run_graph
 from robot_rl.transport.secret import ensure_run_secret
@@ -181,6 +181,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         person = {"robot_rl.nodes": [*robot, *_person_nodes(args, scripted=False)],
                   **_person_overrides(args, config, args.teleop, robot)}
         config = apply_overrides(config, person)
+    if args.actors is not None:
+        config = apply_overrides(config, {"robot_rl.actors": args.actors})
     config = apply_overrides(config, settings)  # first: `robot_rl.nodes` decides which nodes the flags reach
     nodes = node_names(config, args.backend)
     _refuse_settings_outside(nodes, settings)
@@ -206,7 +208,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     params_path = params_file(specs, run_dir / "params.yaml")
     actor_params = next((s.parameters for s in specs if s.name == actor), {})
     eval_path = run_dir / "eval.json"
-    eval_path.unlink(missing_ok=True)
+    for stale in [eval_path, *run_dir.glob("robot*/eval.json")]:
+        stale.unlink(missing_ok=True)
     juggle_path = run_dir / "juggle_actor_summary.json"  # the juggling actor's result instead
     juggle_path.unlink(missing_ok=True)
 
@@ -219,6 +222,9 @@ def cmd_train(args: argparse.Namespace) -> int:
                             status_period=args.status_period, line_end="\r" if keyboard_here else "")
     if codes:
         print("robot_rl: exit codes " + ", ".join(f"{n}={c}" for n, c in codes.items()), flush=True)
+    fleet = sorted(run_dir.glob("robot*/eval.json"))
+    if fleet:
+        atomic_write_text(eval_path, json.dumps(fleet_evaluation(fleet), indent=2))
     if eval_path.exists():
         result = json.loads(eval_path.read_text())
         print(f"robot_rl: evaluation success rate {result['success_rate'] * 100:.1f}% over {result['episodes']} "
@@ -238,6 +244,24 @@ def cmd_train(args: argparse.Namespace) -> int:
         code = 1
         print("robot_rl: no evaluation result was produced", file=sys.stderr)
     return code
+
+
+def fleet_evaluation(paths: list[Path]) -> dict:
+    """One evaluation of a fleet's run from each robot's eval.json: episodes and steps summed, success
+    and return over all episodes, every robot's own result under `robots`."""
+    robots = {path.parent.name: json.loads(path.read_text()) for path in paths}
+    episodes = sum(r["episodes"] for r in robots.values())
+
+    def over_episodes(key: str) -> float:
+        return sum(r[key] * r["episodes"] for r in robots.values()) / max(episodes, 1)
+
+    return {"episodes": episodes, "success_rate": over_episodes("success_rate"),
+            "mean_return": over_episodes("mean_return"),
+            "train_steps": sum(r["train_steps"] for r in robots.values()),
+            "policy_version": min(r["policy_version"] for r in robots.values()),
+            "transitions_sent": sum(r["transitions_sent"] for r in robots.values()),
+            "transitions_acked_all": all(r["transitions_acked_all"] for r in robots.values()),
+            "unacked_payloads": sum(r["unacked_payloads"] for r in robots.values()), "robots": robots}
 
 
 def _replace_dataset(out: Path, recording: Path) -> None:
@@ -371,6 +395,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                        help="override a node parameter, e.g. --set learner.utd_ratio=2")
     train.add_argument("--plain", action="store_true", help="plain status lines instead of a live display")
     train.add_argument("--status-period", type=at_least(0.1, float), default=10.0, help="seconds between plain status lines")
+    train.add_argument("--actors", type=at_least(1),
+                       help="robot+actor pairs feeding the one learner (robot_rl.actors), namespaced robot0..N-1")
     train.add_argument("--teleop", choices=TELEOP_DEVICES,
                        help="a person in the loop: add the teleop node reading this device (keyboard: this terminal) "
                             "and the person's view; the simulator then runs on the wall clock")

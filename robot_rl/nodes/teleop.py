@@ -25,6 +25,7 @@ import time
 import traceback
 from collections import deque
 
+import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import TwistStamped
 from rclpy.clock import Clock, ClockType
@@ -213,7 +214,7 @@ class TeleopNode(Node):
         msg.header.stamp = self.get_clock().now().to_msg()
         msg.header.frame_id = self.params["frame_id"]
         t = msg.twist
-        scaled = twist * self.params["speed"]
+        scaled = np.asarray(twist, dtype=float) * self.params["speed"]
         t.linear.x, t.linear.y, t.linear.z, t.angular.x, t.angular.y, t.angular.z = (float(v) for v in scaled)
         self._cmd_pub.publish(msg)
 

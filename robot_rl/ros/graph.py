@@ -6,6 +6,11 @@ section (the task, the nodes to start, how demonstrations are made), kept under
 `robot_rl: {ros__parameters: ...}` so the whole file is valid rcl parameter YAML (`ros2 run
 robot_rl arm_sim --ros-args --params-file config/arm_lift.yaml`). In memory, `config["robot_rl"]`
 is the graph section itself.
+
+A fleet (`robot_rl.actors: N`, N > 1) starts the robot side N times, namespaced robot0..robotN-1
+(its simulator or robot nodes, the actor and any person's nodes), every one feeding the one learner:
+each actor gets its own actor_id, seed and run subdirectory, and its learner topics (rl/*) are
+remapped to the learner's.
 """
 
 from __future__ import annotations
@@ -31,6 +36,23 @@ class NodeSpec:
     parameters: dict[str, Any] = field(default_factory=dict)
     namespace: str = ""
     max_restarts: int = 0
+    remaps: dict[str, str] = field(default_factory=dict)
+    """Topic remappings (`-r from:=to`): a fleet's actors reach the shared learner's rl/* topics."""
+
+    @property
+    def key(self) -> str:
+        """Unique within a graph: the node's name, behind its namespace when it has one (robot0/arm_actor)."""
+        return f"{self.namespace.strip('/')}/{self.name}" if self.namespace else self.name
+
+    @property
+    def qualified_name(self) -> str:
+        """The node's fully qualified ROS name (/robot0/arm_actor), what a params file keys it by."""
+        return f"/{self.key}"
+
+
+LEARNERS = ("learner", "ppo_learner")
+"""Nodes a fleet shares; every other node of the graph runs once per robot."""
+LEARNER_TOPICS = ("rl/transitions", "rl/policy", "rl/acks")
 
 
 def config_path(task: str) -> Path:
@@ -106,20 +128,46 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
     robot = next((n for n in names if n in ("arm_sim", "arm", "quad_sim", "car_sim")), None)
     prefix = f"/{namespace.strip('/')}" if namespace else ""
     restarts = _restart_budgets(config["robot_rl"].get("restarts") or {})
+    actors = config["robot_rl"].get("actors", 1)
     specs = []
     for name in names:
-        params = dict(config.get(name, {}).get("ros__parameters", {}))
-        if run_dir is not None and name in ("arm_actor", "learner", "juggle_actor", "ppo_learner", "car_actor",
-                                            "session_view"):
-            params["run_dir"] = str(run_dir)
-        if name in ("arm_actor", "juggle_actor", "car_actor") and robot is not None:
-            params["reset_service"] = f"{prefix}/{robot}/reset"
-        elif name in ("juggle_actor", "car_actor"):
-            params["reset_service"] = ""  # no reset on a real quadrotor or car: they start where they are
-        specs.append(NodeSpec(name, NODE_KINDS[name], params, namespace,
-                              restarts.get(name, NODE_KINDS[name].max_restarts)))
+        fleet = range(actors) if actors > 1 and name not in LEARNERS else [None]
+        for index in fleet:
+            params = dict(config.get(name, {}).get("ros__parameters", {}))
+            ns = namespace.strip("/") if index is None else "/".join(filter(None, [namespace.strip("/"),
+                                                                                   f"robot{index}"]))
+            if run_dir is not None and name in ("arm_actor", "learner", "juggle_actor", "ppo_learner", "car_actor",
+                                                "session_view"):
+                params["run_dir"] = str(run_dir)
+            if name in ("arm_actor", "juggle_actor", "car_actor") and robot is not None:
+                params["reset_service"] = f"{'/' + ns if ns else ''}/{robot}/reset"
+            elif name in ("juggle_actor", "car_actor"):
+                params["reset_service"] = ""  # no reset on a real quadrotor or car: they start where they are
+            spec = NodeSpec(name, NODE_KINDS[name], params, ns, restarts.get(name, NODE_KINDS[name].max_restarts))
+            if index is not None:
+                _as_fleet_member(spec, index, prefix, run_dir)
+            specs.append(spec)
     _check_lockstep_sync(config)
     return specs
+
+
+def _as_fleet_member(spec: NodeSpec, index: int, prefix: str, run_dir: str | None) -> None:
+    """Robot `index` of a fleet: its own seed, actor id and run subdirectory (outbox, eval.json), the
+    run's secret and the learner's topics shared; a lockstep simulator's /clock kept to its robot."""
+    from robot_rl.ros.settings import declared_params
+
+    declared = declared_params(spec.name)
+    if "seed" in declared:
+        spec.parameters["seed"] = int(spec.parameters.get("seed", declared["seed"].default)) + index
+    if "actor_id" in declared:
+        spec.parameters["actor_id"] = f"robot{index}"
+        if run_dir is not None:
+            spec.parameters["run_dir"] = str(Path(run_dir) / f"robot{index}")
+            spec.parameters.setdefault("key_file", str(Path(run_dir) / "secret.key"))
+        spec.remaps.update({topic: f"{prefix}/{topic}" for topic in LEARNER_TOPICS})
+    if "port" in declared:  # the person's view of each robot on a port of its own
+        spec.parameters["port"] = int(spec.parameters.get("port", declared["port"].default)) + index
+    spec.remaps["/clock"] = f"/{spec.namespace}/clock"
 
 
 def _restart_budgets(restarts: Mapping[str, Any]) -> dict[str, int]:
@@ -151,8 +199,9 @@ def _check_lockstep_sync(config: Mapping[str, Any]) -> None:
 
 
 def params_file(specs: list[NodeSpec], path: str | os.PathLike) -> Path:
-    """Writes the graph's parameters in ros__parameters YAML (what --params-file reads)."""
-    data = {spec.name: {"ros__parameters": spec.parameters} for spec in specs}
+    """Writes the graph's parameters in ros__parameters YAML (what --params-file reads), each node
+    under its fully qualified name."""
+    data = {spec.qualified_name: {"ros__parameters": spec.parameters} for spec in specs}
     path = Path(path)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

@@ -35,7 +35,9 @@ class RosProbe:
         for status in msg.status:
             values = {kv.key: kv.value for kv in status.values}
             values["_message"] = status.message
+            # By node name (the newest of a fleet's same-named nodes) and by namespaced name (robot0/arm_actor).
             self.diagnostics[status.name.rsplit("/", 1)[-1]] = values
+            self.diagnostics[status.name.strip("/")] = values
 
     @property
     def diag(self) -> dict[str, str]:
@@ -162,9 +164,11 @@ def start_graph(task: str, overrides: dict, run_dir: Path, domain_id: int):
         params_file,
     )
     from robot_rl.ros.supervisor import Supervisor
+    from robot_rl.transport.secret import ensure_run_secret
 
     config = apply_overrides(load_config(config_path(task)), overrides)
     specs = build_graph(config, "sim", str(run_dir))
+    ensure_run_secret(run_dir)  # before any node starts, as `robot-rl train` does: a fleet's actors read it
     supervisor = Supervisor(specs, params_file(specs, Path(run_dir) / "params.yaml"), Path(run_dir) / "logs",
                             loopback_environment(domain_id))
     supervisor.start()

@@ -79,7 +79,9 @@ def check_resumable(run_dir: Path, specs) -> None:
     earlier_path = run_dir / "params.yaml"
     if learner is None or not earlier_path.exists():
         return
-    earlier = (yaml.safe_load(earlier_path.read_text()) or {}).get("learner", {}).get("ros__parameters", {})
+    sections = yaml.safe_load(earlier_path.read_text()) or {}
+    # params.yaml names nodes by their qualified names ("/learner"); runs before fleets by node names
+    earlier = sections.get(learner.qualified_name, sections.get("learner", {})).get("ros__parameters", {})
     defaults = {name: param.default for name, param in declared_params("learner").items()}
     for name in NETWORK_PARAMETERS:
         before, now = earlier.get(name, defaults[name]), learner.parameters.get(name, defaults[name])
@@ -122,6 +124,8 @@ class Monitor:
         self.actor = actor
         """The node whose diagnostics give the progress (arm_actor, car_actor)."""
         self.values: dict[str, dict[str, str]] = {}
+        self.robots: dict[str, dict[str, str]] = {}
+        """A fleet's actors' diagnostics by robot namespace."""
         rclpy.init(args=[])
         self.rclpy = rclpy
         self.node = rclpy.create_node("robot_rl_monitor")
@@ -149,8 +153,11 @@ class Monitor:
 
     def _on_diagnostics(self, msg) -> None:
         for status in msg.status:
-            name = status.name.rsplit("/", 1)[-1]
-            self.values[name] = {kv.key: kv.value for kv in status.values}
+            values = {kv.key: kv.value for kv in status.values}
+            namespace, _, name = status.name.strip("/").rpartition("/")
+            self.values[name] = values
+            if namespace and name == self.actor:  # a fleet's robot (robot0/arm_actor)
+                self.robots[namespace] = values
 
     def spin_once(self) -> None:
         self.rclpy.spin_once(self.node, timeout_sec=0.1)
@@ -196,6 +203,12 @@ class Monitor:
                 phase = (f"step {a.get('train_steps', 0)}/{self.total_steps}  episode {a.get('episodes', 0)}  "
                          f"laps {a['laps']} (best {a.get('best_lap_s', '-')} s)  crashes {a.get('crashes', 0)}  "
                          f"stuck {a.get('stuck', 0)}{'  recovering' if a.get('recovering') == 'True' else ''}")
+        if len(self.robots) > 1:  # a fleet: each robot's progress instead of the newest actor's
+            phase = "  ".join(
+                f"{robot}: step {v.get('train_steps', 0)} ep {v.get('episodes', 0)} succ {v.get('success_rate_last20', '-')}"
+                f" v{v.get('policy_version', 0)} lat p99 {v.get('act_latency_ms_p99', '-')} ms"
+                + (f" eval {v.get('eval_done', 0)}/{self.eval_episodes}" if v.get("evaluating") == "True" else "")
+                for robot, v in sorted(self.robots.items()))
         return (f"[{elapsed:6.0f}s] {phase}  policy v{a.get('policy_version', 0)}  "
                 f"updates {l.get('updates', 0)} ({l.get('updates_per_s', '-')}/s)  "
                 f"buffer {l.get('online_size', 0)}+{l.get('demo_size', 0)} demo  "
@@ -245,8 +258,10 @@ def run_graph(specs, params_path: Path, run_dir: Path, env: dict, monitor: Monit
     signal.signal(signal.SIGINT, lambda *_: interrupted.update(flag=True))
     signal.signal(signal.SIGTERM, lambda *_: interrupted.update(flag=True))
     supervisor.start()
-    print(f"robot_rl: started {', '.join(s.name for s in specs)} as separate processes; logs in {run_dir / 'logs'}",
+    print(f"robot_rl: started {', '.join(s.key for s in specs)} as separate processes; logs in {run_dir / 'logs'}",
           flush=True)
+    finishers = {s.key for s in specs if s.kind.finishes_run}  # the run is over when every actor has finished
+    fleet_size = len(finishers)
     reason, code = "", 0
     live = None
     try:
@@ -261,10 +276,12 @@ def run_graph(specs, params_path: Path, run_dir: Path, env: dict, monitor: Monit
                 reason, code = "interrupted by the user (Ctrl-C)", 130
             for node, exit_code in supervisor.exited():
                 if node.spec.kind.finishes_run and exit_code == 0:
-                    reason = f"{node.spec.name} finished"
+                    finishers.discard(node.spec.key)
+                    if not finishers:
+                        reason = f"{node.spec.key} finished" if fleet_size == 1 else f"all {fleet_size} actors finished"
                 elif node.spec.kind.critical or exit_code != 0:
                     after = f" after {node.restarts} restart(s)" if node.restarts else ""
-                    reason, code = f"critical node {node.spec.name!r} exited with code {exit_code}{after}", 1
+                    reason, code = f"critical node {node.spec.key!r} exited with code {exit_code}{after}", 1
                     print(f"--- last lines of {node.log_path} ---\n{supervisor.log_tail(node)}", file=sys.stderr)
             silence = monitor.silence_notice()
             for notice in supervisor.notices() + ([silence] if silence else []) + monitor.prompts():

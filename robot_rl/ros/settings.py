@@ -18,7 +18,7 @@ from robot_rl.ros.hardware_node import SAFETY_PARAMS, HardwareNode
 from robot_rl.ros.node_kinds import DEPRECATED_NODE_NAMES, NODE_KINDS, current_name
 from robot_rl.ros.node_utils import Param, ParameterError, check_bounds, closest_name, coerce_value
 
-GRAPH_KEYS = ("task", "nodes", "demos", "restarts")
+GRAPH_KEYS = ("task", "nodes", "demos", "restarts", "actors")
 """Keys of the `robot_rl` graph section (`restarts`: per-node restart policy)."""
 DEMOS_KEYS = ("episodes", "noise", "seed")
 
@@ -79,6 +79,8 @@ def check_graph_setting(name: str, value: Any, where: str) -> None:
                                     f"known: {list(DEMOS_KEYS)}")
     elif name == "restarts" and not isinstance(value, dict):
         raise SettingsError(f"{where}: robot_rl.restarts must be a mapping of node names, not {value!r}")
+    elif name == "actors" and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64):
+        raise SettingsError(f"{where}: robot_rl.actors is the number of robot+actor pairs, 1 to 64, not {value!r}")
 
 
 def _renamed(names: list, what: str, where: str) -> list:

@@ -110,6 +110,8 @@ def node_command(spec: NodeSpec, params_path: Path) -> list[str]:
            "--params-file", str(params_path)]
     if spec.namespace:
         cmd[5:5] = ["-r", f"__ns:=/{spec.namespace.strip('/')}"]
+    for source, target in spec.remaps.items():
+        cmd += ["-r", f"{source}:={target}"]
     return cmd
 
 
@@ -127,9 +129,10 @@ class Supervisor:
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         for spec in self.specs:
-            log_path = self.log_dir / f"{spec.name}.log"
+            log_path = self.log_dir / f"{spec.key}.log"  # a fleet's robots: logs/robot0/arm_actor.log
+            log_path.parent.mkdir(parents=True, exist_ok=True)
             watcher = LogWatcher(log_path)
-            self.nodes[spec.name] = NodeProcess(spec, self._spawn(spec, log_path), log_path, watcher)
+            self.nodes[spec.key] = NodeProcess(spec, self._spawn(spec, log_path), log_path, watcher)
 
     def _spawn(self, spec: NodeSpec, log_path: Path, marker: str = "") -> subprocess.Popen:
         with open(log_path, "ab") as log:
@@ -165,7 +168,7 @@ class Supervisor:
     def _respawn(self, node: NodeProcess) -> None:
         node.restarts += 1
         node.restart_at = None
-        self.restarts[node.spec.name] = node.restarts
+        self.restarts[node.spec.key] = node.restarts
         marker = f"\n--- restart {node.restarts} (previous exit code {node.process.returncode}) ---\n"
         node.process = self._spawn(node.spec, node.log_path, marker)
 
@@ -174,7 +177,7 @@ class Supervisor:
         node's log ("[node] WARN ...")."""
         out, self._notices = self._notices, []
         for node in self.nodes.values():
-            out += [f"[{node.spec.name}] {problem}" for problem in node.log.new_problems()]
+            out += [f"[{node.spec.key}] {problem}" for problem in node.log.new_problems()]
         return out
 
     def log_tail(self, node: NodeProcess, lines: int = 15) -> str:
@@ -188,7 +191,8 @@ class Supervisor:
         stacks to its log, see `run_node`) and then SIGKILL."""
         self.stopping = True
         codes = {}
-        order = [n for n in STOP_ORDER if n in self.nodes] + [n for n in self.nodes if n not in STOP_ORDER]
+        rank = {name: i for i, name in enumerate(STOP_ORDER)}  # every robot's actor first, then the learner
+        order = sorted(self.nodes, key=lambda key: rank.get(self.nodes[key].spec.name, len(STOP_ORDER)))
         for name in order:
             node = self.nodes[name]
             if node.process.poll() is None:

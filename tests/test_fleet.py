@@ -1,0 +1,84 @@
+"""A fleet: two simulated robots, each with its own actor, feeding one learner, all separate
+processes over loopback DDS. Every transition of both actors reaches the learner exactly once, an
+actor SIGKILLed mid-run is restarted by the supervisor and rejoins without losing or duplicating
+one, and both actors fly the learner's new policy versions."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+pytest.importorskip("rclpy")
+
+from robot_rl.ros.graph import apply_overrides, build_graph, config_path, load_config  # noqa: E402
+from robot_rl.ros.probe import RosProbe, fresh_domain_id, start_graph  # noqa: E402
+
+STEPS = 300
+
+FLEET = {
+    "robot_rl.actors": 2,
+    "arm_sim.clock_mode": "realtime",  # a fleet of robots runs on the wall clock (10 Hz)
+    "robot_rl.demos": {"episodes": 0},
+    "arm_actor.total_steps": STEPS,
+    "arm_actor.eval_episodes": 1,
+    "arm_actor.batch_transitions": 25,
+    "arm_actor.resend_after_s": 1.0,
+    "arm_actor.sync_updates_per_step": 0.0,
+    "learner.warmup_transitions": 100,
+    "learner.batch_size": 32,
+    "learner.hidden_dims": [64, 64],
+    "learner.publish_period_s": 0.5,
+    "learner.checkpoint_period_s": 2.0,
+    "learner.max_update_ratio": 0.0,
+}
+
+
+def test_the_fleet_graph_namespaces_each_robot_and_shares_the_learner(tmp_path):
+    config = apply_overrides(load_config(config_path("arm_lift")), {"robot_rl.actors": 3, "arm_sim.seed": 7})
+    specs = {spec.key: spec for spec in build_graph(config, "sim", str(tmp_path))}
+    assert sorted(specs) == ["learner", *(f"robot{i}/{n}" for i in range(3) for n in ("arm_actor", "arm_sim"))]
+    actor = specs["robot2/arm_actor"]
+    assert actor.parameters["actor_id"] == "robot2" and actor.parameters["run_dir"] == str(tmp_path / "robot2")
+    assert actor.parameters["key_file"] == str(tmp_path / "secret.key")  # the run's one secret
+    assert actor.parameters["reset_service"] == "/robot2/arm_sim/reset"
+    assert actor.remaps["rl/transitions"] == "/rl/transitions" and actor.remaps["/clock"] == "/robot2/clock"
+    assert [specs[f"robot{i}/arm_sim"].parameters["seed"] for i in range(3)] == [7, 8, 9]  # distinct draws
+    assert specs["learner"].namespace == "" and not specs["learner"].remaps
+
+
+def test_two_actors_feed_one_learner_exactly_once_through_a_killed_actor(tmp_path):
+    domain_id = fresh_domain_id()
+    supervisor = start_graph("arm_lift", FLEET, tmp_path, domain_id)
+    probe = RosProbe(domain_id, "fleet_probe")
+    try:
+        actors = ("robot0/arm_actor", "robot1/arm_actor")
+        probe.wait_for(lambda: all(probe.value("policy_version", a) >= 2 for a in actors), 120,
+                       "both actors flying a learner's policy")
+        probe.wait_for(lambda: probe.value("train_steps", "robot1/arm_actor") >= 100, 120, "robot1 mid-run")
+        victim = supervisor.nodes["robot1/arm_actor"]
+        os.killpg(victim.process.pid, signal.SIGKILL)
+        end = time.monotonic() + 240
+        finished = set()
+        while len(finished) < 2:
+            assert time.monotonic() < end, f"the fleet did not finish: {probe.diagnostics}"
+            probe.spin(0.2)
+            for node, code in supervisor.exited():
+                assert node.spec.name == "arm_actor" and code == 0, supervisor.log_tail(node, 40)
+                finished.add(node.spec.key)
+        assert supervisor.restarts == {"robot1/arm_actor": 1}  # respawned by the supervisor
+        versions = {a: probe.value("policy_version", a) for a in actors}
+    finally:
+        codes = supervisor.stop()
+        probe.close()
+    assert codes.get("learner") == 0, codes
+    learner = json.loads((tmp_path / "learner_summary.json").read_text())
+    robots = [json.loads((tmp_path / f"robot{i}" / "eval.json").read_text()) for i in range(2)]
+    assert [r["transitions_sent"] for r in robots] == [STEPS, STEPS]  # each actor's own ledger
+    assert all(r["transitions_acked_all"] for r in robots)
+    # every transition of both actors stored once: none lost, a resent batch is recognised
+    assert learner["transitions_received"] == learner["online_size"] == 2 * STEPS
+    assert all(v >= 2 for v in versions.values()), versions
