@@ -261,7 +261,10 @@ def fleet_evaluation(paths: list[Path]) -> dict:
             "policy_version": min(r["policy_version"] for r in robots.values()),
             "transitions_sent": sum(r["transitions_sent"] for r in robots.values()),
             "transitions_acked_all": all(r["transitions_acked_all"] for r in robots.values()),
-            "unacked_payloads": sum(r["unacked_payloads"] for r in robots.values()), "robots": robots}
+            "unacked_payloads": sum(r["unacked_payloads"] for r in robots.values()),
+            "act_latency_ms_p99": max((r["act_latency_ms_p99"] for r in robots.values()
+                                       if isinstance(r.get("act_latency_ms_p99"), float)), default="-"),
+            "missed_periods": sum(r.get("missed_periods", 0) for r in robots.values()), "robots": robots}
 
 
 def _replace_dataset(out: Path, recording: Path) -> None:

@@ -409,7 +409,9 @@ class ArmActorNode(Node):
             return
         summary = self.core.eval_summary() | {"transitions_sent": self.core.transitions_sent,
                                               "transitions_acked_all": drained,
-                                              "unacked_payloads": len(self.core.outbox)}
+                                              "unacked_payloads": len(self.core.outbox),
+                                              **latency_percentiles(self.act_latencies_ms),
+                                              "missed_periods": self.missed_periods}
         path = self.run_dir / "eval.json"
         path.write_text(json.dumps(summary, indent=2))
         self.get_logger().info(f"evaluation: success rate {summary['success_rate']:.2f} over "

@@ -209,8 +209,12 @@ class Monitor:
                 f" v{v.get('policy_version', 0)} lat p99 {v.get('act_latency_ms_p99', '-')} ms"
                 + (f" eval {v.get('eval_done', 0)}/{self.eval_episodes}" if v.get("evaluating") == "True" else "")
                 for robot, v in sorted(self.robots.items()))
-        return (f"[{elapsed:6.0f}s] {phase}  policy v{a.get('policy_version', 0)}  "
-                f"updates {l.get('updates', 0)} ({l.get('updates_per_s', '-')}/s)  "
+        lag = int(float(l.get("policy_version", 0))) - int(float(a.get("policy_version", 0)))
+        received = float(l.get("transitions_received", 0))
+        per_step = f", {float(l.get('updates', 0)) / received:.2f} per step" if received else ""
+        latency = f"  act p99 {a['act_latency_ms_p99']} ms" if a.get("act_latency_ms_p99", "-") != "-" else ""
+        return (f"[{elapsed:6.0f}s] {phase}  policy v{a.get('policy_version', 0)} (lag {max(lag, 0)})  "
+                f"updates {l.get('updates', 0)} ({l.get('updates_per_s', '-')}/s{per_step}){latency}  "
                 f"buffer {l.get('online_size', 0)}+{l.get('demo_size', 0)} demo  "
                 f"unacked {a.get('outbox_pending', 0)}{self._health(restarts)}")
 
