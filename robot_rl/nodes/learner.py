@@ -22,6 +22,7 @@ from std_msgs.msg import Header, UInt8MultiArray
 from robot_rl.agents.sac import SACConfig
 from robot_rl.config_fields import config_from_params
 from robot_rl.data.dataset import load_transitions
+from robot_rl.outputs import atomic_write_bytes
 from robot_rl.ros import qos
 from robot_rl.ros.messages import bytes_to_uint8_multiarray, stamp_to_ns, uint8_multiarray_view
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, params_from_dataclass, run_node
@@ -43,6 +44,8 @@ PARAMS = [
     *params_from_dataclass(LearnerConfig),
     Param("publish_period_s", 1.0, "Seconds between policy publications.", 0.01, 3600.0),
     Param("checkpoint_period_s", 30.0, "Seconds between checkpoints.", 0.5, 86400.0),
+    Param("snapshot_period_s", 0.0, "Seconds between policy snapshots (<run_dir>/snapshots/: the published policy "
+          "payload of that moment, for evaluating success against time after the run; 0: none).", 0.0, 86400.0),
     Param("torch_threads", 1, "CPU threads for torch (leave cores for the robot side).", 1, 256),
 ]
 
@@ -171,7 +174,7 @@ class LearnerNode(Node):
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(str(Path(self.params["run_dir"]) / "tensorboard"))
-        last_publish = last_checkpoint = last_rate = time.monotonic()
+        last_publish = last_checkpoint = last_rate = last_snapshot = time.monotonic()
         updates_at_last_rate = self.core.agent.num_updates
         if self.core.agent.num_updates:
             self._publish_policy()
@@ -187,9 +190,13 @@ class LearnerNode(Node):
             else:
                 time.sleep(0.005)
             now = time.monotonic()
-            if now - last_publish >= self.params["publish_period_s"] and self.core.agent.num_updates:
-                self._publish_policy()
+            snapshot_due = 0 < self.params["snapshot_period_s"] <= now - last_snapshot
+            if (now - last_publish >= self.params["publish_period_s"] or snapshot_due) and self.core.agent.num_updates:
+                payload = self._publish_policy()
                 last_publish = now
+                if snapshot_due:
+                    self._write_snapshot(payload)
+                    last_snapshot = now
             if now - last_checkpoint >= self.params["checkpoint_period_s"]:
                 self.core.save_checkpoint()
                 last_checkpoint = now
@@ -204,8 +211,17 @@ class LearnerNode(Node):
                 self.writer.add_scalar("buffer/demos", len(self.core.demos), step)
         self.core.save_checkpoint()
 
-    def _publish_policy(self) -> None:
-        self.policy_pub.publish(bytes_to_uint8_multiarray(self.core.policy_payload()))
+    def _publish_policy(self) -> bytes:
+        payload = self.core.policy_payload()
+        self.policy_pub.publish(bytes_to_uint8_multiarray(payload))
+        return payload
+
+    def _write_snapshot(self, payload: bytes) -> None:
+        """The policy just published, pinned: snapshots/<wall time ns>-v<version>.policy (a signed codec
+        payload; `benchmarks/graph_realtime.py` evaluates them after the run, off the learner's CPU)."""
+        folder = Path(self.params["run_dir"]) / "snapshots"
+        folder.mkdir(exist_ok=True)
+        atomic_write_bytes(folder / f"{time.time_ns()}-v{self.core.policy_version:06d}.policy", payload)
 
     def _log_episode(self, episode: dict) -> None:
         """TensorBoard, and one JSON line per episode in episodes.jsonl (what `robot-rl report` plots)."""

@@ -115,6 +115,19 @@ class StepResult:
     """The finished episode when action is None."""
 
 
+def policy_from_payload(payload: codec.Payload, task: TaskSpec) -> Policy:
+    """The policy a learner's policy payload carries, checked against the task it is to act in.
+    Raises ValueError if it does not fit."""
+    spec = PolicySpec.from_json(payload.meta["spec"])
+    state_dim = spec.obs_dim if spec.encoder is None else spec.encoder["state_dim"]
+    if (state_dim, spec.full_action_dim) != (task.obs_dim, task.action_dim):
+        raise ValueError(f"policy for state_dim={state_dim}, action_dim={spec.full_action_dim} does not fit "
+                         f"task {task.name} ({task.obs_dim}, {task.action_dim})")
+    policy = Policy(spec)
+    policy.load_state_dict(codec.arrays_to_state_dict(payload.arrays))  # ValueError if they do not fit
+    return policy
+
+
 class PreparedPolicy(NamedTuple):
     """Weights decoded into a policy of their own, waiting to be swapped in (`ActorCore.adopt_policy`)."""
 
@@ -213,13 +226,7 @@ class ActorCore:
             raise ValueError("policy payload without an integer version")
         if not self._takes_version(version):
             return None
-        spec = PolicySpec.from_json(payload.meta["spec"])
-        state_dim = spec.obs_dim if spec.encoder is None else spec.encoder["state_dim"]
-        if (state_dim, spec.full_action_dim) != (self.task.obs_dim, self.task.action_dim):
-            raise ValueError(f"policy for state_dim={state_dim}, action_dim={spec.full_action_dim} does not fit "
-                             f"task {self.task.name} ({self.task.obs_dim}, {self.task.action_dim})")
-        policy = Policy(spec)
-        policy.load_state_dict(codec.arrays_to_state_dict(payload.arrays))  # ValueError if they do not fit
+        policy = policy_from_payload(payload, self.task)
         return PreparedPolicy(policy, version, int(payload.meta.get("num_updates", self.learner_updates)))
 
     def adopt_policy(self, prepared: PreparedPolicy) -> bool:

@@ -1,0 +1,243 @@
+"""The product as users run it: `robot-rl train` graphs (simulator, actor(s), learner as separate
+processes) learning pixel pick-cube in real time, success against wall-clock minutes.
+
+Each arm and seed is one `robot-rl train` command, timed from its start (demonstration generation
+included). During the run the learner writes a policy snapshot every `--snapshot-s` seconds
+(`learner.snapshot_period_s`, the payload it publishes at that moment); after the run, off the
+learner's CPU, every snapshot (one pinned policy version) is evaluated for 50 episodes on the eval
+split of `robot_rl/ArmPickCube-v0` (the same simulator and task observation as the graph's actor,
+its randomized eval ranges). A target counts as reached at the first of two consecutive snapshots
+both at or above it. Transitions are counted from each actor's own ledger (the sequence numbers it
+sent, `eval.json`) against what the learner stored.
+
+Arms (`--arm`):
+- realtime: 1 robot at 10 Hz on the wall clock, the learner fully asynchronous;
+- two_actors: the same with 2 robots (`--actors 2`) feeding the one learner;
+- hil: realtime with the scripted human driving a `sensor_msgs/Joy` into the teleop node;
+- lockstep: the config as shipped (lockstep, 1 update per step), snapshots against env steps.
+
+    python benchmarks/graph_realtime.py --arm realtime --seed 0 --minutes 20   # one row
+    python benchmarks/graph_realtime.py --summary                               # rows -> summary
+    python benchmarks/graph_realtime.py --quick                                 # a short run of the same
+
+Each run appends one row to benchmarks/results/graph_realtime.jsonl (a run of at most --minutes, so
+the set runs in pieces); `--summary` reads the rows, writes benchmarks/results/graph_realtime.json and
+graph_realtime.png (success against wall-clock minutes) and prints the summary as the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+ROWS = RESULTS / "graph_realtime.jsonl"
+TASK = "arm_pick_cube"
+ENV_ID = "robot_rl/ArmPickCube-v0"
+CONTROL_HZ = 10.0
+
+REALTIME = ["--set", "arm_sim.clock_mode=realtime", "--set", "arm_actor.sync_updates_per_step=0"]
+ARMS = {
+    "realtime": REALTIME,
+    "two_actors": [*REALTIME, "--actors", "2"],
+    "hil": [*REALTIME, "--set", "robot_rl.nodes=[arm_sim, arm_actor, learner, teleop, scripted_human]",
+            "--set", "teleop.device=joy", "--set", "scripted_human.task=arm_pick_cube"],
+    "lockstep": [],
+}
+
+
+def run_arm(arm: str, seed: int, minutes: float, snapshot_s: float, run_dir: Path, eval_episodes: int = 50) -> dict:
+    """One `robot-rl train` of the arm for `minutes` of wall clock (its step budget at 10 Hz), then
+    the learner's snapshots evaluated."""
+    steps = int(minutes * 60 * CONTROL_HZ)
+    cmd = [sys.executable, "-m", "robot_rl.cli", "train", "--task", TASK, "--seed", str(seed), "--steps", str(steps),
+           "--eval-episodes", "0", "--run-dir", str(run_dir), "--plain", "--status-period", "60",
+           "--set", f"learner.snapshot_period_s={snapshot_s}", *ARMS[arm]]
+    started = time.time()
+    log = open(run_dir.with_suffix(".log"), "w")
+    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        code = process.wait(timeout=minutes * 60 * 3 + 600)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGINT)
+        code = process.wait(timeout=120)
+    wall_s = time.time() - started
+    learner = json.loads((run_dir / "learner_summary.json").read_text())
+    ledgers = [json.loads(p.read_text()) for p in sorted(run_dir.glob("robot*/eval.json"))] or \
+        [json.loads((run_dir / "eval.json").read_text())]
+    sent = sum(r["transitions_sent"] for r in ledgers)
+    snapshots = evaluate_snapshots(run_dir, started, eval_episodes)
+    return {"arm": arm, "seed": seed, "minutes_budget": minutes, "exit_code": code, "wall_s": round(wall_s, 1),
+            "env_steps": sent, "transitions_sent": sent, "transitions_stored": learner["transitions_received"],
+            "lost_transitions": sent - learner["transitions_received"],
+            "duplicate_transitions": learner.get("duplicates", 0),
+            "learner_updates": learner.get("updates"), "learner_updates_per_s": round(
+                learner.get("updates", 0) / max(wall_s, 1.0), 2),
+            "act_latency_ms_p99": max((r.get("act_latency_ms_p99", 0) for r in ledgers
+                                       if isinstance(r.get("act_latency_ms_p99"), float)), default=None),
+            "missed_periods": sum(r.get("missed_periods", 0) for r in ledgers),
+            "intervention_steps": _intervention_steps(run_dir),
+            "snapshots": snapshots, "minutes_to_90": first_reached(snapshots, 0.9, "minutes"),
+            "steps_to_90": first_reached(snapshots, 0.9, "transitions"),
+            "date": time.strftime("%Y-%m-%d"), "commit": _commit()}
+
+
+def evaluate_snapshots(run_dir: Path, started: float, episodes: int = 50) -> list[dict]:
+    import gymnasium as gym
+
+    import robot_rl.envs  # noqa: F401 - registers the environments
+    from robot_rl.tasks import get_task
+    from robot_rl.training.actor import policy_from_payload
+    from robot_rl.transport import codec
+    from robot_rl.transport.secret import read_secret
+
+    task = get_task(TASK)
+    key = read_secret(run_dir / "secret.key")
+    env = gym.make(ENV_ID, image_size=task.image_size, randomization_split="eval")
+    out = []
+    try:
+        for path in sorted((run_dir / "snapshots").glob("*.policy")):
+            payload = codec.decode(path.read_bytes(), expect_kind="policy", key=key)
+            policy = policy_from_payload(payload, task)
+            rng = np.random.default_rng(10_000)  # the same 50 eval draws for every snapshot
+            successes = []
+            for _ in range(episodes):
+                obs, info = env.reset(seed=int(rng.integers(2**31)))
+                done, success = False, False
+                while not done:
+                    obs, _, terminated, truncated, info = env.step(policy.act(_as_actor_sees(obs, info, task), True))
+                    success = success or bool(info.get("is_success", False))
+                    done = terminated or truncated
+                successes.append(success)
+            saved_ns = int(path.name.split("-")[0])
+            out.append({"minutes": round((saved_ns / 1e9 - started) / 60, 2), "version": payload.meta["version"],
+                        "transitions": payload.meta.get("transitions"), "success": float(np.mean(successes))})
+    finally:
+        env.close()
+    return out
+
+
+def _as_actor_sees(obs: dict, info: dict, task) -> dict:
+    """The env's observation with the gripper entry as the graph's actor builds it (from the fingers'
+    opening, not the command: there is no gripper command topic), the rest (noise included) as is."""
+    state = np.array(obs["state"], dtype=np.float32)
+    state[-1] = task.observation(info["state"])[-1]
+    return {**obs, "state": state}
+
+
+def first_reached(snapshots: list[dict], target: float, key: str) -> float | None:
+    for first, second in zip(snapshots, snapshots[1:]):
+        if first["success"] >= target and second["success"] >= target:
+            return first[key]
+    return None
+
+
+def _intervention_steps(run_dir: Path) -> int:
+    path = run_dir / "episodes.jsonl"
+    if not path.exists():
+        return 0
+    return sum(json.loads(line).get("intervention_steps", 0) for line in path.read_text().splitlines() if line)
+
+
+def _commit() -> str:
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Medians over seeds per arm; a seed that never reached 90 % counts as its run's length."""
+    by_arm: dict[str, list[dict]] = {}
+    for row in rows:
+        by_arm.setdefault(row["arm"], []).append(row)
+
+    def median_minutes(arm: str) -> tuple[float | None, int, int]:
+        runs = by_arm.get(arm, [])
+        if not runs:
+            return None, 0, 0
+        values = [r["minutes_to_90"] if r["minutes_to_90"] is not None else r["wall_s"] / 60 for r in runs]
+        return round(statistics.median(values), 2), sum(r["minutes_to_90"] is not None for r in runs), len(runs)
+
+    summary: dict = {"rows": len(rows)}
+    for arm in ARMS:
+        minutes, reached, seeds = median_minutes(arm)
+        summary[f"{arm}_wall_min_to_90"] = minutes
+        summary[f"{arm}_seeds_reaching_90"] = f"{reached}/{seeds}"
+    summary["wall_min_to_90"] = summary.pop("realtime_wall_min_to_90")
+    single, double = summary["wall_min_to_90"], summary["two_actors_wall_min_to_90"]
+    summary["two_actor_time_ratio"] = round(double / single, 2) if single and double else None
+    summary["hil_wall_min_to_90"] = summary.pop("hil_wall_min_to_90")
+    summary["hil_intervention_steps"] = [r["intervention_steps"] for r in by_arm.get("hil", [])]
+    summary["lost_transitions"] = sum(r["lost_transitions"] for r in rows)
+    summary["duplicate_transitions"] = sum(r["duplicate_transitions"] for r in rows)
+    latencies = [r["act_latency_ms_p99"] for r in rows if r["arm"] != "lockstep" and r["act_latency_ms_p99"]]
+    summary["act_latency_p99_ms"] = max(latencies) if latencies else None
+    summary["learner_updates_per_s"] = {arm: [r["learner_updates_per_s"] for r in runs] for arm, runs in by_arm.items()}
+    summary["not_measured"] = [name for name in ("wide_wall_min_to_90", "lockstep_step_ratio", "car_first_lap_min")]
+    return summary
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for row in rows:
+        points = row["snapshots"]
+        ax.plot([p["minutes"] for p in points], [p["success"] for p in points], marker="o",
+                label=f"{row['arm']} seed {row['seed']}")
+    ax.axhline(0.9, color="grey", linestyle="--", linewidth=1)
+    ax.set_xlabel("wall-clock minutes since `robot-rl train` started")
+    ax.set_ylabel("success, 50 eval-split episodes")
+    ax.set_title("pixel pick-cube through the ROS 2 graph, real time")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arm", choices=list(ARMS), default="realtime")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--minutes", type=float, default=20.0, help="wall-clock budget of the run")
+    parser.add_argument("--snapshot-s", type=float, default=120.0, help="seconds between the learner's snapshots")
+    parser.add_argument("--summary", action="store_true", help="summarize the recorded rows instead of running")
+    parser.add_argument("--quick", action="store_true",
+                        help="a 1.5-minute run of the arm, snapshots every 30 s judged on 5 episodes, not recorded")
+    args = parser.parse_args()
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    os.environ.setdefault("ROS_LOCALHOST_ONLY", "1")
+    if args.summary:
+        rows = [json.loads(line) for line in ROWS.read_text().splitlines() if line.strip()]
+        summary = summarize(rows)
+        (RESULTS / "graph_realtime.json").write_text(json.dumps(summary, indent=2))
+        plot(rows, RESULTS / "graph_realtime.png")
+        print(json.dumps(summary), flush=True)
+        return
+    with tempfile.TemporaryDirectory(prefix="graph_realtime-") as tmp:
+        if args.quick:
+            row = run_arm(args.arm, args.seed, 1.5, 30.0, Path(tmp) / "run", eval_episodes=5)
+            print(json.dumps(row), flush=True)
+            assert row["lost_transitions"] == 0 and row["snapshots"], row
+            return
+        row = run_arm(args.arm, args.seed, args.minutes, args.snapshot_s, Path(tmp) / "run")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with open(ROWS, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
