@@ -10,12 +10,16 @@ import os
 import signal
 import time
 
+import numpy as np
 import pytest
 
 pytest.importorskip("rclpy")
 
 from robot_rl.ros.graph import apply_overrides, build_graph, config_path, load_config  # noqa: E402
 from robot_rl.ros.probe import RosProbe, fresh_domain_id, start_graph  # noqa: E402
+from robot_rl.tasks import get_task  # noqa: E402
+from robot_rl.training.actor import policy_from_payload  # noqa: E402
+from robot_rl.transport import codec  # noqa: E402
 
 STEPS = 300
 
@@ -33,6 +37,7 @@ FLEET = {
     "learner.hidden_dims": [64, 64],
     "learner.publish_period_s": 0.5,
     "learner.checkpoint_period_s": 2.0,
+    "learner.snapshot_period_s": 5.0,
     "learner.max_update_ratio": 0.0,
 }
 
@@ -82,3 +87,11 @@ def test_two_actors_feed_one_learner_exactly_once_through_a_killed_actor(tmp_pat
     # every transition of both actors stored once: none lost, a resent batch is recognised
     assert learner["transitions_received"] == learner["online_size"] == 2 * STEPS
     assert all(v >= 2 for v in versions.values()), versions
+    # the learner's pinned snapshots (success against time is evaluated from them after a run)
+    snapshots = sorted((tmp_path / "snapshots").glob("*.policy"))
+    assert len(snapshots) >= 4
+    key = (tmp_path / "secret.key").read_bytes()
+    versions = [codec.decode(p.read_bytes(), expect_kind="policy", key=key).meta["version"] for p in snapshots]
+    assert versions == sorted(set(versions))
+    policy = policy_from_payload(codec.decode(snapshots[-1].read_bytes(), key=key), get_task("arm_lift"))
+    assert policy.act(np.zeros(get_task("arm_lift").obs_dim, np.float32), True).shape == (4,)
