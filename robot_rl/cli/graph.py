@@ -97,9 +97,14 @@ def _join_graph(args: argparse.Namespace) -> tuple[dict, str]:
     from robot_rl.ros.graph import discovery_environment
 
     domain_id, domain_source = _domain_id(args.domain_id)
-    env = discovery_environment(args.backend, domain_id)
+    network = getattr(args, "network", False)
+    env = discovery_environment(args.backend, domain_id, network=network)
+    for name in set(os.environ) - set(env):  # what the graph's environment dropped (localhost-only settings)
+        del os.environ[name]
     os.environ.update(env)
-    return env, f"ROS_DOMAIN_ID={domain_id} ({domain_source}), {_discovery_note(args.backend, env)}"
+    note = f"discovery range {env['ROS_AUTOMATIC_DISCOVERY_RANGE']} (--network)" if network else \
+        _discovery_note(args.backend, env)
+    return env, f"ROS_DOMAIN_ID={domain_id} ({domain_source}), {note}"
 
 
 TELEOP_DEVICES = ("spacemouse", "evdev", "joy", "keyboard")
@@ -186,6 +191,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = apply_overrides(config, settings)  # first: `robot_rl.nodes` decides which nodes the flags reach
     nodes = node_names(config, args.backend)
     _refuse_settings_outside(nodes, settings)
+    if args.nodes:
+        _check_nodes_here(args.nodes, nodes, config["robot_rl"].get("actors", 1))
     config = apply_overrides(config, _flag_settings(args, nodes))
     actor = node_using("total_steps", nodes) or "arm_actor"  # the node that steps the task: arm_actor, car_actor
     warning = warmup_warning(config, nodes)
@@ -198,11 +205,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     _check_keystore(env)
     print(f"robot_rl: task {config['robot_rl']['task']}, backend {args.backend}, run dir {run_dir}, {graph_line}",
           flush=True)
-    demo_episodes = simulated_demos(config, args.backend, asked="robot_rl.demos" in settings)
+    learner_here = not args.nodes or "learner" in args.nodes  # demonstrations are the learner's
+    demo_episodes = simulated_demos(config, args.backend, asked="robot_rl.demos" in settings) if learner_here else 0
     if demo_episodes > 0:
         print("robot_rl: generating scripted demonstrations ...", flush=True)
     config = prepare_run(config, run_dir, demo_episodes)
     specs = build_graph(config, args.backend, str(run_dir), args.namespace)
+    if args.nodes:
+        specs = _nodes_here(specs, args.nodes)
     if args.resume:
         check_resumable(run_dir, specs)
     params_path = params_file(specs, run_dir / "params.yaml")
@@ -244,6 +254,22 @@ def cmd_train(args: argparse.Namespace) -> int:
         code = 1
         print("robot_rl: no evaluation result was produced", file=sys.stderr)
     return code
+
+
+def _check_nodes_here(wanted: list[str], nodes: list[str], actors: int) -> None:
+    """--nodes names nodes of this graph: node names, or a fleet robot's node (robot0/arm_actor)."""
+    robots = {f"robot{i}" for i in range(actors)} if actors > 1 else set()
+    unknown = [name for name in wanted
+               if not (name in nodes or (name.partition("/")[0] in robots and name.partition("/")[2] in nodes))]
+    if unknown:
+        raise UserError(f"--nodes: {', '.join(unknown)} not in this graph ({', '.join(nodes)}"
+                        f"{'; robots ' + ', '.join(sorted(robots)) if robots else ''})")
+
+
+def _nodes_here(specs: list, wanted: list[str]) -> list:
+    """The part of the graph this machine runs (--nodes); the others run on other machines joined
+    over the network."""
+    return [spec for spec in specs if spec.key in wanted or spec.name in wanted]
 
 
 def fleet_evaluation(paths: list[Path]) -> dict:
@@ -398,6 +424,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                        help="override a node parameter, e.g. --set learner.utd_ratio=2")
     train.add_argument("--plain", action="store_true", help="plain status lines instead of a live display")
     train.add_argument("--status-period", type=at_least(0.1, float), default=10.0, help="seconds between plain status lines")
+    train.add_argument("--nodes", nargs="+", metavar="NODE",
+                       help="run only these nodes of the graph here (names, or robot0/arm_actor in a fleet); the "
+                            "others run on other machines: see README, 'One graph on several machines'")
+    train.add_argument("--network", action="store_true",
+                       help="discover and talk to nodes on other machines (the subnet, or your ROS_STATIC_PEERS); "
+                            "without it a simulated graph stays on this machine")
     train.add_argument("--actors", type=at_least(1),
                        help="robot+actor pairs feeding the one learner (robot_rl.actors), namespaced robot0..N-1")
     train.add_argument("--teleop", choices=TELEOP_DEVICES,

@@ -225,16 +225,36 @@ def loopback_environment(domain_id: int, base: Mapping[str, str] | None = None) 
     return env
 
 
-def discovery_environment(backend: str, domain_id: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment of a graph's nodes: a simulation stays on this machine; with the real robot,
-    whose driver may run on another computer, discovery is whatever the user configured
-    (ROS_AUTOMATIC_DISCOVERY_RANGE, ROS_STATIC_PEERS, ...; ROS 2's default is the subnet)."""
+def discovery_environment(backend: str, domain_id: int, base: Mapping[str, str] | None = None,
+                          network: bool = False) -> dict[str, str]:
+    """Environment of a graph's nodes: a simulation stays on this machine unless `network` is asked
+    for (a graph split across machines); with the real robot, whose driver may run on another
+    computer, discovery is whatever the user configured (ROS_AUTOMATIC_DISCOVERY_RANGE,
+    ROS_STATIC_PEERS, ...; ROS 2's default is the subnet)."""
+    if network:
+        return network_environment(domain_id, base)
     return loopback_environment(domain_id, base) if backend == "sim" else _node_environment(domain_id, base)
 
 
-def _node_environment(domain_id: int, base: Mapping[str, str] | None) -> dict[str, str]:
+def network_environment(domain_id: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Discovery and traffic beyond this machine, for a graph whose nodes run on several: the
+    user's discovery range (the subnet unless they chose another or ROS_STATIC_PEERS), none of the
+    localhost-only settings, and Fast DDS's own transports with LARGE_DATA for multi-MB weights
+    (this package's shared-memory profile would keep traffic on this machine)."""
     env = dict(os.environ if base is None else base)
-    env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(fastdds_profile_path()))
+    env.pop("ROS_LOCALHOST_ONLY", None)
+    if env.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST") in ("LOCALHOST", "OFF"):
+        env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "SUBNET"
+    if env.get("FASTDDS_DEFAULT_PROFILES_FILE") == str(fastdds_profile_path()):
+        del env["FASTDDS_DEFAULT_PROFILES_FILE"]
+    return _node_environment(domain_id, env, large_payload_profile=False)
+
+
+def _node_environment(domain_id: int, base: Mapping[str, str] | None,
+                      large_payload_profile: bool = True) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    if large_payload_profile:
+        env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(fastdds_profile_path()))
     env.setdefault("FASTDDS_BUILTIN_TRANSPORTS", "LARGE_DATA")
     env.update({
         "ROS_DOMAIN_ID": str(domain_id),
