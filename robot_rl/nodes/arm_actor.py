@@ -374,7 +374,7 @@ class ArmActorNode(Node):
             timer_once(self, 0.5, self._request_reset, self.wall_clock)
             return
         with self.core_lock:
-            self.core.start_episode()
+            self.core.start_episode(commit_recording=False)
         self.session.reset_done(time.monotonic())
         self.episode_start_stamp = stamp
         self._publish_status(self.session.phase(time.monotonic()))
@@ -383,6 +383,10 @@ class ArmActorNode(Node):
         self.episode_pub.publish(Header(stamp=ns_to_stamp(stamp), frame_id="start"))
         if self.latest is not None and self.params["control_mode"] == "on_observation":
             self._act()
+        # A recording's finished episode is written after the new episode's first command is out (the
+        # write took 50-60 ms and held that command); its first step is staged one control period later.
+        with self.core_lock:
+            self.core.commit_recording()
 
     # ---- learner link -------------------------------------------------------------------------
 

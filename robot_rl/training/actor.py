@@ -256,10 +256,13 @@ class ActorCore:
 
     # ---- episodes -----------------------------------------------------------------------------
 
-    def start_episode(self) -> None:
+    def start_episode(self, commit_recording: bool = True) -> None:
+        """Begins an episode; a recording's finished episode is written first unless the caller
+        writes it itself (`commit_recording`) before the new episode's first step is staged."""
         if self.finished:
             raise RuntimeError("actor finished: training and evaluation are done")
-        self.commit_recording()
+        if commit_recording:
+            self.commit_recording()
         self._prev, self._label = None, None
         self._episode_first_stamp, self._learned_done = None, False
         self._episode = EpisodeStats(self.episode_index, evaluation=self.evaluating,
