@@ -64,14 +64,14 @@ def test_the_viewer_window_shows_the_scene_at_the_control_rate(tmp_path, display
     try:
         probe.wait_for(lambda: probe.value("steps") >= 5, 60, "the simulator stepping")
         start, t0 = probe.value("steps"), time.monotonic()
-        probe.spin(3.0)
+        probe.spin(5.0)
         rate = (probe.value("steps") - start) / (time.monotonic() - t0)
         screen = np.asarray(ImageGrab.grab(xdisplay=display).convert("RGB")).astype(int)
     finally:
         probe.close()
         sim.send_signal(signal.SIGINT)
         assert sim.wait(timeout=30) == 0, (tmp_path / "arm_sim.log").read_text()[-2000:]
-    assert 7.0 <= rate <= 13.0  # the window does not hold the 10 Hz loop (diagnostics come once a second)
+    assert 6.0 <= rate <= 13.0  # the window does not hold the 10 Hz loop (diagnostics come once a second)
     red = (screen[..., 0] > 150) & (screen[..., 1] < 60) & (screen[..., 2] < 60)
     assert screen.std() > 20 and red.sum() > 30  # a rendered scene with the red cube in it
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
 
 import numpy as np
@@ -53,6 +54,10 @@ PARAMS = [
           "display), auto (where a display can be opened, else a warning) or never. Over SSH use the session_view "
           "node's browser view.", choices=["never", "auto", "always"]),
 ]
+
+
+VIEWER_CLOSE_TIMEOUT_S = 5.0
+"""How long closing waits for MuJoCo's viewer thread to finish its last frame."""
 
 
 class ArmSimNode(Node):
@@ -99,6 +104,7 @@ class ArmSimNode(Node):
         else:
             self.create_timer(1.0 / p["control_hz"], self._realtime_step)
         self.create_timer(1.0, lambda: self.diag_pub.publish(diagnostics(self, dict(self.counters))))
+        self.viewer_threads: list[threading.Thread] = []
         self.viewer = self._open_viewer(p["viewer"]) if p["viewer"] != "never" else None
         self.sim.reset(self.rng)
         self._publish_observation()
@@ -112,8 +118,11 @@ class ArmSimNode(Node):
             import mujoco.viewer
 
             try:
-                return mujoco.viewer.launch_passive(self.sim.model, self.sim.data, show_left_ui=False,
-                                                    show_right_ui=False)
+                before = set(threading.enumerate())
+                viewer = mujoco.viewer.launch_passive(self.sim.model, self.sim.data, show_left_ui=False,
+                                                      show_right_ui=False)
+                self.viewer_threads = [t for t in threading.enumerate() if t not in before]
+                return viewer
             except Exception as exc:  # noqa: BLE001 - GLFW reports a missing or refused display in several ways
                 problem = f"the window could not open: {exc}"
         if mode == "always":
@@ -226,7 +235,12 @@ class ArmSimNode(Node):
 
     def close(self) -> None:
         if self.viewer is not None:
+            # close() only asks the viewer's thread to stop. The thread goes on with GLFW, the model and
+            # the data until it ends: exiting (GLFW's own atexit teardown) or freeing them before that
+            # crashed the process, so it is waited for.
             self.viewer.close()
+            for thread in self.viewer_threads:
+                thread.join(timeout=VIEWER_CLOSE_TIMEOUT_S)
         self.sim.close()
 
 

@@ -252,8 +252,11 @@ class TeleopNode(Node):
         if self._reader is not None:
             self._reader.join(timeout=2.0)
         if self.arbitrator.engaged and self.context.ok():  # after a Ctrl-C the context is gone: nothing to send on
-            self._publish_command([0.0] * 6)
-            self._engaged_pub.publish(Bool(data=False))
+            try:
+                self._publish_command([0.0] * 6)
+                self._engaged_pub.publish(Bool(data=False))
+            except RuntimeError:  # rclpy's RCLError: the Ctrl-C took the context down between the check and now
+                pass
 
 
 def main(args=None) -> int:

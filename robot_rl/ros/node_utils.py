@@ -192,8 +192,10 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> int:
     code = 0
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    # `kill -USR1 <pid>` prints every thread's stack to the node's log: a hung node says where.
+    # `kill -USR1 <pid>` prints every thread's stack to the node's log: a hung node says where; a
+    # crashing one (SIGSEGV, SIGABRT) does too.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    faulthandler.enable(all_threads=True)
     try:
         node = factory()
         node.exit_code = getattr(node, "exit_code", 0)
