@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -54,23 +55,31 @@ def _sim(tmp_path, domain_id: int, viewer: str, display: str | None) -> subproce
                             stdout=open(tmp_path / "arm_sim.log", "wb"), stderr=subprocess.STDOUT)
 
 
-def test_the_viewer_window_shows_the_scene_at_the_control_rate(tmp_path, display):
-    from PIL import ImageGrab
-
+@contextmanager
+def _stepping_sim(tmp_path, viewer: str, display: str | None, min_steps: int):
+    """The simulator node with `viewer`, stepping (a probe on its domain watches it); stopped with
+    Ctrl-C on the way out, which it must survive with exit 0."""
     domain_id = fresh_domain_id()
-    sim = _sim(tmp_path, domain_id, "always", display)
+    sim = _sim(tmp_path, domain_id, viewer, display)
     probe = RosProbe(domain_id, "viewer_probe")
     probe.watched = "arm_sim"
     try:
-        probe.wait_for(lambda: probe.value("steps") >= 5, 60, "the simulator stepping")
-        start, t0 = probe.value("steps"), time.monotonic()
-        probe.spin(5.0)
-        rate = (probe.value("steps") - start) / (time.monotonic() - t0)
-        screen = np.asarray(ImageGrab.grab(xdisplay=display).convert("RGB")).astype(int)
+        probe.wait_for(lambda: probe.value("steps") >= min_steps, 60, f"the simulator stepping (viewer {viewer})")
+        yield probe
     finally:
         probe.close()
         sim.send_signal(signal.SIGINT)
         assert sim.wait(timeout=30) == 0, (tmp_path / "arm_sim.log").read_text()[-2000:]
+
+
+def test_the_viewer_window_shows_the_scene_at_the_control_rate(tmp_path, display):
+    from PIL import ImageGrab
+
+    with _stepping_sim(tmp_path, "always", display, min_steps=5) as probe:
+        start, t0 = probe.value("steps"), time.monotonic()
+        probe.spin(5.0)
+        rate = (probe.value("steps") - start) / (time.monotonic() - t0)
+        screen = np.asarray(ImageGrab.grab(xdisplay=display).convert("RGB")).astype(int)
     assert 6.0 <= rate <= 13.0  # the window does not hold the 10 Hz loop (diagnostics come once a second)
     red = (screen[..., 0] > 150) & (screen[..., 1] < 60) & (screen[..., 2] < 60)
     assert screen.std() > 20 and red.sum() > 30  # a rendered scene with the red cube in it
@@ -80,14 +89,6 @@ def test_without_a_display_always_is_refused_and_auto_goes_on(tmp_path):
     sim = _sim(tmp_path, fresh_domain_id(), "always", None)
     assert sim.wait(timeout=60) == 2
     assert "viewer:=always needs a display (DISPLAY is not set)" in (tmp_path / "arm_sim.log").read_text()
-    domain_id = fresh_domain_id()
-    sim = _sim(tmp_path, domain_id, "auto", None)
-    probe = RosProbe(domain_id, "viewer_probe")
-    probe.watched = "arm_sim"
-    try:
-        probe.wait_for(lambda: probe.value("steps") >= 3, 60, "the simulator stepping without a window")
-    finally:
-        probe.close()
-        sim.send_signal(signal.SIGINT)
-        assert sim.wait(timeout=30) == 0
+    with _stepping_sim(tmp_path, "auto", None, min_steps=3):
+        pass
     assert "no MuJoCo viewer window (DISPLAY is not set)" in (tmp_path / "arm_sim.log").read_text()

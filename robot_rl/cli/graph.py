@@ -108,6 +108,8 @@ def _join_graph(args: argparse.Namespace) -> tuple[dict, str]:
 
 
 TELEOP_DEVICES = ("spacemouse", "evdev", "joy", "keyboard")
+PERSON_NODES = ("teleop", "scripted_human", "session_view")
+"""The nodes a person in the loop adds to a graph (`_person_nodes`)."""
 
 VIEW_CAMERAS = ["front", "wrist"]
 """What the person's view shows of a task without cameras of its own (the simulator renders them
@@ -115,16 +117,17 @@ for the view only, at VIEW_IMAGE_SIZE)."""
 VIEW_IMAGE_SIZE = 160
 
 
-def _person_overrides(args: argparse.Namespace, config: dict, device: str, robot: list[str]) -> dict:
-    """Settings that put a person in the loop with `device` ("scripted": the scripted human on a
-    virtual gamepad): the teleop node reading it (the keyboard: this terminal), the simulator on the
-    wall clock, the person's timing, and the person's view unless --view off."""
+def _person_overrides(args: argparse.Namespace, config: dict, robot: list[str]) -> dict:
+    """Settings that put a person in the loop with the device `--teleop` names ("scripted": the scripted
+    human on a virtual gamepad): the teleop node reading it (the keyboard: this terminal), the simulator
+    on the wall clock, the person's timing, and the person's view unless --view off."""
+    device = args.teleop
     scripted = device == "scripted"
     overrides = {"teleop.device": "joy" if scripted else device,
                  "arm_actor.reset_time_s": args.reset_time_s, "arm_actor.sync_updates_per_step": 0.0}
     if "arm_sim" in robot:
         overrides["arm_sim.clock_mode"] = "realtime"  # a person (scripted too: it reacts in wall time) needs real time
-    if device == "keyboard" and not args.device_path:
+    if _keyboard_here(args):
         if not sys.stdin.isatty():
             raise UserError("--teleop keyboard needs a terminal (or --device-path /dev/pts/N of another one)")
         overrides["teleop.device_path"] = os.ttyname(sys.stdin.fileno())
@@ -151,6 +154,11 @@ def _person_overrides(args: argparse.Namespace, config: dict, device: str, robot
                           "session_view.device": "joy" if scripted else device,
                           "session_view.port": args.view_port})
     return overrides
+
+
+def _keyboard_here(args: argparse.Namespace) -> bool:
+    """The person types in this terminal (which then runs in raw mode)."""
+    return args.teleop == "keyboard" and not args.device_path
 
 
 def _person_nodes(args: argparse.Namespace, scripted: bool) -> list[str]:
@@ -182,9 +190,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = load_config(args.config or config_path(args.task))
     settings = _settings(args.set)
     if args.teleop:
-        robot = [n for n in config["robot_rl"]["nodes"] if n not in ("teleop", "scripted_human", "session_view")]
+        robot = [n for n in config["robot_rl"]["nodes"] if n not in PERSON_NODES]
         person = {"robot_rl.nodes": [*robot, *_person_nodes(args, scripted=False)],
-                  **_person_overrides(args, config, args.teleop, robot)}
+                  **_person_overrides(args, config, robot)}
         config = apply_overrides(config, person)
     if args.actors is not None:
         config = apply_overrides(config, {"robot_rl.actors": args.actors})
@@ -227,7 +235,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         _print_view_address(args)
     monitor = Monitor(int(actor_params.get("total_steps", 0)), int(actor_params.get("eval_episodes", 0)), actor=actor,
                       person=bool(args.teleop))
-    keyboard_here = args.teleop == "keyboard" and not args.device_path
+    keyboard_here = _keyboard_here(args)
     codes, code = run_graph(specs, params_path, run_dir, env, monitor, plain=args.plain or keyboard_here,
                             status_period=args.status_period, line_end="\r" if keyboard_here else "")
     if codes:
@@ -258,7 +266,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _check_nodes_here(wanted: list[str], nodes: list[str], actors: int) -> None:
     """--nodes names nodes of this graph: node names, or a fleet robot's node (robot0/arm_actor)."""
-    robots = {f"robot{i}" for i in range(actors)} if actors > 1 else set()
+    from robot_rl.ros.graph import robot_namespace
+
+    robots = {robot_namespace(i) for i in range(actors)} if actors > 1 else set()
     unknown = [name for name in wanted
                if not (name in nodes or (name.partition("/")[0] in robots and name.partition("/")[2] in nodes))]
     if unknown:
@@ -320,15 +330,14 @@ def cmd_record(args: argparse.Namespace) -> int:
     # otherwise the actor commits episode by episode into --out itself.
     recording = out.with_name(f"{TEMP_PREFIX}{out.name}-{os.getpid()}") if args.overwrite and out.exists() else out
     scripted = args.teleop == "scripted"
-    robot = [n for n in config["robot_rl"]["nodes"]
-             if n not in ("arm_actor", "learner", "teleop", "scripted_human", "session_view")]
+    robot = [n for n in config["robot_rl"]["nodes"] if n not in ("arm_actor", "learner", *PERSON_NODES)]
     nodes = [*robot, "arm_actor", *_person_nodes(args, scripted)]
     overrides = {"robot_rl.nodes": nodes, "robot_rl.demos": {"episodes": 0},
                  "arm_actor.mode": "record", "arm_actor.record_path": str(recording),
                  "arm_actor.record_episodes": args.episodes, "arm_actor.keep_idle": args.keep_idle,
                  "arm_actor.episode_time_s": args.episode_time_s,
-                 **_person_overrides(args, config, args.teleop, robot)}
-    keyboard_here = args.teleop == "keyboard" and not args.device_path
+                 **_person_overrides(args, config, robot)}
+    keyboard_here = _keyboard_here(args)
     if scripted:
         overrides.update({"scripted_human.task": config["robot_rl"]["task"], "scripted_human.takeover_prob_start": 1.0,
                           "scripted_human.takeover_prob_end": 1.0, "scripted_human.off_track_steps": 1,

@@ -159,7 +159,7 @@ class ArmActorNode(Node):
         self.missed_periods = 0
         self.session = SessionClock(p["reset_time_s"])
         self.last_action: np.ndarray | None = None
-        self.driver = "holding" if recording else "policy"
+        self.driver = self._driver(None)
         self.status_message = ""
 
         self.cmd_pub = self.create_publisher(TwistStamped, "arm/cmd", qos.COMMAND)
@@ -257,11 +257,16 @@ class ArmActorNode(Node):
             self._publish_command(*action_to_msgs(result.action, stamp, self.params["action_scale"],
                                                   self.params["control_hz"]))
             self._measure_latency(stamp)
-            self.driver = "person" if human_action is not None else "holding" if self.core.config.record_only \
-                else "policy"
+            self.driver = self._driver(human_action)
             self._publish_status("running")
             return
         self._on_episode_end(result.episode)
+
+    def _driver(self, human_action) -> str:
+        """Who drove the last step: the person, else the policy (a recording session: nobody, the robot holds)."""
+        if human_action is not None:
+            return "person"
+        return "holding" if self.core.config.record_only else "policy"
 
     def _hold(self, stamp: int) -> None:
         """The robot holds still (during the countdown and pauses), its gripper as last commanded."""

@@ -55,6 +55,11 @@ LEARNERS = ("learner", "ppo_learner")
 LEARNER_TOPICS = ("rl/transitions", "rl/policy", "rl/acks")
 
 
+def robot_namespace(index: int) -> str:
+    """Robot `index` of a fleet: its namespace, actor id and run subdirectory."""
+    return f"robot{index}"
+
+
 def config_path(task: str) -> Path:
     path = share_dir() / "config" / f"{task}.yaml"
     if not path.exists():
@@ -135,7 +140,7 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
         for index in fleet:
             params = dict(config.get(name, {}).get("ros__parameters", {}))
             ns = namespace.strip("/") if index is None else "/".join(filter(None, [namespace.strip("/"),
-                                                                                   f"robot{index}"]))
+                                                                                   robot_namespace(index)]))
             if run_dir is not None and name in ("arm_actor", "learner", "juggle_actor", "ppo_learner", "car_actor",
                                                 "session_view"):
                 params["run_dir"] = str(run_dir)
@@ -160,9 +165,9 @@ def _as_fleet_member(spec: NodeSpec, index: int, prefix: str, run_dir: str | Non
     if "seed" in declared:
         spec.parameters["seed"] = int(spec.parameters.get("seed", declared["seed"].default)) + index
     if "actor_id" in declared:
-        spec.parameters["actor_id"] = f"robot{index}"
+        spec.parameters["actor_id"] = robot_namespace(index)
         if run_dir is not None:
-            spec.parameters["run_dir"] = str(Path(run_dir) / f"robot{index}")
+            spec.parameters["run_dir"] = str(Path(run_dir) / robot_namespace(index))
             spec.parameters.setdefault("key_file", str(Path(run_dir) / "secret.key"))
         spec.remaps.update({topic: f"{prefix}/{topic}" for topic in LEARNER_TOPICS})
     if "port" in declared:  # the person's view of each robot on a port of its own
