@@ -85,7 +85,7 @@ def test_cli_rejects_unknown_settings_and_unsupported_envs(tmp_path):
     assert bad.returncode == 2 and "unknown setting --set nope" in bad.stderr
     discrete = subprocess.run([sys.executable, "-m", "robot_rl.cli", "train", "--env", "CartPole-v1",
                                "--set", "demo_episodes=0"], capture_output=True, text=True, timeout=120)
-    assert discrete.returncode == 2 and "Box action space" in discrete.stderr
+    assert discrete.returncode == 2 and "continuous (Box) action" in discrete.stderr
 
 
 def _config(**kw):

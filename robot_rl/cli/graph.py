@@ -418,6 +418,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--env", help="train on this Gymnasium id in one process, without ROS (--set FIELD=VALUE "
                                      "and --set sac.FIELD=VALUE set GymTrainConfig/SACConfig)")
     train.add_argument("--encoder", help="with --env: a pretrained encoder directory, used frozen")
+    train.add_argument("--env-kwargs", metavar="JSON", help="with --env: the environment's own options, a JSON object "
+                                                              "passed to gymnasium.make")
+    train.add_argument("--obs-keys", metavar="KEY,KEY", help="with --env: observation entries to use, in order (a/b for "
+                                                              "nested Dict keys); default: every Box entry")
+    train.add_argument("--demos", metavar="DATASET", help="with --env: demonstrations, our zarr episodes or a "
+                                                           "LeRobotDataset (v3) directory")
     train.add_argument("--config", help="task config YAML (default: config/<task>.yaml of the package)")
     train.add_argument("--backend", default="sim", choices=["sim", "real"])
     train.add_argument("--namespace", default="", help="namespace for every node of the graph")

@@ -1,37 +1,44 @@
 """SAC + RLPD on any Gymnasium environment, in one process, without ROS.
 
 For algorithm benchmarking (`robot-rl train --env <id>`) and the pixel pick-cube benchmark.
-The agent is the same `SAC` / `Policy` the learner and actor nodes run. Observations:
+The agent is the same `SAC` / `Policy` the learner and actor nodes run. The environment is seen
+through its `EnvAdapter` (`robot_rl.envs.canonical`: any (nested) Dict of state vectors and
+camera images, actions in the environment's own ranges, success under the usual info keys), so
+the agent gets either
 
-* `Box`: a flat vector, stored as it is.
-* `Dict` of uint8 (H, W, 3) camera frames plus an optional `state` vector: with a frozen
-  encoder (the shipped pretrained one, or ResNet weights) the frames are encoded once when
-  the observation arrives, acting and storage share those features, and the replay memory
-  holds feature vectors; with a trainable encoder the frames go to the frame replay memory
-  (each frame stored once) and DrQ trains the encoder through the critic.
+* a flat, normalised state vector, stored as it is, or
+* camera frames (uint8 (H, W, 3)) plus the normalised `state`: with a frozen encoder (the shipped
+  pretrained one, or ResNet weights) the frames are encoded once when the observation arrives,
+  acting and storage share those features, and the replay memory holds feature vectors; with a
+  trainable encoder the frames go to the frame replay memory (each frame stored once) and DrQ
+  trains the encoder through the critic.
 
-Demonstrations come from the task's scripted expert or from an episode dataset; transitions
-where the scripted intervener took over go to the online and the demonstration buffers.
+State features without usable bounds are normalised by statistics of the first observations
+(demonstrations and the warm-up steps): until the warm-up ends transitions are held back and
+stored once the statistics exist, so the replay memory never mixes two normalisations.
+
+Demonstrations come from the task's scripted expert or from an episode dataset (ours or a
+LeRobot dataset); transitions where the scripted intervener took over, or where the environment
+reports a person's takeover in its info, go to the online and the demonstration buffers.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium import spaces
 
 from robot_rl.agents.encoders import EncoderConfig
 from robot_rl.agents.sac import SAC, SACConfig
-from robot_rl.data.episodes import EpisodeDataset
 from robot_rl.data.frames import FrameReplayBuffer
 from robot_rl.data.replay import ReplayBuffer
 from robot_rl.device import resolve_device
+from robot_rl.envs.canonical import AdapterConfig, CanonicalEnv, EnvAdapter, make_canonical
 from robot_rl.rewards.env_reward import LearnedRewardConfig, learned_reward_env
 from robot_rl.training.interventions import InterventionConfig, ScriptedIntervener
 from robot_rl.training.off_policy import OffPolicyCore
@@ -94,82 +101,61 @@ class GymTrainConfig:
     """End training at the first evaluation with at least this success rate (None: run to total_steps)."""
     buffer_capacity: int = 200_000
     device: str = "auto"
+    adapter: AdapterConfig = field(default_factory=AdapterConfig)
+    """How the environment's observations, actions and success map to the agent's (robot_rl.envs.canonical)."""
 
 
-def image_keys(space: spaces.Space) -> tuple[str, ...]:
-    if not isinstance(space, spaces.Dict):
-        return ()
-    return tuple(k for k, s in space.spaces.items()
-                 if isinstance(s, spaces.Box) and s.dtype == np.uint8 and len(s.shape) == 3 and s.shape[-1] == 3)
-
-
-def check_spaces(env: gym.Env) -> None:
-    if not isinstance(env.action_space, spaces.Box) or len(env.action_space.shape) != 1:
-        raise ValueError(f"{env.spec.id if env.spec else env}: needs a 1-D Box action space, got {env.action_space}")
-    obs_space = env.observation_space
-    if isinstance(obs_space, spaces.Box):
-        if len(obs_space.shape) != 1:
-            raise ValueError(f"Box observations must be vectors, got shape {obs_space.shape}")
-        return
-    if not isinstance(obs_space, spaces.Dict) or not image_keys(obs_space):
-        raise ValueError("observations must be a Box vector or a Dict of uint8 (H, W, 3) images plus 'state'")
-    extra = set(obs_space.spaces) - set(image_keys(obs_space)) - {"state"}
-    if extra:
-        raise ValueError(f"Dict observation keys {sorted(extra)} are neither camera frames nor 'state'")
-
-
-def make_env(env_id: str, kwargs: dict) -> gym.Env:
-    """gymnasium.make, checked, with the action space rescaled to the agent's [-1, 1]."""
-    env = gym.make(env_id, **kwargs)
-    check_spaces(env)
-    low, high = env.action_space.low, env.action_space.high
-    if not (np.isfinite(low).all() and np.isfinite(high).all()):
-        raise ValueError(f"{env_id}: the action space must be bounded, got {env.action_space}")
-    if not (np.allclose(low, -1) and np.allclose(high, 1)):
-        env = gym.wrappers.RescaleAction(env, -1.0, 1.0)
-    return env
+def make_env(config: GymTrainConfig, adapter: EnvAdapter | None = None, evaluation: bool = False) -> CanonicalEnv:
+    """The training (or evaluation) environment seen through its adapter, states left raw (the trainer normalises)."""
+    kwargs = {**config.env_kwargs, **(config.eval_env_kwargs if evaluation else {})}
+    return make_canonical(config.env_id, kwargs, config.adapter, adapter=adapter, normalize=False)
 
 
 class Trainer:
-    """Owns env, agent and buffers; `run()` trains and evaluates, returning the learning curve."""
+    """Owns env, agent and buffers; `run()` trains and evaluates, returning the learning curve.
+
+    With `run_dir` it also writes what graph runs write: TensorBoard scalars, `episodes.jsonl` (one
+    line per training episode) and, at the end, `eval.json`. `observer` (e.g. a Rerun session) sees
+    every step: `observer.step(...)` and `observer.episode_end(...)`."""
 
     def __init__(self, config: GymTrainConfig, expert: Expert | None = None, intervener=None,
-                 log: Callable[[dict], None] | None = None):
+                 log: Callable[[dict], None] | None = None, run_dir: str | Path | None = None, observer=None):
         self.config = cfg = config
         self.device = torch.device(resolve_device(cfg.device))
         self.rng = np.random.default_rng(cfg.seed)
         torch.manual_seed(cfg.seed)
-        self.env = make_env(cfg.env_id, cfg.env_kwargs)
+        self.env = make_env(cfg)
+        self.adapter = self.env.adapter
+        self.normalize = self.adapter.normalizer
         if cfg.learned_reward is not None:
             self.env = learned_reward_env(self.env, cfg.learned_reward, str(self.device))
         if (cfg.demo_episodes or cfg.interventions or cfg.correction_transitions) and expert is None:
             raise ValueError(f"{cfg.env_id} has no scripted expert: set demo_episodes=0 and interventions=False "
                              "or give demo_dataset")
-        action_dim = self.env.action_space.shape[0]
+        action_dim = self.adapter.action_dim
         if cfg.interventions and intervener is None:
             # Every continuous entry is motion; with a grasp critic the last one is the gripper command.
             continuous = action_dim - 1 if cfg.sac.grasp_critic else action_dim
             intervener = ScriptedIntervener(expert, InterventionConfig(
                 motion_dims=tuple(range(continuous)), gripper_index=continuous if cfg.sac.grasp_critic else None))
-        self.expert, self.intervener, self.log = expert, intervener, log or (lambda row: None)
-        obs_space = self.env.observation_space
-        self.cameras = image_keys(obs_space)
-        state_dim = obs_space["state"].shape[0] if self.cameras and "state" in obs_space.spaces else 0
+        self.expert, self.intervener, self.log, self.observer = expert, intervener, log or (lambda row: None), observer
+        self.cameras = self.adapter.cameras
+        state_dim = self.adapter.state_dim
         encoder = cfg.encoder
         if self.cameras:
-            size = obs_space[self.cameras[0]].shape[0]
-            encoder = encoder or EncoderConfig(cameras=self.cameras, image_size=size, state_dim=state_dim)
+            encoder = encoder or EncoderConfig(cameras=self.cameras, image_size=self.adapter.image_size,
+                                               state_dim=state_dim)
             if set(encoder.cameras) != set(self.cameras) or encoder.state_dim != state_dim:
                 raise ValueError(f"encoder is for cameras {encoder.cameras} + state {encoder.state_dim}, env has "
                                  f"{self.cameras} + state {state_dim}")
         self.frozen = encoder is not None and encoder.frozen
-        flat_dim = obs_space.shape[0] if not self.cameras else 0
+        flat_dim = state_dim if not self.cameras else 0
         self.agent = SAC(flat_dim, action_dim, cfg.sac, self.device,
                          encoder=encoder if encoder is not None and not self.frozen else None,
                          policy_encoder=encoder if self.frozen else None)
         self.network = self.agent.policy.network
         if self.cameras and not self.frozen:
-            shapes = {k: obs_space[k].shape for k in self.cameras}
+            shapes = {k: (self.adapter.image_size, self.adapter.image_size, 3) for k in self.cameras}
             make = lambda: FrameReplayBuffer(cfg.buffer_capacity, shapes, max(state_dim, 1), action_dim)  # noqa: E731
         else:
             layout = transition_layout(self.agent.obs_dim, action_dim)
@@ -187,28 +173,77 @@ class Trainer:
         self.state_dim = state_dim
         self.steps = 0
         self.history: list[dict[str, Any]] = []
+        self.held: list[tuple] = []
+        """Transitions (raw observations) waiting for the state statistics before they are stored."""
+        self._last: tuple[Any, Any, Any] = (None, None, None)
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.writer = None
+        if self.run_dir is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.writer = SummaryWriter(str(self.run_dir / "tensorboard"))
 
     # ---- observations ------------------------------------------------------------------------
 
-    def stored(self, obs) -> Any:
-        """What the replay memory keeps of an observation: flat vector, features, or frames + state."""
-        if not self.cameras:
-            return np.asarray(obs, np.float32)
-        if self.frozen:
-            return self.core.features({k: np.asarray(obs[k])[None] for k in (*self.cameras, "state") if k in obs})[0]
-        state = np.asarray(obs.get("state", np.zeros(1)), np.float32)
-        return {**{k: obs[k] for k in self.cameras}, "state": state}
+    def agent_view(self, raw) -> tuple[Any, Any]:
+        """(observation the policy sees, what the replay memory keeps of it) for a raw canonical
+        observation: state normalised; a flat vector, features, or frames + state. The last one is
+        cached: a step's next observation is the following step's observation."""
+        if raw is self._last[0]:
+            return self._last[1], self._last[2]
+        if self.cameras:
+            obs = {**{k: raw[k] for k in self.cameras}, "state": self.normalize(raw["state"])}
+            state = obs["state"] if self.state_dim else np.zeros(1, np.float32)
+            if self.frozen:
+                stored = self.core.features({**{k: np.asarray(obs[k])[None] for k in self.cameras},
+                                             "state": state[None]})[0]
+            else:
+                stored = {**{k: obs[k] for k in self.cameras}, "state": state}
+        else:
+            obs = stored = self.normalize(raw)
+        self._last = (raw, obs, stored)
+        return obs, stored
 
-    def act(self, obs, stored, deterministic: bool) -> np.ndarray:
+    def act(self, raw, deterministic: bool) -> np.ndarray:
+        obs, stored = self.agent_view(raw)
         with torch.inference_mode():
             if self.frozen:
                 features = torch.from_numpy(stored)[None].to(self.device)
                 state = torch.from_numpy(np.asarray(obs["state"], np.float32))[None].to(self.device)
                 action = self.network.act_on_features(features, state, deterministic)
                 return action[0].cpu().numpy()
-        return self.agent.policy.act(obs if self.cameras else stored, deterministic=deterministic)
+        return self.agent.policy.act(obs, deterministic=deterministic)
 
     # ---- data --------------------------------------------------------------------------------
+
+    def add(self, raw_obs, action, reward, raw_next_obs, terminated, truncated, intervention: bool, stream: str,
+            demonstration: bool = False) -> None:
+        """One transition on raw observations: held back while state statistics are pending, else stored."""
+        transition = (raw_obs, np.asarray(action, np.float32), reward, raw_next_obs, terminated, truncated,
+                      intervention, stream, demonstration)
+        if self.normalize.needs_statistics:
+            self.held.append(transition)
+            return
+        self._store(*transition)
+
+    def _store(self, raw_obs, action, reward, raw_next_obs, terminated, truncated, intervention, stream,
+               demonstration) -> None:
+        stored = self.agent_view(raw_obs)[1]
+        next_stored = self.agent_view(raw_next_obs)[1]
+        self.core.add(stored, action, reward, next_stored, terminated, truncated, intervention, stream,
+                      demonstration=demonstration)
+
+    def fit_normalizer(self) -> None:
+        """State statistics from every held transition's observations, then the held transitions stored."""
+        if not self.normalize.needs_statistics or not self.held:
+            return
+        state = (lambda raw: raw["state"]) if self.cameras else (lambda raw: raw)
+        self.normalize.fit(np.stack([state(raw) for t in self.held for raw in (t[0], t[3])]))
+        self._last = (None, None, None)
+        held, self.held = self.held, []
+        for transition in held:
+            self._store(*transition)
 
     def collect_demos(self) -> dict[str, float]:
         cfg = self.config
@@ -218,11 +253,7 @@ class Trainer:
             self._expert_episodes(transitions=cfg.correction_transitions)
             stats["expert_transitions_up_front"] = cfg.correction_transitions
         if cfg.demo_dataset:
-            dataset = EpisodeDataset(cfg.demo_dataset)
-            if isinstance(self.demos, FrameReplayBuffer):
-                dataset.load_into(self.demos)
-            else:
-                self._load_encoded(dataset)
+            stats["dataset_transitions"] = self.load_dataset(cfg.demo_dataset)
         return stats
 
     def _expert_episodes(self, episodes: int = 0, transitions: int = 0) -> tuple[int, int]:
@@ -237,16 +268,14 @@ class Trainer:
                 raise RuntimeError(f"scripted expert succeeded in only {kept} of {attempted} episodes")
             obs, info = self.env.reset(seed=int(self.rng.integers(2**31)))
             episode, states, success, done = [], [], False, False
-            stored = self.stored(obs)
             while not done:
                 if cfg.return_and_explore and not transitions:
                     states.append(self.env.unwrapped.snapshot())
                 action = self.expert(info["state"], self.rng, cfg.demo_noise)
-                obs, reward, terminated, truncated, info = self.env.step(action)
-                next_stored = self.stored(obs)
-                episode.append((stored, action, reward, next_stored, terminated, truncated))
-                stored, done = next_stored, terminated or truncated
-                success = success or bool(info.get("is_success", False))
+                next_obs, reward, terminated, truncated, info = self.env.step(action)
+                episode.append((obs, action, reward, next_obs, terminated, truncated))
+                obs, done = next_obs, terminated or truncated
+                success = success or bool(info["is_success"])
             if success:
                 kept += 1
                 self.demo_states += states
@@ -254,22 +283,41 @@ class Trainer:
                     episode = episode[:transitions - stored_rows]
                 stored_rows += len(episode)
                 for transition in episode:
-                    self.core.add(*transition, bool(transitions), stream=f"{'correction' if transitions else 'demo'}"
-                                  f"{kept}", demonstration=True)
+                    self.add(*transition, bool(transitions), stream=f"{'correction' if transitions else 'demo'}"
+                             f"{kept}", demonstration=True)
         return kept, attempted
 
-    def _load_encoded(self, dataset) -> None:
+    def load_dataset(self, path: str) -> int:
+        """Every episode of a dataset (ours or LeRobot v3) into the demonstration memory, its actions
+        mapped from the environment's units to the agent's and its frames to the adapter's size;
+        returns the transitions added."""
+        from robot_rl.data.lerobot_format import open_episodes
+
+        dataset = open_episodes(path)
+        schema = dataset.schema
+        if schema.state_dim != self.state_dim or set(schema.cameras) != set(self.cameras) \
+                or schema.action_dim != self.adapter.action_dim:
+            raise ValueError(f"{path}: episodes of cameras {sorted(schema.cameras)}, state {schema.state_dim}, action "
+                             f"{schema.action_dim}; {self.config.env_id} as adapted has cameras {sorted(self.cameras)}, "
+                             f"state {self.state_dim}, action {self.adapter.action_dim}")
+        added = 0
         for i in range(len(dataset)):
             episode = dataset.episode(i)
-            observations = [self.stored({k: episode[k][t] for k in (*self.cameras, "state") if k in episode}
-                                        if self.cameras else episode["state"][t])
-                            for t in range(len(episode["state"]))]
+            states = episode["state"]
+            if self.cameras:
+                frames = {k: [resize_frame(f, self.adapter.image_size) for f in episode[k]] for k in self.cameras}
+                observations = [{**{k: frames[k][t] for k in self.cameras}, "state": states[t]}
+                                for t in range(len(states))]
+            else:
+                observations = list(states)
             for t in range(len(episode["action"])):
-                self.core.add(observations[t], episode["action"][t], episode["reward"][t], observations[t + 1],
-                              episode["terminated"][t], episode["truncated"][t], episode["intervention"][t], f"ds{i}",
-                              demonstration=True)
+                self.add(observations[t], self.adapter.agent_action(episode["action"][t]), episode["reward"][t],
+                         observations[t + 1], episode["terminated"][t], episode["truncated"][t],
+                         bool(episode["intervention"][t]), f"ds{i}", demonstration=True)
+                added += 1
+        return added
 
-    # ---- checkpoints -------------------------------------------------------------------------
+    # ---- checkpoints and the saved policy ----------------------------------------------------
 
     def network_shape(self) -> dict[str, Any]:
         """The settings that decide the weights' shapes (a checkpoint loads only into the same)."""
@@ -280,28 +328,19 @@ class Trainer:
 
     def save_checkpoint(self, run_dir) -> Path:
         """Agent, optimizers and sampling state in <run_dir>/checkpoint.pt (OffPolicyCore's format)."""
-        return self.core.save_checkpoint(run_dir, self.network_shape(), keep=1, extra={"steps": self.steps})
+        return self.core.save_checkpoint(run_dir, self.network_shape(), keep=1,
+                                         extra={"steps": self.steps, "adapter": self.adapter.to_json()})
+
+    def save_policy(self, path: Path) -> None:
+        """The deployable policy with the environment's adapter (its state normalisation included), so
+        `robot-rl eval` runs it on the environment as it was trained."""
+        save_env_policy(path, self.agent.policy, self.adapter, self.config.env_id, self.config.env_kwargs)
 
     # ---- loops -------------------------------------------------------------------------------
 
     def evaluate(self, episodes: int) -> dict[str, float]:
-        env = make_env(self.config.env_id, {**self.config.env_kwargs, **self.config.eval_env_kwargs})
-        rng = np.random.default_rng(10_000 + self.config.seed)
-        successes, returns = [], []
-        try:
-            for _ in range(episodes):
-                obs, _ = env.reset(seed=int(rng.integers(2**31)))
-                done, success, total = False, False, 0.0
-                while not done:
-                    obs, reward, terminated, truncated, info = env.step(self.act(obs, self.stored(obs), True))
-                    total += float(reward)
-                    success = success or bool(info.get("is_success", False))
-                    done = terminated or truncated
-                successes.append(success)
-                returns.append(total)
-        finally:
-            env.close()
-        return {"success_rate": float(np.mean(successes)), "mean_return": float(np.mean(returns))}
+        return evaluate_policy(lambda raw: self.act(raw, True), make_env(self.config, self.adapter, evaluation=True),
+                               episodes, seed=10_000 + self.config.seed)
 
     def reset_training_episode(self, seed: int):
         """A fresh reset, or (return-and-explore) a reset into a demonstration's state."""
@@ -310,37 +349,64 @@ class Trainer:
             return self.env.reset(seed=seed, options={"snapshot": snapshot})
         return self.env.reset(seed=seed)
 
+    def _end_episode(self, episode: dict, success: bool) -> dict:
+        row = {**episode, "success": success}
+        if self.run_dir is not None:
+            self.writer.add_scalar("episode/return", row["return"], self.steps)
+            self.writer.add_scalar("episode/success", float(success), self.steps)
+            self.writer.add_scalar("episode/intervention_steps", row["intervention_steps"], self.steps)
+            with open(self.run_dir / "episodes.jsonl", "a") as f:
+                f.write(json.dumps({**row, "env_steps": self.steps, "time": round(time.time(), 3),
+                                    "learner_updates": self.agent.num_updates}) + "\n")
+        if self.observer is not None:
+            self.observer.episode_end(episode["index"], success, "success" if success else "done")
+        return row
+
+    def _observe(self, raw, action, policy_action, intervened: bool, reward: float, episode: int) -> None:
+        obs, _ = self.agent_view(raw)
+        self.observer.step(step=self.steps, cameras={k: obs[k] for k in self.cameras} if self.cameras else {},
+                           state=obs["state"] if self.cameras else obs, action=action,
+                           policy_action=policy_action, driver="person" if intervened else "policy",
+                           reward=reward, value=None, done_probability=None, episode=episode,
+                           wall_time=time.time())
+
     def run(self) -> list[dict[str, Any]]:
         cfg = self.config
         start = time.perf_counter()
         demo_stats = self.collect_demos() if (cfg.demo_episodes or cfg.demo_dataset or cfg.correction_transitions) \
             else {}
-        if cfg.offline_updates and len(self.demos):
+        if cfg.warmup_steps == 0:
+            self.fit_normalizer()
+        if cfg.offline_updates and (len(self.demos) or self.held):
+            self.fit_normalizer()  # offline updates need the demonstrations stored
             self.core.train_offline(cfg.offline_updates)
         obs, info = self.reset_training_episode(cfg.seed)
-        stored = self.stored(obs)
         episode = {"return": 0.0, "interventions": 0, "intervention_steps": 0, "index": 0}
         episodes, intervening = [], False
         next_eval = cfg.eval_every or cfg.total_steps
         while self.steps < cfg.total_steps:
-            policy_action = self.act(obs, stored, deterministic=False)
+            policy_action = self.act(obs, deterministic=False)
             action, intervened = policy_action, False
             if self.intervener is not None:
                 action, intervened = self.intervener(info["state"], policy_action, self.rng)
-                episode["interventions"] += int(intervened and not intervening)
-                episode["intervention_steps"] += int(intervened)
-                intervening = intervened
-            obs, reward, terminated, truncated, info = self.env.step(action)
-            next_stored = self.stored(obs)
-            self.core.add(stored, action, reward, next_stored, terminated, truncated, intervened, f"ep{episode['index']}")
-            stored = next_stored
+            next_obs, reward, terminated, truncated, info = self.env.step(action)
+            if info["intervention"]:  # the environment reports that a person drove this step
+                action, intervened = info["intervention_action"], True
+            episode["interventions"] += int(intervened and not intervening)
+            episode["intervention_steps"] += int(intervened)
+            intervening = intervened
+            self.add(obs, action, reward, next_obs, terminated, truncated, intervened, f"ep{episode['index']}")
+            if self.observer is not None:
+                self._observe(next_obs, action, policy_action, intervened, reward, episode["index"])
+            obs = next_obs
             episode["return"] += float(reward)
             self.steps += 1
+            if self.steps >= cfg.warmup_steps:
+                self.fit_normalizer()
             self.core.catch_up(cfg.updates_per_step)
             if terminated or truncated:
-                episodes.append({**episode, "success": bool(info.get("is_success", False))})
+                episodes.append(self._end_episode(episode, bool(info["is_success"])))
                 obs, info = self.reset_training_episode(int(self.rng.integers(2**31)))
-                stored = self.stored(obs)
                 episode = {"return": 0.0, "interventions": 0, "intervention_steps": 0, "index": episode["index"] + 1}
                 intervening = False
             if self.steps >= next_eval or self.steps == cfg.total_steps:
@@ -356,8 +422,57 @@ class Trainer:
                                              if recent else 0.0),
                        "episodes": len(episodes)}
                 self.history.append(row)
+                if self.writer is not None:
+                    for key in ("success_rate", "mean_return", "train_success_rate", "intervention_rate"):
+                        self.writer.add_scalar(f"eval/{key}" if key in ("success_rate", "mean_return")
+                                               else f"train/{key}", row[key], self.steps)
                 self.log(row)
                 if cfg.stop_success_rate is not None and row["success_rate"] >= cfg.stop_success_rate:
                     break
         self.env.close()
+        if self.writer is not None:
+            self.writer.close()
         return self.history
+
+
+def resize_frame(frame: np.ndarray, size: int) -> np.ndarray:
+    """An (H, W, 3) uint8 frame at size x size (bilinear), unchanged when it already is."""
+    frame = np.asarray(frame, np.uint8)
+    if frame.shape[:2] == (size, size):
+        return frame
+    from PIL import Image
+
+    return np.asarray(Image.fromarray(frame).resize((size, size), Image.BILINEAR))
+
+
+def evaluate_policy(act: Callable[[Any], np.ndarray], env: CanonicalEnv, episodes: int, seed: int) -> dict[str, Any]:
+    """Deterministic episodes of `act` (raw canonical observation -> agent action) on `env`, which it
+    closes: success rate (the adapter's success flag), mean return, and each episode's result."""
+    rng = np.random.default_rng(seed)
+    results = []
+    try:
+        for _ in range(episodes):
+            obs, _ = env.reset(seed=int(rng.integers(2**31)))
+            done, success, total, steps = False, False, 0.0, 0
+            while not done:
+                obs, reward, terminated, truncated, info = env.step(act(obs))
+                total += float(reward)
+                steps += 1
+                success = success or bool(info["is_success"])
+                done = terminated or truncated
+            results.append({"success": success, "return": total, "steps": steps})
+    finally:
+        env.close()
+    return {"success_rate": float(np.mean([r["success"] for r in results])),
+            "mean_return": float(np.mean([r["return"] for r in results])), "results": results}
+
+
+def save_env_policy(path: Path, policy, adapter: EnvAdapter, env_id: str, env_kwargs: dict) -> None:
+    network = policy.network
+    device = next(network.parameters()).device
+    network.cpu()
+    try:
+        torch.save({"spec": policy.spec.to_json(), "weights": network.state_dict(), "adapter": adapter.to_json(),
+                    "env_id": env_id, "env_kwargs": env_kwargs}, path)
+    finally:
+        network.to(device)
