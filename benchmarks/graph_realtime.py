@@ -99,6 +99,7 @@ def evaluate_snapshots(run_dir: Path, started: float, episodes: int = 50) -> lis
     import robot_rl.envs  # noqa: F401 - registers the environments
     from robot_rl.tasks import get_task
     from robot_rl.training.actor import policy_from_payload
+    from robot_rl.training.evaluate import actor_view
     from robot_rl.transport import codec
     from robot_rl.transport.secret import read_secret
 
@@ -116,7 +117,7 @@ def evaluate_snapshots(run_dir: Path, started: float, episodes: int = 50) -> lis
                 obs, info = env.reset(seed=int(rng.integers(2**31)))
                 done, success = False, False
                 while not done:
-                    obs, _, terminated, truncated, info = env.step(policy.act(_as_actor_sees(obs, info, task), True))
+                    obs, _, terminated, truncated, info = env.step(policy.act(actor_view(obs, info, task), True))
                     success = success or bool(info.get("is_success", False))
                     done = terminated or truncated
                 successes.append(success)
@@ -126,14 +127,6 @@ def evaluate_snapshots(run_dir: Path, started: float, episodes: int = 50) -> lis
     finally:
         env.close()
     return out
-
-
-def _as_actor_sees(obs: dict, info: dict, task) -> dict:
-    """The env's observation with the gripper entry as the graph's actor builds it (from the fingers'
-    opening, not the command: there is no gripper command topic), the rest (noise included) as is."""
-    state = np.array(obs["state"], dtype=np.float32)
-    state[-1] = task.observation(info["state"])[-1]
-    return {**obs, "state": state}
 
 
 def first_reached(snapshots: list[dict], target: float, key: str) -> float | None:

@@ -29,6 +29,7 @@ import torch
 import robot_rl.envs  # noqa: F401 - registers the environments
 from robot_rl.agents.encoders import pretrained_config
 from robot_rl.agents.sac import SACConfig
+from robot_rl.envs.canonical import AdapterConfig
 from robot_rl.tasks import expert_for_env
 from robot_rl.training.gym_loop import GymTrainConfig, Trainer
 from robot_rl.training.interventions import ScriptedIntervener
@@ -48,7 +49,10 @@ def config_for(seed: int, steps: int, state: bool, eval_every: int, eval_episode
     return GymTrainConfig(ENV_ID, env_kwargs=env_kwargs, eval_env_kwargs={"randomization_split": "eval"},
                           total_steps=steps, seed=seed, sac=sac, encoder=encoder, demo_episodes=20,
                           demo_noise=0.1, warmup_steps=500, updates_per_step=1.0, eval_every=eval_every,
-                          eval_episodes=eval_episodes)
+                          eval_episodes=eval_episodes,
+                          # The recorded rows predate state normalisation (the arm's state is in unit scale
+                          # already, and the grasp critic's "stay" reads the raw gripper entry's sign).
+                          adapter=AdapterConfig(normalize_state="off"))
 
 
 def _state_dim(env_kwargs: dict) -> int:

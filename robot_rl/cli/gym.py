@@ -137,7 +137,8 @@ def cmd_train_env(args: argparse.Namespace) -> int:
     # Written in a hidden sibling and renamed into place at the end: the run appears whole, with its policy, or not
     # at all (a crash leaves the sibling to look at).
     with atomic_path(run_dir, directory=True) as tmp:
-        trainer = Trainer(config, expert=expert, log=lambda row: print(json.dumps(row), flush=True), run_dir=tmp)
+        trainer = Trainer(config, expert=expert, run_dir=tmp, log=lambda row: print(
+            json.dumps({k: v for k, v in row.items() if k != "results"}), flush=True))
         print(f"robot_rl: {config.env_id} for {config.total_steps} steps on {trainer.device}, run dir {run_dir}",
               flush=True)
         history = trainer.run()

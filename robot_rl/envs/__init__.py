@@ -17,9 +17,17 @@ when an environment is created):
 * ``robot_rl/CarRace-v0`` -- :class:`robot_rl.envs.car_race.CarRaceEnv` (a 1/10-scale car racing a
   procedural track from 3 stacked camera frames and its IMU, with autonomous recovery: FastRLAP).
   Keyword arguments are fields of :class:`~robot_rl.envs.car_race.CarRaceConfig`.
+
+Headless rendering: if ``MUJOCO_GL`` is unset and there is no display, ``osmesa`` is selected
+here, before any of the environments imports MuJoCo (set ``MUJOCO_GL=egl`` yourself on a GPU machine).
 """
 
-from gymnasium.envs.registration import register, registry
+import os
+
+if "MUJOCO_GL" not in os.environ and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+    os.environ["MUJOCO_GL"] = "osmesa"
+
+from gymnasium.envs.registration import register, registry  # noqa: E402
 
 ARM_LIFT_ENV_ID = "robot_rl/ArmLift-v0"
 ARM_PICK_CUBE_ENV_ID = "robot_rl/ArmPickCube-v0"

@@ -14,30 +14,23 @@ Layers:
 Action (4,) in [-1, 1]: ``dx, dy, dz`` (scaled by ``action_scale``; the EE target moves by
 that delta and is clamped to the workspace box) and ``gripper`` (> 0 close, <= 0 open).
 
-Headless rendering: if ``MUJOCO_GL`` is unset and there is no display, ``osmesa`` is selected
-before MuJoCo is imported (set ``MUJOCO_GL=egl`` yourself on a GPU machine).
+Headless rendering: see the package (``robot_rl.envs``) for how ``MUJOCO_GL`` is chosen.
 """
 
 from __future__ import annotations
 
+import math
 import os
+from dataclasses import dataclass
+from pathlib import Path
 
-if "MUJOCO_GL" not in os.environ and not (
-    os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
-):
-    os.environ["MUJOCO_GL"] = "osmesa"
+import mujoco
+import numpy as np
 
-import math  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import mujoco  # noqa: E402
-import numpy as np  # noqa: E402
-
-from robot_rl.config_fields import setting  # noqa: E402
-from robot_rl.control.osc import TOP_DOWN_QUAT, OperationalSpaceController, OSCGains  # noqa: E402
-from robot_rl.control.rotations import quat_to_mat  # noqa: E402
-from robot_rl.resources import package_path  # noqa: E402
+from robot_rl.config_fields import setting
+from robot_rl.control.osc import TOP_DOWN_QUAT, OperationalSpaceController, OSCGains
+from robot_rl.control.rotations import quat_to_mat
+from robot_rl.resources import package_path
 
 __all__ = [
     "ARM_JOINT_NAMES",

@@ -35,7 +35,7 @@ SUCCESS_KEYS = ("is_success", "succeed", "success")
 INTERVENTION_KEYS = ("is_intervention", "intervention")
 INTERVENTION_ACTION_KEYS = ("action_intervention", "teleop_action", "intervention_action")
 NORMALIZE_MODES = ("auto", "bounds", "off")
-MAX_BOUNDS_WIDTH = 1e3
+MAX_BOUNDS_WIDTH = 1e4
 """Declared bounds wider than this (e.g. +-1e6 placeholders) say nothing about scale: statistics instead."""
 STATS_CLIP = 10.0
 """Normalised features measured by statistics are clipped here (an outlier cannot blow up the critic)."""
@@ -110,6 +110,10 @@ class StateNormalizer:
         self.offset, self.scale, self.clip = offset.tolist(), scale.tolist(), clip.tolist()
         self.pending = [False] * len(self.pending)
 
+    def keep_raw(self, index: int) -> None:
+        """Feature `index` passes through unchanged (e.g. a gripper command whose sign means closed)."""
+        self.offset[index], self.scale[index], self.clip[index], self.pending[index] = 0.0, 1.0, np.inf, False
+
     def __call__(self, state: np.ndarray) -> np.ndarray:
         state = np.asarray(state, np.float32)
         out = (state - np.asarray(self.offset, np.float32)) / np.asarray(self.scale, np.float32)
@@ -151,6 +155,16 @@ def _hwc(frame: np.ndarray, layout: str) -> np.ndarray:
     elif layout == "hw":
         frame = frame[..., None]
     return np.repeat(frame, 3, axis=-1) if frame.shape[-1] == 1 else frame
+
+
+def resize_frame(frame: np.ndarray, size: int) -> np.ndarray:
+    """An (H, W, 3) uint8 frame at size x size (bilinear; a writable copy), unchanged when it already is."""
+    frame = np.asarray(frame, np.uint8)
+    if frame.shape[:2] == (size, size):
+        return frame
+    from PIL import Image
+
+    return np.array(Image.fromarray(frame).resize((size, size), Image.BILINEAR))
 
 
 @dataclass
@@ -297,12 +311,7 @@ class EnvAdapter:
         return np.concatenate(parts)
 
     def frame(self, obs: Any, key: str, layout: str) -> np.ndarray:
-        from PIL import Image
-
-        frame = _hwc(leaf(obs, key), layout)
-        if frame.shape[:2] != (self.image_size, self.image_size):
-            frame = np.asarray(Image.fromarray(frame).resize((self.image_size, self.image_size), Image.BILINEAR))
-        return frame
+        return resize_frame(_hwc(leaf(obs, key), layout), self.image_size)
 
     def observation(self, obs: Any, normalize: bool = True) -> Any:
         """The agent's observation: the state vector, or a dict of cameras + "state"."""

@@ -121,6 +121,8 @@ class LearnerNode(Node):
         self.create_subscription(Header, "reward/done", lambda m: self.reward_inbox.put(
             (stamp_to_ns(m.stamp), None)), qos.EVENTS)
         self.stats = {"updates_per_s": 0.0, "last_metrics": {}}
+        self.last_payload: bytes | None = None
+        """The policy payload last published (written beside each checkpoint)."""
         self.writer = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._train_loop, name="learner-train", daemon=True)
@@ -198,7 +200,7 @@ class LearnerNode(Node):
                     self._write_snapshot(payload)
                     last_snapshot = now
             if now - last_checkpoint >= self.params["checkpoint_period_s"]:
-                self.core.save_checkpoint()
+                self._save_checkpoint()
                 last_checkpoint = now
             if now - last_rate >= 1.0:
                 n = self.core.agent.num_updates
@@ -209,11 +211,19 @@ class LearnerNode(Node):
                 self.writer.add_scalar("learner/policy_version", self.core.policy_version, step)
                 self.writer.add_scalar("buffer/online", len(self.core.online), step)
                 self.writer.add_scalar("buffer/demos", len(self.core.demos), step)
+        self._save_checkpoint()
+
+    def _save_checkpoint(self) -> None:
+        """The agent's checkpoint, and beside it the policy last published (<run_dir>/policy.policy, a signed
+        payload: what `robot-rl eval --policy <run dir>` runs)."""
         self.core.save_checkpoint()
+        if self.last_payload is not None:
+            atomic_write_bytes(Path(self.params["run_dir"]) / "policy.policy", self.last_payload)
 
     def _publish_policy(self) -> bytes:
         payload = self.core.policy_payload()
         self.policy_pub.publish(bytes_to_uint8_multiarray(payload))
+        self.last_payload = payload
         return payload
 
     def _write_snapshot(self, payload: bytes) -> None:

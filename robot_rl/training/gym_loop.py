@@ -38,7 +38,7 @@ from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.data.frames import FrameReplayBuffer
 from robot_rl.data.replay import ReplayBuffer
 from robot_rl.device import resolve_device
-from robot_rl.envs.canonical import AdapterConfig, CanonicalEnv, EnvAdapter, make_canonical
+from robot_rl.envs.canonical import AdapterConfig, CanonicalEnv, EnvAdapter, make_canonical, resize_frame
 from robot_rl.rewards.env_reward import LearnedRewardConfig, learned_reward_env
 from robot_rl.training.interventions import InterventionConfig, ScriptedIntervener
 from robot_rl.training.off_policy import OffPolicyCore
@@ -127,6 +127,8 @@ class Trainer:
         self.env = make_env(cfg)
         self.adapter = self.env.adapter
         self.normalize = self.adapter.normalizer
+        if cfg.sac.grasp_critic and self.adapter.state_dim:  # the grasp critic's "stay" reads the gripper's sign
+            self.normalize.keep_raw(self.adapter.state_dim + cfg.sac.gripper_state_index)
         if cfg.learned_reward is not None:
             self.env = learned_reward_env(self.env, cfg.learned_reward, str(self.device))
         if (cfg.demo_episodes or cfg.interventions or cfg.correction_transitions) and expert is None:
@@ -291,9 +293,9 @@ class Trainer:
         """Every episode of a dataset (ours or LeRobot v3) into the demonstration memory, its actions
         mapped from the environment's units to the agent's and its frames to the adapter's size;
         returns the transitions added."""
-        from robot_rl.data.lerobot_format import open_episodes
+        from robot_rl.data.episodes import EpisodeDataset
 
-        dataset = open_episodes(path)
+        dataset = EpisodeDataset(path)  # TEMP until open_episodes lands
         schema = dataset.schema
         if schema.state_dim != self.state_dim or set(schema.cameras) != set(self.cameras) \
                 or schema.action_dim != self.adapter.action_dim:
@@ -433,16 +435,6 @@ class Trainer:
         if self.writer is not None:
             self.writer.close()
         return self.history
-
-
-def resize_frame(frame: np.ndarray, size: int) -> np.ndarray:
-    """An (H, W, 3) uint8 frame at size x size (bilinear), unchanged when it already is."""
-    frame = np.asarray(frame, np.uint8)
-    if frame.shape[:2] == (size, size):
-        return frame
-    from PIL import Image
-
-    return np.asarray(Image.fromarray(frame).resize((size, size), Image.BILINEAR))
 
 
 def evaluate_policy(act: Callable[[Any], np.ndarray], env: CanonicalEnv, episodes: int, seed: int) -> dict[str, Any]:

@@ -1,0 +1,200 @@
+"""`robot-rl eval`: any saved policy, evaluated on the environment it was made for.
+
+What it recognises at `--policy PATH`:
+
+* a `train --env` run (or its `policy.pt`): the policy with its `EnvAdapter` (state normalisation
+  included), on the Gymnasium environment it was trained on (or `--env` / `--env-kwargs`);
+* a graph run (`robot-rl train`): the learner's last published policy (`policy.policy`, else its
+  newest snapshot), signed with the run's key, on the task's simulated environment, each
+  observation built as the graph's actor builds it;
+* a shipped policy directory: the juggling PPO policy (`card.json` task quad_juggle: juggling
+  trials) or the car's frame-stack policy (task car_race: one timed lap per randomization draw).
+
+Every result is a JSON-able dict with the rule it was measured by.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import yaml
+
+ENV_POLICY = "policy.pt"
+GRAPH_POLICY = "policy.policy"
+
+
+def policy_kind(path: Path) -> str:
+    """"env_run", "graph_run", "juggle" or "car" for what lies at `path`; ValueError naming what was expected."""
+    if path.is_file() and path.suffix == ".pt" or (path / ENV_POLICY).is_file():
+        return "env_run"
+    if (path / "secret.key").is_file() and ((path / GRAPH_POLICY).is_file() or any(path.glob("snapshots/*.policy"))):
+        return "graph_run"
+    card = path / "card.json"
+    if card.is_file():
+        task = json.loads(card.read_text()).get("task")
+        if task in ("quad_juggle", "car_race"):
+            return "juggle" if task == "quad_juggle" else "car"
+        raise ValueError(f"{card}: a policy for task {task!r}, which robot-rl eval cannot run")
+    raise ValueError(f"{path}: neither a train --env run ({ENV_POLICY}), a graph run (secret.key with {GRAPH_POLICY} "
+                     "or snapshots/) nor a shipped policy directory (card.json)")
+
+
+def evaluate_saved(path: str | Path, *, episodes: int = 50, seed: int = 10_000, task: str | None = None,
+                   env_id: str | None = None, env_kwargs: Mapping[str, Any] | None = None,
+                   split: str | None = None, max_s: float | None = None) -> dict[str, Any]:
+    """Evaluates the policy at `path` (see the module); `max_s` limits a juggling trial (default 600 s) or a
+    car's lap (default 90 s) in simulated seconds."""
+    path = Path(path)
+    kind = policy_kind(path)
+    if kind == "env_run":
+        return _evaluate_env_run(path if path.is_file() else path / ENV_POLICY, episodes, seed, env_id, env_kwargs)
+    if env_id is not None:
+        raise ValueError(f"--env applies to train --env runs; {path} is a {kind.replace('_', ' ')} (use --task)")
+    if kind == "graph_run":
+        return _evaluate_graph_run(path, episodes, seed, task, split or "eval")
+    if kind == "juggle":
+        return _evaluate_juggle(path, episodes, seed, split or "eval", max_s or 600.0)
+    return _evaluate_car(path, episodes, seed, split or "eval", max_s or 90.0)
+
+
+def _evaluate_env_run(file: Path, episodes: int, seed: int, env_id: str | None,
+                      env_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    import torch
+
+    from robot_rl.agents.policy import Policy, PolicySpec
+    from robot_rl.envs.canonical import EnvAdapter, make_canonical
+    from robot_rl.training.gym_loop import evaluate_policy
+
+    saved = torch.load(file, weights_only=True, map_location="cpu")
+    if "adapter" not in saved:
+        raise ValueError(f"{file} was saved before policies carried their environment adapter; retrain it")
+    policy = Policy(PolicySpec.from_json(saved["spec"]), saved["weights"])
+    adapter = EnvAdapter.from_json(saved["adapter"])
+    env_id = env_id or saved["env_id"]
+    kwargs = {**saved.get("env_kwargs", {}), **(env_kwargs or {})}
+    env = make_canonical(env_id, kwargs, adapter=adapter, normalize=True)
+    result = evaluate_policy(lambda obs: policy.act(obs, deterministic=True), env, episodes, seed)
+    return {"policy": str(file), "kind": "env_run", "env_id": env_id, "env_kwargs": kwargs, "episodes": episodes,
+            "rule": "deterministic policy; success = the environment's success flag at any step", **result}
+
+
+def _graph_task(run: Path, task: str | None) -> str:
+    params = run / "params.yaml"
+    found = None
+    if params.is_file():
+        nodes = yaml.safe_load(params.read_text()) or {}
+        found = next((section["ros__parameters"]["task"] for section in nodes.values()
+                      if isinstance(section, dict) and "task" in section.get("ros__parameters", {})), None)
+    if task is not None and found is not None and task != found:
+        raise ValueError(f"{run} trained task {found!r}, not {task!r}")
+    if task is None and found is None:
+        raise ValueError(f"{run}: no params.yaml naming the task; pass --task")
+    return task or found
+
+
+def _has_parameter(env_id: str, name: str) -> bool:
+    import gymnasium as gym
+
+    creator = gym.spec(env_id).entry_point
+    if isinstance(creator, str):
+        creator = gym.envs.registration.load_env_creator(creator)
+    return name in inspect.signature(creator).parameters
+
+
+def _evaluate_graph_run(run: Path, episodes: int, seed: int, task_name: str | None, split: str) -> dict[str, Any]:
+    import gymnasium as gym
+
+    import robot_rl.envs  # noqa: F401 - registers the environments
+    from robot_rl.tasks import get_task
+    from robot_rl.training.actor import policy_from_payload
+    from robot_rl.transport import codec
+    from robot_rl.transport.secret import read_secret
+
+    task = get_task(_graph_task(run, task_name))
+    if task.actor_node != "arm_actor":
+        raise ValueError(f"robot-rl eval runs arm tasks' graph runs; {task.name} is driven by {task.actor_node}")
+    source = run / GRAPH_POLICY
+    if not source.is_file():
+        source = sorted((run / "snapshots").glob("*.policy"))[-1]
+    payload = codec.decode(source.read_bytes(), expect_kind="policy", key=read_secret(run / "secret.key"))
+    policy = policy_from_payload(payload, task)
+    kwargs: dict[str, Any] = {"image_size": task.image_size} if task.cameras else {}
+    if _has_parameter(task.env_id, "randomization_split"):
+        kwargs["randomization_split"] = split
+    env = gym.make(task.env_id, **kwargs)
+    rng = np.random.default_rng(seed)
+    results = []
+    try:
+        for _ in range(episodes):
+            obs, info = env.reset(seed=int(rng.integers(2**31)))
+            done, success, total, steps = False, False, 0.0, 0
+            while not done:
+                obs, reward, terminated, truncated, info = env.step(policy.act(actor_view(obs, info, task), True))
+                total, steps = total + float(reward), steps + 1
+                success = success or bool(info.get("is_success", False))
+                done = terminated or truncated
+            results.append({"success": success, "return": total, "steps": steps})
+    finally:
+        env.close()
+    return {"policy": str(source), "kind": "graph_run", "task": task.name, "env_id": task.env_id, "env_kwargs": kwargs,
+            "policy_version": payload.meta["version"], "transitions": payload.meta.get("transitions"),
+            "episodes": episodes, "success_rate": float(np.mean([r["success"] for r in results])),
+            "mean_return": float(np.mean([r["return"] for r in results])), "results": results,
+            "rule": "deterministic policy; success = the environment's success flag at any step"}
+
+
+def actor_view(obs, info: Mapping, task) -> Any:
+    """The simulated env's observation as the graph's actor builds it from the robot's topics: a flat task's
+    vector from the state (`task.observation`); a camera task's frames as they are, with the gripper entry
+    from the fingers' opening (there is no gripper command topic) and the rest (noise included) as is."""
+    built = task.observation(info["state"])
+    if not task.cameras:
+        return built
+    state = np.array(obs["state"], dtype=np.float32)
+    state[-1] = built[-1]
+    return {**obs, "state": state}
+
+
+def _evaluate_juggle(directory: Path, trials: int, seed: int, split: str, max_s: float) -> dict[str, Any]:
+    from robot_rl.agents.ppo import DeployedPolicy
+    from robot_rl.training.juggle import evaluate_policy, summarize
+
+    if split not in ("eval", "heldout"):
+        raise ValueError(f"juggling evaluates on the eval or heldout split, not {split!r}")
+    policy = DeployedPolicy.load(directory)
+    summary = summarize(evaluate_policy(policy, trials, max_s, split=split, seed=seed))
+    return {"policy": str(directory), "kind": "juggle", "split": split, **summary,
+            "rule": f"JuggleRL's true hits per trial (simulated), each trial until the ball drops or {max_s:g} s"}
+
+
+def _evaluate_car(directory: Path, laps: int, seed: int, split: str, max_s: float) -> dict[str, Any]:
+    from robot_rl.agents.frame_stack_policy import FeatureStack, load_frame_stack_policy
+    from robot_rl.envs.car_race import CarRaceEnv
+    from robot_rl.training.car_race import CarTrainConfig, lap_time_median, timed_laps
+
+    policy = load_frame_stack_policy(directory)
+    config = CarTrainConfig()
+    env = CarRaceEnv(track_seed=config.track_seed, boundary=config.boundary, image_size=policy.image_size,
+                     frame_stack=policy.frame_stack, randomization_split=split,
+                     action_rate_limit=config.sac.action_rate_limit)
+    stack = FeatureStack(policy.frame_stack)
+
+    def drive(obs: dict, first: bool) -> np.ndarray:
+        if first:
+            stack.reset()
+        stack.push(policy.encode(obs["frames"][-1]))
+        return policy.act(policy.observation(stack.flat(), obs["state"]), deterministic=True)
+
+    try:
+        times = timed_laps(env, drive, [seed + i for i in range(laps)], max_s)
+    finally:
+        env.close()
+    finished = [t for t in times if t is not None]
+    return {"policy": str(directory), "kind": "car", "split": split, "track_seed": config.track_seed,
+            "laps": laps, "clean_laps": len(finished), "lap_times_s": times,
+            "median_lap_s": median if np.isfinite(median := lap_time_median(times)) else None, "rule": "one timed lap per randomization draw from the start "
+            f"line; a crash, a stuck car or {max_s:g} s without a lap is a failed lap (infinitely slow in the median)"}

@@ -1,0 +1,139 @@
+"""EnvAdapter: third-party observation, action and info conventions onto the agent's, pinned by hand."""
+
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from robot_rl.envs.canonical import AdapterConfig, EnvAdapter, StateNormalizer, make_canonical
+
+sys.path.insert(0, str(Path(__file__).parent))
+import dict_grip_env  # noqa: E402
+
+ENV_ID = "dict_grip_env:DictGrip-v0"
+GRIP = AdapterConfig(image_size=16, gripper_index=2, gripper_open=0.0, gripper_close=2.0)
+
+
+def test_nested_dict_observation_becomes_cameras_and_one_state_vector():
+    env = make_canonical(ENV_ID, {}, GRIP, normalize=False)
+    adapter = env.adapter
+    # gymnasium orders Dict keys; state entries follow the space's order, nested keys joined by "/"
+    assert adapter.state_keys == ["robot/gripper_m", "robot/joint_pos_mm", "target_mm"]
+    assert adapter.cameras == ("pixels_top", "pixels_wrist") and adapter.state_dim == 5
+    obs, info = env.reset(seed=3)
+    raw = env.unwrapped._obs()
+    np.testing.assert_array_equal(obs["state"], [raw["robot"]["gripper_m"][0], *raw["robot"]["joint_pos_mm"],
+                                                 *raw["target_mm"]])
+    assert obs["pixels_top"].shape == obs["pixels_wrist"].shape == (16, 16, 3)  # CHW 24x24 and HWC 16x16 -> 16x16
+    assert obs["pixels_top"].dtype == np.uint8 and obs["pixels_top"].flags.writeable
+    np.testing.assert_array_equal(obs["pixels_wrist"], raw["pixels"]["wrist"])  # already 16x16: untouched
+    assert env.observation_space["state"].shape == (5,)
+
+
+def test_cameras_of_different_sizes_are_refused_without_an_image_size():
+    with pytest.raises(ValueError, match="not one square size; set image_size"):
+        make_canonical(ENV_ID, {})
+
+
+def test_obs_keys_choose_and_order_and_unknown_keys_are_named():
+    env = make_canonical(ENV_ID, {}, AdapterConfig(obs_keys=("target_mm", "robot/joint_pos_mm")), normalize=False)
+    assert env.adapter.state_keys == ["target_mm", "robot/joint_pos_mm"] and not env.adapter.cameras
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (4,)  # no cameras: a flat vector
+    np.testing.assert_array_equal(obs[:2], env.unwrapped.target.astype(np.float32))
+    with pytest.raises(ValueError, match=r"no observation entry \['robot/elbow'\]"):
+        make_canonical(ENV_ID, {}, AdapterConfig(obs_keys=("robot/elbow",)))
+
+
+def test_gripper_and_box_actions_map_both_ways():
+    env = make_canonical(ENV_ID, {}, GRIP)
+    adapter = env.adapter
+    np.testing.assert_allclose(adapter.env_action([0.5, -1.0, 1.0]), [0.5, -1.0, 2.0])  # +1 closes: 2
+    np.testing.assert_allclose(adapter.env_action([0.0, 0.0, -1.0]), [0.0, 0.0, 0.0])  # -1 opens: 0
+    np.testing.assert_allclose(adapter.agent_action(np.array([0.5, -1.0, 2.0])), [0.5, -1.0, 1.0])
+    # a gripper whose closed value is the low end maps the other way round
+    flipped = make_canonical(ENV_ID, {}, AdapterConfig(image_size=16, gripper_index=2, gripper_open=2.0,
+                                                       gripper_close=0.0)).adapter
+    np.testing.assert_allclose(flipped.env_action([0, 0, 1.0]), [0, 0, 0.0])
+    with pytest.raises(ValueError, match="together"):
+        make_canonical(ENV_ID, {}, AdapterConfig(image_size=16, gripper_index=2))
+    with pytest.raises(ValueError, match="NaN"):
+        adapter.agent_action(np.array([np.nan, 0, 0]))
+
+
+class DictActionEnv(gym.Env):
+    """A Dict action of an arm Box in [-2, 2] and a discrete gripper of 3 choices; success under info["success"]."""
+
+    observation_space = spaces.Box(np.array([-1, -1000], np.float32), np.array([1, 1000], np.float32))
+    action_space = spaces.Dict({"arm": spaces.Box(-2, 2, (2,), np.float32), "gripper": spaces.Discrete(3)})
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.array([0.5, 500.0], np.float32), {}
+
+    def step(self, action):
+        self.last = action
+        return np.array([0.5, 500.0], np.float32), 0.0, False, False, {"success": action["gripper"] == 2}
+
+
+def test_dict_actions_with_a_discrete_entry_and_bounds_normalisation():
+    env = make_canonical("test_canonical_env:DictAction-v0", {})
+    adapter = env.adapter
+    # entries flattened in the space's (sorted) order: arm (2), gripper (1)
+    action = adapter.env_action([0.5, -1.0, 1.0])
+    np.testing.assert_allclose(action["arm"], [1.0, -2.0])
+    assert action["gripper"] == 2
+    assert adapter.env_action([0, 0, -0.2])["gripper"] == 1  # rounded to the nearest choice
+    np.testing.assert_allclose(adapter.agent_action({"arm": np.array([1.0, -2.0]), "gripper": 2}), [0.5, -1, 1])
+    obs, _ = env.reset()
+    np.testing.assert_allclose(obs, [0.5, 0.5])  # declared bounds: [-1, 1] as it is, [-1000, 1000] -> /1000
+    _, _, _, _, info = env.step(np.array([0, 0, 1.0], np.float32))
+    assert info["is_success"] is True and env.unwrapped.last["gripper"] == 2
+
+
+gym.register("DictAction-v0", entry_point=DictActionEnv)
+
+
+def test_statistics_normalise_unbounded_features_and_survive_json():
+    normalizer = StateNormalizer.from_bounds(np.array([-np.inf, 0.0, -1e6]), np.array([np.inf, 10.0, 1e6]), "auto")
+    assert normalizer.pending == [True, False, True]  # unbounded, usable bounds, a placeholder bound
+    samples = np.array([[1000.0, 5.0, 3.0], [3000.0, 5.0, 3.0]])
+    normalizer.fit(samples)
+    np.testing.assert_allclose(normalizer(np.array([2000.0, 10.0, 3.0])), [0.0, 1.0, 0.0])  # constant: unit scale
+    np.testing.assert_allclose(normalizer(np.array([1e9, 0.0, 3.0])), [10.0, -1.0, 0.0])  # clipped at 10
+    off = StateNormalizer.from_bounds(np.array([-np.inf]), np.array([np.inf]), "off")
+    assert not off.needs_statistics and off(np.array([123.0]))[0] == 123.0
+    env = make_canonical(ENV_ID, {}, GRIP)
+    env.adapter.normalizer.fit(np.arange(10.0).reshape(2, 5))
+    restored = EnvAdapter.from_json(env.adapter.to_json())
+    assert restored == env.adapter
+    with pytest.raises(ValueError, match="normalize_state"):
+        StateNormalizer.from_bounds(np.zeros(1), np.ones(1), "sometimes")
+
+
+def test_a_persons_takeover_reported_in_info_becomes_the_agents_action():
+    env = make_canonical(ENV_ID, {"intervene_every": 2}, GRIP)
+    env.reset(seed=1)
+    _, _, _, _, first = env.step(np.zeros(3, np.float32))
+    assert first["intervention"] is False
+    hand, target = env.unwrapped.hand.copy(), env.unwrapped.target.copy()
+    _, _, _, _, second = env.step(np.zeros(3, np.float32))
+    assert second["intervention"] is True
+    expected = env.adapter.agent_action(dict_grip_env.expert_action(hand, target))
+    np.testing.assert_allclose(second["intervention_action"], expected, atol=1e-6)
+
+
+def test_success_from_the_usual_keys_or_a_named_one():
+    adapter = make_canonical(ENV_ID, {}, GRIP).adapter
+    assert adapter.success({"succeed": True}) and adapter.success({"is_success": np.array(True)})
+    assert not adapter.success({"other": True})
+    named = make_canonical(ENV_ID, {}, AdapterConfig(image_size=16, success_key="task_done")).adapter
+    assert named.success({"task_done": 1}) and not named.success({"succeed": True})
+
+
+def test_only_discrete_actions_are_refused():
+    with pytest.raises(ValueError, match="continuous"):
+        make_canonical("CartPole-v1", {})
