@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import random
 import re
-import select
 import shlex
-import signal
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -34,53 +30,10 @@ from robot_rl.ros.graph import loopback_environment  # noqa: E402
 from robot_rl.ros.probe import RosProbe, free_port, fresh_domain_id  # noqa: E402
 from robot_rl.teleop.session_status import SessionStatus  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parent))
+from terminal import Terminal  # noqa: E402
+
 README = Path(__file__).resolve().parents[1] / "README.md"
-
-KEYS = {"up": b"\x1b[A", "down": b"\x1b[B", "left": b"\x1b[D", "right": b"\x1b[C",
-        "page_up": b"\x1b[5~", "page_down": b"\x1b[6~", "close": b"c", "success": b"s"}
-"""What the person types (hardware/teleop_keyboard.yaml: up/down +x/-x, left/right +y/-y, page keys z)."""
-
-
-class Terminal:
-    """`robot-rl record` in a pseudo-terminal: the keyboard the teleop node reads is this terminal."""
-
-    def __init__(self, argv: list[str], env: dict):
-        self.pid, self.fd = pty.fork()
-        if self.pid == 0:  # the child: the command, with the terminal as stdin/stdout
-            os.execvpe(argv[0], argv, env)
-        self.output = bytearray()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        while True:
-            ready, _, _ = select.select([self.fd], [], [], 0.2)
-            if ready:
-                try:
-                    data = os.read(self.fd, 4096)
-                except OSError:
-                    return
-                if not data:
-                    return
-                self.output += data
-
-    @property
-    def text(self) -> str:
-        return self.output.decode(errors="replace")
-
-    def type(self, key: str) -> None:
-        os.write(self.fd, KEYS[key])
-
-    def wait_exit(self, timeout: float) -> int:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                return os.waitstatus_to_exitcode(status)
-            time.sleep(0.1)
-        os.kill(self.pid, signal.SIGKILL)
-        raise AssertionError(f"robot-rl record did not exit within {timeout} s:\n{self.text[-3000:]}")
-
 
 class Eyes(RosProbe):
     """What the person sees of the scene (gripper and cube, as in the view) and of the session."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from robot_rl.cli.args import at_least, dataset_flags, domain_id_arg, in_range, parse_settings, port_arg
 from robot_rl.cli.data import dataset_out
-from robot_rl.cli.gym import cmd_train_env
+from robot_rl.cli.gym import cmd_record_env, cmd_train_env
 from robot_rl.outputs import TEMP_PREFIX, UserError, atomic_path, atomic_write_text
 from robot_rl.ros.security import ENFORCEMENT_NOTE, init_keystore
 from robot_rl.ros.session import Monitor, check_resumable, claim_run_dir, run_graph
@@ -314,7 +314,9 @@ def _replace_dataset(out: Path, recording: Path) -> None:
 
 def cmd_record(args: argparse.Namespace) -> int:
     """A teleop recording session: robot (sim in real time, or the real arm), teleop node, and the
-    actor in record mode writing the person's episodes to a zarr dataset."""
+    actor in record mode writing the person's episodes to a zarr dataset (with --env: in one process)."""
+    if args.env:
+        return cmd_record_env(args)
     from robot_rl.ros.graph import (
         apply_overrides,
         build_graph,
@@ -424,6 +426,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                                               "nested Dict keys); default: every Box entry")
     train.add_argument("--demos", metavar="DATASET", help="with --env: demonstrations, our zarr episodes or a "
                                                            "LeRobotDataset (v3) directory")
+    train.add_argument("--control-hz", type=at_least(0.1, float), default=10.0,
+                       help="with --env --teleop: steps per second on the wall clock while a person is in the loop")
     train.add_argument("--config", help="task config YAML (default: config/<task>.yaml of the package)")
     train.add_argument("--backend", default="sim", choices=["sim", "real"])
     train.add_argument("--namespace", default="", help="namespace for every node of the graph")
@@ -459,6 +463,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     rec.add_argument("--task", default="arm_pick_cube", help="task (its config/<task>.yaml gives the robot and cameras)")
     rec.add_argument("--config", help="task config YAML instead of the package's")
     rec.add_argument("--out", required=True, help="zarr episode dataset")
+    rec.add_argument("--env", help="record from this Gymnasium id in one process, without ROS (keyboard, spacemouse "
+                                   "or evdev; --set adapter.FIELD=VALUE declares its conventions)")
+    rec.add_argument("--env-kwargs", metavar="JSON", help="with --env: the environment's own options (JSON object)")
+    rec.add_argument("--obs-keys", metavar="KEY,KEY", help="with --env: observation entries to record, in order")
+    rec.add_argument("--control-hz", type=at_least(0.1, float), default=10.0,
+                     help="with --env: steps per second of the person's time")
+    rec.add_argument("--seed", type=at_least(0), default=0, help="with --env: reset seed of the first episode")
     dataset_flags(rec)
     rec.add_argument("--episodes", type=at_least(0), default=20, help="episodes to keep (0: until Ctrl-C)")
     rec.add_argument("--teleop", "--device", dest="teleop", default="spacemouse",

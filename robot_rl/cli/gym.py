@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -72,39 +73,56 @@ def env_kwargs_arg(text: str | None) -> dict:
     return value
 
 
+def _grouped_settings(items: list[str], groups: tuple[str, ...]) -> dict[str, dict]:
+    """--set FIELD=VALUE / GROUP.FIELD=VALUE, by group ("" for the top level)."""
+    grouped: dict[str, dict] = {group: {} for group in ("", *groups)}
+    for key, value in parse_settings(items).items():
+        group, _, name = key.rpartition(".")
+        if group not in grouped:
+            allowed = ", ".join(["FIELD=VALUE", *(f"{g}.FIELD=VALUE" for g in groups)])
+            raise UserError(f"--set with --env takes {allowed}, got {key!r}")
+        grouped[group][name] = value
+    return grouped
+
+
+def adapter_config(args: argparse.Namespace, settings: dict):
+    """AdapterConfig from --set adapter.FIELD=VALUE and --obs-keys."""
+    from robot_rl.envs.canonical import NORMALIZE_MODES, AdapterConfig, parse_obs_keys
+
+    adapter = checked_fields(AdapterConfig(), settings, "--set adapter.", exclude=("obs_keys",))
+    if "normalize_state" in adapter and adapter["normalize_state"] not in NORMALIZE_MODES:
+        raise UserError(f"--set adapter.normalize_state must be one of {', '.join(NORMALIZE_MODES)}, "
+                        f"got {adapter['normalize_state']!r}")
+    adapter["obs_keys"] = parse_obs_keys(args.obs_keys)
+    return AdapterConfig(**adapter)
+
+
 def gym_train_config(args: argparse.Namespace):
-    """GymTrainConfig from --env/--steps/--seed/--encoder and --set field=value (sac.*, encoder.* nest)."""
+    """GymTrainConfig from --env/--steps/--seed/--encoder/--demos/--env-kwargs/--obs-keys and --set field=value
+    (sac.*, adapter.* nest)."""
     from dataclasses import replace
 
     from robot_rl.agents.encoders import pretrained_config
     from robot_rl.agents.sac import SACConfig
-    from robot_rl.envs.canonical import NORMALIZE_MODES, AdapterConfig, parse_obs_keys
+    from robot_rl.envs.canonical import AdapterConfig
     from robot_rl.training.gym_loop import GymTrainConfig, make_env
 
     checked_env_id(args.env)
-    groups: dict[str, dict] = {"": {}, "sac": {}, "adapter": {}}
-    for key, value in parse_settings(args.set).items():
-        group, _, name = key.rpartition(".")
-        if group not in groups:
-            raise UserError(f"--set with --env takes FIELD=VALUE, sac.FIELD=VALUE or adapter.FIELD=VALUE, got {key!r}")
-        groups[group][name] = value
+    groups = _grouped_settings(args.set, ("sac", "adapter"))
     top = groups[""]
     for group, defaults in (("sac", SACConfig()), ("adapter", AdapterConfig())):
         misplaced = sorted(k for k in top if hasattr(defaults, k) and not hasattr(GymTrainConfig(args.env), k))
         if misplaced:
             raise UserError(f"unknown setting --set {misplaced[0]} (did you mean '{group}.{misplaced[0]}'?)")
     sac = checked_fields(SACConfig(), groups["sac"], "--set sac.")
-    adapter = checked_fields(AdapterConfig(), groups["adapter"], "--set adapter.", exclude=("obs_keys",))
-    if "normalize_state" in adapter and adapter["normalize_state"] not in NORMALIZE_MODES:
-        raise UserError(f"--set adapter.normalize_state must be one of {', '.join(NORMALIZE_MODES)}, "
-                        f"got {adapter['normalize_state']!r}")
-    adapter["obs_keys"] = parse_obs_keys(args.obs_keys)
     top = checked_fields(GymTrainConfig(args.env), top, "--set ", exclude=("env_id", "sac", "encoder", "adapter"))
     if args.env_kwargs:
         top["env_kwargs"] = env_kwargs_arg(args.env_kwargs)
     if args.demos:
         top["demo_dataset"] = args.demos
-    config = GymTrainConfig(args.env, sac=SACConfig(**sac), adapter=AdapterConfig(**adapter), **top)
+    if args.teleop:  # a person in the loop acts on the wall clock
+        top.setdefault("control_hz", args.control_hz)
+    config = GymTrainConfig(args.env, sac=SACConfig(**sac), adapter=adapter_config(args, groups["adapter"]), **top)
     if args.steps is not None:
         config = replace(config, total_steps=args.steps)
     if args.seed is not None:
@@ -134,14 +152,19 @@ def cmd_train_env(args: argparse.Namespace) -> int:
     expert = expert_for_env(config.env_id)
     if expert is None:
         config = replace(config, demo_episodes=0)
+    person = _person(args) if args.teleop else None
     # Written in a hidden sibling and renamed into place at the end: the run appears whole, with its policy, or not
     # at all (a crash leaves the sibling to look at).
     with atomic_path(run_dir, directory=True) as tmp:
-        trainer = Trainer(config, expert=expert, run_dir=tmp, log=lambda row: print(
+        trainer = Trainer(config, expert=expert, run_dir=tmp, person=person, log=lambda row: print(
             json.dumps({k: v for k, v in row.items() if k != "results"}), flush=True))
         print(f"robot_rl: {config.env_id} for {config.total_steps} steps on {trainer.device}, run dir {run_dir}",
               flush=True)
-        history = trainer.run()
+        try:
+            history = trainer.run()
+        finally:
+            if person is not None:
+                person.close()
         final = history[-1]
         (tmp / "history.json").write_text(json.dumps([{k: v for k, v in row.items() if k != "results"}
                                                       for row in history], indent=1))
@@ -153,4 +176,57 @@ def cmd_train_env(args: argparse.Namespace) -> int:
         trainer.save_policy(tmp / "policy.pt")
     print(f"robot_rl: evaluation success rate {final['success_rate'] * 100:.1f}%, mean return "
           f"{final['mean_return']:.2f} after {final['steps']} steps", flush=True)
+    return 0
+
+
+def _person(args: argparse.Namespace):
+    """The person's device, read in this process (LocalTeleop); UserError for what cannot work here."""
+    from robot_rl.teleop.person import LocalTeleop
+
+    if args.teleop == "keyboard" and not sys.stdin.isatty() and not args.device_path:
+        raise UserError("--teleop keyboard reads this terminal, but stdin is not one (run it in a terminal, or "
+                        "--device-path /dev/pts/N)")
+    try:
+        return LocalTeleop(args.teleop, args.mapping or "", args.device_path or "", speed=args.teleop_speed,
+                           log=lambda level, message: print(f"robot_rl: teleop: {message}", file=sys.stderr,
+                                                            flush=True))
+    except ValueError as exc:
+        raise UserError(f"--teleop {args.teleop}: {exc}") from None
+
+
+def cmd_record_env(args: argparse.Namespace) -> int:
+    """`robot-rl record --env`: a person's episodes from any Gymnasium environment into a dataset, no ROS."""
+    from robot_rl.data.env_recorder import EnvEpisodeRecorder
+    from robot_rl.envs.canonical import make_canonical
+    from robot_rl.training.env_session import EnvSessionConfig, record_env_session
+
+    checked_env_id(args.env)
+    groups = _grouped_settings(args.set, ("adapter",))
+    if groups[""]:
+        raise UserError(f"record --env takes --set adapter.FIELD=VALUE only, got {sorted(groups[''])}")
+    adapter = adapter_config(args, groups["adapter"])
+    check_output(args.out, "dataset", overwrite=args.overwrite, append=args.append, appendable=True)
+    env_kwargs = env_kwargs_arg(args.env_kwargs)
+    env = make_canonical(args.env, env_kwargs, adapter, normalize=False)
+    try:
+        env.adapter.person_action([0.0] * 6, -1.0)  # refuses an action the device cannot drive, before it opens
+        person = _person(args)
+        try:
+            if args.overwrite and Path(args.out).exists():
+                import shutil
+
+                shutil.rmtree(args.out)
+            recorder = EnvEpisodeRecorder(args.out, args.env, env_kwargs, env.adapter)
+            config = EnvSessionConfig(episodes=args.episodes, control_hz=args.control_hz,
+                                      episode_time_s=args.episode_time_s, reset_time_s=args.reset_time_s,
+                                      keep_idle=args.keep_idle, seed=args.seed)
+            print(f"robot_rl: recording {args.env} with the {args.teleop} into {args.out} "
+                  f"({config.episodes or 'unlimited'} episodes, {config.control_hz:g} Hz)", flush=True)
+            summary = record_env_session(env, recorder, person, config,
+                                         say=lambda line: print(f"robot_rl: {line}", flush=True))
+        finally:
+            person.close()
+    finally:
+        env.close()
+    print(json.dumps({**summary, "dataset": str(args.out)}), flush=True)
     return 0

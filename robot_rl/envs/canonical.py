@@ -37,6 +37,7 @@ INTERVENTION_ACTION_KEYS = ("action_intervention", "teleop_action", "interventio
 NORMALIZE_MODES = ("auto", "bounds", "off")
 MAX_BOUNDS_WIDTH = 1e4
 """Declared bounds wider than this (e.g. +-1e6 placeholders) say nothing about scale: statistics instead."""
+TELEOP_AXES = ("x", "y", "z", "roll", "pitch", "yaw")
 STATS_CLIP = 10.0
 """Normalised features measured by statistics are clipped here (an outlier cannot blow up the critic)."""
 
@@ -60,6 +61,10 @@ class AdapterConfig:
     """The gripper entry's open value in the environment's units (e.g. 0 for a [0, 2] gripper)."""
     gripper_close: float | None = None
     """The gripper entry's closed value in the environment's units (e.g. 2 for a [0, 2] gripper)."""
+    teleop_axes: tuple[str, ...] | None = None
+    """What a person's device drives in each entry of the agent's action: x, y, z, roll, pitch, yaw (the
+    device's twist; "-x" flips), gripper (-1 open, +1 close) or none (held at 0). None: an action of 4
+    entries is (x, y, z, gripper) and of 7 (x, y, z, roll, pitch, yaw, gripper), as the arm tasks'."""
     normalize_state: str = "auto"
     """"auto": every state feature to about [-1, 1] (bounds where usable, else statistics); "bounds": only
     features with usable bounds; "off": state as the environment gives it."""
@@ -213,6 +218,7 @@ class EnvAdapter:
     gripper_index: int | None
     gripper_open: float | None
     gripper_close: float | None
+    teleop_axes: list[str] | None
     normalizer: StateNormalizer
 
     # ---- construction ----------------------------------------------------------------------
@@ -266,10 +272,16 @@ class EnvAdapter:
             raise ValueError("a gripper is declared by gripper_index, gripper_open and gripper_close together")
         if config.gripper_index is not None and not 0 <= config.gripper_index < total:
             raise ValueError(f"gripper_index {config.gripper_index} is outside the action's {total} entries")
+        teleop_axes = list(config.teleop_axes) if config.teleop_axes is not None else None
+        if teleop_axes is not None:
+            unknown = [a for a in teleop_axes if a.lstrip("-") not in (*TELEOP_AXES, "gripper", "none")]
+            if unknown or len(teleop_axes) != total:
+                raise ValueError(f"teleop_axes needs one of {', '.join(TELEOP_AXES)}, gripper or none (x may be "
+                                 f"-x) for each of the {total} action entries, got {teleop_axes}")
         low = np.concatenate(lows) if lows else np.zeros(0)
         high = np.concatenate(highs) if highs else np.zeros(0)
         return cls(state_keys, sizes, cameras, layouts, image_size if cameras else None, config.success_key,
-                   actions, isinstance(env.action_space, spaces.Dict), *gripper,
+                   actions, isinstance(env.action_space, spaces.Dict), *gripper, teleop_axes,
                    StateNormalizer.from_bounds(low, high, config.normalize_state))
 
     def to_json(self) -> str:
@@ -383,6 +395,21 @@ class EnvAdapter:
         if not np.isfinite(action).all():
             raise ValueError(f"action {env_action!r} contains NaN or Inf")
         return np.clip(action, -1.0, 1.0)
+
+    def person_action(self, twist: np.ndarray, gripper: float) -> np.ndarray:
+        """The agent's action a person's device means: its twist (6, in [-1, 1]) and held gripper command
+        (-1 open, +1 close) placed by `teleop_axes`."""
+        axes = self.teleop_axes
+        if axes is None:
+            defaults = {4: ["x", "y", "z", "gripper"], 7: [*TELEOP_AXES, "gripper"]}
+            if self.action_dim not in defaults:
+                raise ValueError(f"a person's device drives this environment's {self.action_dim} action entries "
+                                 "only when told how: set adapter.teleop_axes (e.g. [x, y, gripper])")
+            axes = defaults[self.action_dim]
+        values = {name: float(v) for name, v in zip(TELEOP_AXES, np.asarray(twist, np.float64))}
+        values.update(gripper=float(gripper), none=0.0)
+        action = [-values[a[1:]] if a.startswith("-") else values[a] for a in axes]
+        return np.clip(np.asarray(action, np.float32), -1.0, 1.0)
 
     # ---- info ----------------------------------------------------------------------------------
 

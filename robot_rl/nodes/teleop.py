@@ -20,9 +20,7 @@
 
 from __future__ import annotations
 
-import threading
 import time
-import traceback
 from collections import deque
 
 import numpy as np
@@ -39,14 +37,11 @@ from robot_rl.ros import qos
 from robot_rl.ros.hardware_node import ESTOP_QOS
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
 from robot_rl.teleop.arbitration import ArbitrationConfig, Arbitrator
-from robot_rl.teleop.backend import DeviceError, InputBackend
 from robot_rl.teleop.devices import backend_opener
 from robot_rl.teleop.inputs import InputRejections, TeleopInput
 from robot_rl.teleop.joy import JoyDecoder
-from robot_rl.teleop.mapping import DEVICE_KINDS, load_mapping
-
-DEFAULT_MAPPINGS = {"spacemouse": "teleop_spacemouse", "evdev": "teleop_gamepad", "joy": "teleop_gamepad",
-                    "keyboard": "teleop_keyboard"}
+from robot_rl.teleop.mapping import DEFAULT_MAPPINGS, DEVICE_KINDS, load_mapping
+from robot_rl.teleop.reader import DeviceReader
 
 PARAMS = [
     Param("device", "spacemouse", "Input device backend.", choices=DEVICE_KINDS),
@@ -97,13 +92,9 @@ class TeleopNode(Node):
         self.create_subscription(Bool, "/estop", self._on_estop, ESTOP_QOS)
 
         self._samples: deque[TeleopInput] = deque()  # reader thread / joy callback -> executor
-        self._device_description = ""
-        self._device_error = ""
-        self._connected = False
-        self._disconnects = 0
+        self._joy_connected = False
         self._reported_rejections = 0
-        self._stop = threading.Event()
-        self._reader: threading.Thread | None = None
+        self._reader: DeviceReader | None = None
         # The reader thread wakes the executor through this when input arrives.
         self._input_ready = self.create_guard_condition(self._tick)
         self.get_logger().info(f"device {self.device}, mapping {self.mapping.source}")
@@ -113,10 +104,8 @@ class TeleopNode(Node):
         else:
             # Poll fast enough that a connected, quiet device refreshes its state well within the
             # silence timeout.
-            poll_s = min(0.05, p["silence_timeout_s"] / 4)
-            self._reader = threading.Thread(target=self._read_device, args=(opener, poll_s), name="teleop-device",
-                                            daemon=True)
-            self._reader.start()
+            self._reader = DeviceReader(opener, self.device, min(0.05, p["silence_timeout_s"] / 4), p["reconnect_s"],
+                                        self._on_samples, self._log).start()
         # Timers run on the steady clock: teleop never follows a simulated /clock.
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(1.0 / p["rate_hz"], self._tick, clock=steady)
@@ -124,54 +113,12 @@ class TeleopNode(Node):
 
     # ---- device side (own thread / joy callback) -----------------------------------------------------
 
-    def _read_device(self, opener, poll_s: float) -> None:
-        backend: InputBackend | None = None
-        try:
-            while not self._stop.is_set():
-                if backend is None:
-                    backend = self._open(opener)
-                    if backend is None:
-                        self._stop.wait(self.params["reconnect_s"])
-                    continue
-                try:
-                    samples = backend.read(poll_s)
-                    if samples:
-                        self._samples.extend(samples)
-                        self._input_ready.trigger()
-                except Exception as exc:  # noqa: BLE001 - a device failure must never end the reader
-                    self._lost(backend, exc)
-                    backend = None
-        finally:
-            if backend is not None:
-                backend.close()
+    def _on_samples(self, samples: list[TeleopInput]) -> None:
+        self._samples.extend(samples)
+        self._input_ready.trigger()
 
-    def _open(self, opener) -> InputBackend | None:
-        try:
-            backend = opener()
-        except Exception as exc:  # noqa: BLE001 - DeviceError, or a library's own error: report, retry
-            message = str(exc) if isinstance(exc, DeviceError) else f"{type(exc).__name__}: {exc}"
-            if message != self._device_error:  # log each new reason once, not every retry
-                self.get_logger().error(f"cannot open the {self.device}: {message}; retrying every "
-                                        f"{self.params['reconnect_s']} s")
-            self._device_error = message
-            return None
-        self._device_description, self._device_error, self._connected = backend.description, "", True
-        self.get_logger().info(f"reading {backend.description}")
-        return backend
-
-    def _lost(self, backend: InputBackend, exc: Exception) -> None:
-        self._connected = False
-        self._disconnects += 1
-        if isinstance(exc, DeviceError):
-            self._device_error = str(exc)
-            self.get_logger().error(f"{self._device_error}; reopening")
-        else:
-            self._device_error = f"{type(exc).__name__}: {exc}"
-            self.get_logger().error(f"reading {backend.description} failed: {traceback.format_exc()}")
-        try:
-            backend.close()
-        except Exception as close_exc:  # noqa: BLE001 - the device is already gone
-            self.get_logger().warning(f"closing {backend.description}: {close_exc}")
+    def _log(self, level: str, message: str) -> None:
+        (self.get_logger().error if level == "error" else self.get_logger().info)(message)
 
     def _on_joy(self, msg: Joy) -> None:
         try:
@@ -181,7 +128,7 @@ class TeleopNode(Node):
         except Exception as exc:  # noqa: BLE001 - a malformed message must never kill the node
             self.rejections.record("error", f"{type(exc).__name__}: {exc}")
         else:
-            self._connected = True
+            self._joy_connected = True
             self._tick()
 
     # ---- executor side ---------------------------------------------------------------------------------
@@ -226,20 +173,23 @@ class TeleopNode(Node):
         self._reported_rejections = total
         if new:
             self.get_logger().warning(f"{new} input(s) rejected; last: {last_rejection}")
-        if self._connected:
+        reader = self._reader
+        if (reader.connected if reader is not None else self._joy_connected):
             status = "silent" if self.arbitrator.silent(now) else "connected"
         else:
             status = "waiting for joy" if self.device == "joy" else "disconnected"
         if status == "disconnected":
-            level, message = _ERROR, f"disconnected: {self._device_error or 'not opened yet'}"
+            level, message = _ERROR, f"disconnected: {reader.error or 'not opened yet'}"
         elif status != "connected":
             level, message = _WARN, status
         elif new:
             level, message = _WARN, f"{new} input(s) rejected"
         else:
             level, message = _OK, "engaged" if self.arbitrator.engaged else "idle"
-        values = {"device": self.device, "device_status": status, "device_description": self._device_description,
-                  "last_device_error": self._device_error, "disconnects": self._disconnects,
+        values = {"device": self.device, "device_status": status,
+                  "device_description": reader.description if reader is not None else "",
+                  "last_device_error": reader.error if reader is not None else "",
+                  "disconnects": reader.disconnects if reader is not None else 0,
                   "mapping": self.mapping.source, **self.arbitrator.status(now), "rejected": total,
                   **{f"rejected_{reason}": n for reason, n in sorted(counts.items())},
                   "last_rejection": last_rejection}
@@ -248,9 +198,8 @@ class TeleopNode(Node):
     def close(self) -> None:
         """Stops the reader (which releases the device and restores a terminal); a person in
         control gets the release's zero command on the way out."""
-        self._stop.set()
         if self._reader is not None:
-            self._reader.join(timeout=2.0)
+            self._reader.close()
         if self.arbitrator.engaged and self.context.ok():  # after a Ctrl-C the context is gone: nothing to send on
             try:
                 self._publish_command([0.0] * 6)

@@ -35,10 +35,13 @@ from robot_rl.hardware.files import load_hardware_file
 from robot_rl.teleop.arbitration import EngageRule
 from robot_rl.teleop.inputs import ACTIONS, AXES, TeleopInput
 
-__all__ = ["DEVICE_KINDS", "KEY_NAMES", "AxisSource", "DeviceMapping", "EvdevSettings", "InputMapper",
+__all__ = ["DEFAULT_MAPPINGS", "DEVICE_KINDS", "KEY_NAMES", "AxisSource", "DeviceMapping", "EvdevSettings", "InputMapper",
            "KeyboardSettings", "SpaceMouseSettings", "load_mapping", "parse_mapping"]
 
 DEVICE_KINDS = ("spacemouse", "evdev", "joy", "keyboard")
+DEFAULT_MAPPINGS = {"spacemouse": "teleop_spacemouse", "evdev": "teleop_gamepad", "joy": "teleop_gamepad",
+                    "keyboard": "teleop_keyboard"}
+"""The mapping file (in the package's hardware/ folder) each device kind uses unless told otherwise."""
 """The input backends; each is a section name in the mapping files."""
 
 SPACEMOUSE_AXES = 6

@@ -40,6 +40,7 @@ from robot_rl.data.replay import ReplayBuffer
 from robot_rl.device import resolve_device
 from robot_rl.envs.canonical import AdapterConfig, CanonicalEnv, EnvAdapter, make_canonical, resize_frame
 from robot_rl.rewards.env_reward import LearnedRewardConfig, learned_reward_env
+from robot_rl.training.env_session import Pacer
 from robot_rl.training.interventions import InterventionConfig, ScriptedIntervener
 from robot_rl.training.off_policy import OffPolicyCore
 from robot_rl.transport.layout import transition_layout
@@ -101,6 +102,8 @@ class GymTrainConfig:
     """End training at the first evaluation with at least this success rate (None: run to total_steps)."""
     buffer_capacity: int = 200_000
     device: str = "auto"
+    control_hz: float = 0.0
+    """Steps per second on the wall clock (a person in the loop needs one); 0: as fast as the machine goes."""
     adapter: AdapterConfig = field(default_factory=AdapterConfig)
     """How the environment's observations, actions and success map to the agent's (robot_rl.envs.canonical)."""
 
@@ -116,10 +119,12 @@ class Trainer:
 
     With `run_dir` it also writes what graph runs write: TensorBoard scalars, `episodes.jsonl` (one
     line per training episode) and, at the end, `eval.json`. `observer` (e.g. a Rerun session) sees
-    every step: `observer.step(...)` and `observer.episode_end(...)`."""
+    every step: `observer.step(...)` and `observer.episode_end(...)`. `person` (a `LocalTeleop`) takes
+    over whenever they engage their device: their action is executed and stored as a correction."""
 
     def __init__(self, config: GymTrainConfig, expert: Expert | None = None, intervener=None,
-                 log: Callable[[dict], None] | None = None, run_dir: str | Path | None = None, observer=None):
+                 log: Callable[[dict], None] | None = None, run_dir: str | Path | None = None, observer=None,
+                 person=None):
         self.config = cfg = config
         self.device = torch.device(resolve_device(cfg.device))
         self.rng = np.random.default_rng(cfg.seed)
@@ -141,6 +146,9 @@ class Trainer:
             intervener = ScriptedIntervener(expert, InterventionConfig(
                 motion_dims=tuple(range(continuous)), gripper_index=continuous if cfg.sac.grasp_critic else None))
         self.expert, self.intervener, self.log, self.observer = expert, intervener, log or (lambda row: None), observer
+        self.person = person
+        if person is not None:
+            self.adapter.person_action(np.zeros(6), -1.0)  # refuses an action the device cannot drive, up front
         self.cameras = self.adapter.cameras
         state_dim = self.adapter.state_dim
         encoder = cfg.encoder
@@ -386,11 +394,18 @@ class Trainer:
         episode = {"return": 0.0, "interventions": 0, "intervention_steps": 0, "index": 0}
         episodes, intervening = [], False
         next_eval = cfg.eval_every or cfg.total_steps
+        pacer = Pacer(cfg.control_hz) if cfg.control_hz else None
         while self.steps < cfg.total_steps:
+            if pacer is not None:
+                pacer.wait()
             policy_action = self.act(obs, deterministic=False)
             action, intervened = policy_action, False
             if self.intervener is not None:
-                action, intervened = self.intervener(info["state"], policy_action, self.rng)
+                action, intervened = self.intervener(info.get("state"), policy_action, self.rng)
+            if self.person is not None:
+                person = self.person.poll()
+                if person.engaged:
+                    action, intervened = self.adapter.person_action(person.twist, person.gripper), True
             next_obs, reward, terminated, truncated, info = self.env.step(action)
             if info["intervention"]:  # the environment reports that a person drove this step
                 action, intervened = info["intervention_action"], True

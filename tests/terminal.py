@@ -1,0 +1,55 @@
+"""A command in a pseudo-terminal, typed into like a person at the keyboard (the teleop keyboard reads it)."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import signal
+import threading
+import time
+
+KEYS = {"up": b"\x1b[A", "down": b"\x1b[B", "left": b"\x1b[D", "right": b"\x1b[C",
+        "page_up": b"\x1b[5~", "page_down": b"\x1b[6~", "close": b"c", "success": b"s"}
+"""What the person types (hardware/teleop_keyboard.yaml: up/down +x/-x, left/right +y/-y, page keys z)."""
+
+
+class Terminal:
+    """`robot-rl record` in a pseudo-terminal: the keyboard the teleop node reads is this terminal."""
+
+    def __init__(self, argv: list[str], env: dict):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: the command, with the terminal as stdin/stdout
+            os.execvpe(argv[0], argv, env)
+        self.output = bytearray()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            ready, _, _ = select.select([self.fd], [], [], 0.2)
+            if ready:
+                try:
+                    data = os.read(self.fd, 4096)
+                except OSError:
+                    return
+                if not data:
+                    return
+                self.output += data
+
+    @property
+    def text(self) -> str:
+        return self.output.decode(errors="replace")
+
+    def type(self, key: str) -> None:
+        os.write(self.fd, KEYS[key])
+
+    def wait_exit(self, timeout: float) -> int:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.1)
+        os.kill(self.pid, signal.SIGKILL)
+        raise AssertionError(f"robot-rl record did not exit within {timeout} s:\n{self.text[-3000:]}")

@@ -1,0 +1,70 @@
+"""A person at the keyboard recording demonstrations straight from a Gymnasium environment (no ROS):
+`robot-rl record --env ... --teleop keyboard` in a pseudo-terminal, then the dataset read back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from robot_rl.data.episodes import EpisodeDataset
+
+TESTS = Path(__file__).parent
+sys.path.insert(0, str(TESTS))
+from terminal import Terminal  # noqa: E402
+
+ENV_FLAGS = ["--env", "dict_grip_env:DictGrip-v0", "--env-kwargs", '{"max_steps": 400}', "--teleop", "keyboard", "--set", "adapter.image_size=16",
+             "--set", "adapter.gripper_index=2", "--set", "adapter.gripper_open=0", "--set", "adapter.gripper_close=2",
+             "--set", "adapter.teleop_axes=[x,y,gripper]"]
+
+
+def _record(tmp_path: Path, *extra: str) -> Terminal:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    return Terminal([sys.executable, "-m", "robot_rl.cli", "record", *ENV_FLAGS, "--out", str(tmp_path / "demos.zarr"),
+                     *extra], env)
+
+
+def _wait_for(terminal: Terminal, text: str, timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while text not in terminal.text:
+        assert time.monotonic() < end, f"never saw {text!r}:\n{terminal.text[-3000:]}"
+        time.sleep(0.05)
+
+
+def test_a_person_drives_closes_and_labels_an_episode_from_the_keyboard(tmp_path):
+    terminal = _record(tmp_path, "--episodes", "1", "--reset-time-s", "0.5", "--episode-time-s", "20")
+    _wait_for(terminal, ">>> episode 1: GO")
+    for key in ["up"] * 4 + ["left"] * 3:
+        terminal.type(key)
+        time.sleep(0.25)
+    terminal.type("close")
+    time.sleep(0.6)
+    terminal.type("success")
+    assert terminal.wait_exit(60) == 0, terminal.text[-3000:]
+    assert "episode 1 kept" in terminal.text
+    dataset = EpisodeDataset(tmp_path / "demos.zarr")
+    assert len(dataset) == 1 and dataset.task_config["env_id"] == "dict_grip_env:DictGrip-v0"
+    episode = dataset.episode(0)
+    actions, driven = episode["action"], episode["intervention"]
+    assert driven.sum() >= 5 and actions.shape[1] == 3
+    # stored in the environment's own units: up = +x, left = +y, the gripper closed at 2 (open 0)
+    assert actions[driven, 0].max() > 0.5 and actions[driven, 1].max() > 0.5
+    assert actions[-1, 2] == 2.0 and actions[0, 2] == 0.0
+    assert episode["success_label"][-1] == 1 and episode["truncated"][-1]
+    assert episode["pixels_top"].shape[1:] == (16, 16, 3) and episode["state"].shape[1] == 5
+
+
+def test_nobody_at_the_keyboard_keeps_no_episode_and_says_why(tmp_path):
+    terminal = _record(tmp_path, "--episodes", "1", "--reset-time-s", "0", "--episode-time-s", "0.5")
+    _wait_for(terminal, "discarded: nobody drove it")
+    os.kill(terminal.pid, signal.SIGINT)
+    assert terminal.wait_exit(30) == 130, terminal.text[-3000:]
+    path = tmp_path / "demos.zarr"
+    assert not path.exists() or len(EpisodeDataset(path)) == 0
+
+
+def test_a_device_without_a_reader_or_an_undrivable_action_is_refused(tmp_path):
+    wrong = _record(tmp_path, "--teleop", "joy")
+    assert wrong.wait_exit(60) == 2 and "evdev" in wrong.text
