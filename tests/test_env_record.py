@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -68,3 +69,20 @@ def test_nobody_at_the_keyboard_keeps_no_episode_and_says_why(tmp_path):
 def test_a_device_without_a_reader_or_an_undrivable_action_is_refused(tmp_path):
     wrong = _record(tmp_path, "--teleop", "joy")
     assert wrong.wait_exit(60) == 2 and "evdev" in wrong.text
+
+
+def test_a_person_takes_over_during_env_training_from_the_keyboard(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    flags = [f for f in ENV_FLAGS if f not in ("--env-kwargs", '{"max_steps": 400}')]
+    terminal = Terminal([sys.executable, "-m", "robot_rl.cli", "train", *flags, "--steps", "150", "--control-hz", "30",
+                         "--set", "warmup_steps=50", "--set", "eval_every=0", "--set", "eval_episodes=2",
+                         "--run-dir", str(tmp_path / "run")], env)
+    _wait_for(terminal, "for 150 steps")
+    for key in ["up", "left"] * 6:
+        terminal.type(key)
+        time.sleep(0.2)
+    assert terminal.wait_exit(120) == 0, terminal.text[-3000:]
+    episodes = [json.loads(line) for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
+    corrected = sum(e["intervention_steps"] for e in episodes)
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert corrected >= 5 and history[-1]["expert_transitions"] >= corrected
