@@ -138,6 +138,13 @@ def test_run_survives_learner_killed_twice_and_actor_once(tmp_path):
     status_lines = [line for line in text.splitlines() if "restarts " in line]
     assert any("learner 2" in line and "actor 1" in line for line in status_lines), status_lines[-3:]
     assert "[learner] exited with code -9; restarting (2/3)" in text
+    # the run's policy evaluates afterwards as any saved policy does (robot-rl eval on a graph run)
+    out = subprocess.run([sys.executable, "-m", "robot_rl.cli", "eval", "--policy", str(run_dir), "--episodes", "2"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["kind"] == "graph_run" and result["task"] == "arm_lift" and result["episodes"] == 2
+    assert result["policy_version"] >= evaluation["policy_version"] and result["transitions"] >= 2500
 
 
 def test_car_run_survives_its_actor_killed(tmp_path):

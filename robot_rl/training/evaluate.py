@@ -149,13 +149,13 @@ def _evaluate_graph_run(run: Path, episodes: int, seed: int, task_name: str | No
 
 def actor_view(obs, info: Mapping, task) -> Any:
     """The simulated env's observation as the graph's actor builds it from the robot's topics: a flat task's
-    vector from the state (`task.observation`); a camera task's frames as they are, with the gripper entry
-    from the fingers' opening (there is no gripper command topic) and the rest (noise included) as is."""
-    built = task.observation(info["state"])
+    vector as it is (the env builds it with `task.observation`); a camera task's frames as they are, with the
+    gripper entry from the fingers' opening (there is no gripper command topic) and the rest (noise
+    included) as is."""
     if not task.cameras:
-        return built
+        return obs
     state = np.array(obs["state"], dtype=np.float32)
-    state[-1] = built[-1]
+    state[-1] = task.observation(info["state"])[-1]
     return {**obs, "state": state}
 
 
