@@ -156,8 +156,8 @@ def cmd_train_env(args: argparse.Namespace) -> int:
     # Written in a hidden sibling and renamed into place at the end: the run appears whole, with its policy, or not
     # at all (a crash leaves the sibling to look at).
     with atomic_path(run_dir, directory=True) as tmp:
-        trainer = Trainer(config, expert=expert, run_dir=tmp, person=person, log=lambda row: print(
-            json.dumps({k: v for k, v in row.items() if k != "results"}), flush=True))
+        trainer = Trainer(config, expert=expert, run_dir=tmp, person=person,
+                          log=lambda row: print(json.dumps(row), flush=True))
         print(f"robot_rl: {config.env_id} for {config.total_steps} steps on {trainer.device}, run dir {run_dir}",
               flush=True)
         try:
@@ -166,12 +166,12 @@ def cmd_train_env(args: argparse.Namespace) -> int:
             if person is not None:
                 person.close()
         final = history[-1]
-        (tmp / "history.json").write_text(json.dumps([{k: v for k, v in row.items() if k != "results"}
-                                                      for row in history], indent=1))
+        results = trainer.last_evaluation["results"]
+        (tmp / "history.json").write_text(json.dumps(history, indent=1))
         (tmp / "eval.json").write_text(json.dumps(
-            {"episodes": len(final["results"]), "success_rate": final["success_rate"],
-             "mean_return": final["mean_return"], "train_steps": final["steps"], "updates": final["updates"],
-             "env_id": config.env_id, "results": final["results"]}, indent=2))
+            {"episodes": len(results), "success_rate": final["success_rate"], "mean_return": final["mean_return"],
+             "train_steps": final["steps"], "updates": final["updates"], "env_id": config.env_id,
+             "results": results}, indent=2))
         trainer.save_checkpoint(tmp)
         trainer.save_policy(tmp / "policy.pt")
     print(f"robot_rl: evaluation success rate {final['success_rate'] * 100:.1f}%, mean return "

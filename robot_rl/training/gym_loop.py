@@ -183,6 +183,8 @@ class Trainer:
         self.state_dim = state_dim
         self.steps = 0
         self.history: list[dict[str, Any]] = []
+        self.last_evaluation: dict[str, Any] = {}
+        """The newest evaluation, each episode's result included (`evaluate_policy`)."""
         self.held: list[tuple] = []
         """Transitions (raw observations) waiting for the state statistics before they are stored."""
         self._last: tuple[Any, Any, Any] = (None, None, None)
@@ -431,9 +433,10 @@ class Trainer:
                 recent = episodes[-20:]
                 # Expert transitions so far: given up front, then every step a person (the intervener) drove.
                 corrected = cfg.correction_transitions + sum(e["intervention_steps"] for e in (*episodes, episode))
+                self.last_evaluation = self.evaluate(cfg.eval_episodes)
                 row = {"steps": self.steps, "updates": self.agent.num_updates, "expert_transitions": corrected,
                        "wall_s": round(time.perf_counter() - start, 1), **demo_stats,
-                       **self.evaluate(cfg.eval_episodes),
+                       **{k: v for k, v in self.last_evaluation.items() if k != "results"},
                        "train_success_rate": float(np.mean([e["success"] for e in recent])) if recent else 0.0,
                        "intervention_rate": (float(np.mean([e["intervention_steps"] > 0 for e in recent]))
                                              if recent else 0.0),
