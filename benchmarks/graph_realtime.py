@@ -38,13 +38,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 ROWS = RESULTS / "graph_realtime.jsonl"
 TASK = "arm_pick_cube"
-ENV_ID = "robot_rl/ArmPickCube-v0"
 CONTROL_HZ = 10.0
 
 REALTIME = ["--set", "arm_sim.clock_mode=realtime", "--set", "arm_actor.sync_updates_per_step=0"]
@@ -94,38 +91,15 @@ def run_arm(arm: str, seed: int, minutes: float, snapshot_s: float, run_dir: Pat
 
 
 def evaluate_snapshots(run_dir: Path, started: float, episodes: int = 50) -> list[dict]:
-    import gymnasium as gym
+    """Every snapshot (one pinned policy version) on the eval split, the same draws for each."""
+    from robot_rl.training.evaluate import evaluate_graph_policy
 
-    import robot_rl.envs  # noqa: F401 - registers the environments
-    from robot_rl.tasks import get_task
-    from robot_rl.training.actor import policy_from_payload
-    from robot_rl.training.evaluate import actor_view
-    from robot_rl.transport import codec
-    from robot_rl.transport.secret import read_secret
-
-    task = get_task(TASK)
-    key = read_secret(run_dir / "secret.key")
-    env = gym.make(ENV_ID, image_size=task.image_size, randomization_split="eval")
     out = []
-    try:
-        for path in sorted((run_dir / "snapshots").glob("*.policy")):
-            payload = codec.decode(path.read_bytes(), expect_kind="policy", key=key)
-            policy = policy_from_payload(payload, task)
-            rng = np.random.default_rng(10_000)  # the same 50 eval draws for every snapshot
-            successes = []
-            for _ in range(episodes):
-                obs, info = env.reset(seed=int(rng.integers(2**31)))
-                done, success = False, False
-                while not done:
-                    obs, _, terminated, truncated, info = env.step(policy.act(actor_view(obs, info, task), True))
-                    success = success or bool(info.get("is_success", False))
-                    done = terminated or truncated
-                successes.append(success)
-            saved_ns = int(path.name.split("-")[0])
-            out.append({"minutes": round((saved_ns / 1e9 - started) / 60, 2), "version": payload.meta["version"],
-                        "transitions": payload.meta.get("transitions"), "success": float(np.mean(successes))})
-    finally:
-        env.close()
+    for path in sorted((run_dir / "snapshots").glob("*.policy")):
+        result = evaluate_graph_policy(run_dir, path, TASK, episodes, seed=10_000, split="eval")
+        saved_ns = int(path.name.split("-")[0])
+        out.append({"minutes": round((saved_ns / 1e9 - started) / 60, 2), "version": result["policy_version"],
+                    "transitions": result["transitions"], "success": result["success_rate"]})
     return out
 
 

@@ -106,6 +106,17 @@ def _has_parameter(env_id: str, name: str) -> bool:
 
 
 def _evaluate_graph_run(run: Path, episodes: int, seed: int, task_name: str | None, split: str) -> dict[str, Any]:
+    source = run / GRAPH_POLICY
+    if not source.is_file():
+        source = sorted((run / "snapshots").glob("*.policy"))[-1]
+    return evaluate_graph_policy(run, source, _graph_task(run, task_name), episodes, seed, split)
+
+
+def evaluate_graph_policy(run: Path, source: Path, task_name: str, episodes: int = 50, seed: int = 10_000,
+                          split: str = "eval") -> dict[str, Any]:
+    """A policy payload of graph run `run` (`source`: its policy.policy or a snapshot, signed with the run's
+    key) on the task's simulated environment in randomization split `split`: deterministic episodes whose
+    reset seeds come from `seed`, each observation built as the graph's actor builds it."""
     import gymnasium as gym
 
     import robot_rl.envs  # noqa: F401 - registers the environments
@@ -114,13 +125,10 @@ def _evaluate_graph_run(run: Path, episodes: int, seed: int, task_name: str | No
     from robot_rl.transport import codec
     from robot_rl.transport.secret import read_secret
 
-    task = get_task(_graph_task(run, task_name))
+    task = get_task(task_name)
     if task.actor_node != "arm_actor":
         raise ValueError(f"robot-rl eval runs arm tasks' graph runs; {task.name} is driven by {task.actor_node}")
-    source = run / GRAPH_POLICY
-    if not source.is_file():
-        source = sorted((run / "snapshots").glob("*.policy"))[-1]
-    payload = codec.decode(source.read_bytes(), expect_kind="policy", key=read_secret(run / "secret.key"))
+    payload = codec.decode(Path(source).read_bytes(), expect_kind="policy", key=read_secret(run / "secret.key"))
     policy = policy_from_payload(payload, task)
     kwargs: dict[str, Any] = {"image_size": task.image_size} if task.cameras else {}
     if _has_parameter(task.env_id, "randomization_split"):
