@@ -137,3 +137,38 @@ def test_success_from_the_usual_keys_or_a_named_one():
 def test_only_discrete_actions_are_refused():
     with pytest.raises(ValueError, match="continuous"):
         make_canonical("CartPole-v1", {})
+
+
+class PixelsOnlyEnv(gym.Env):
+    """The observation is one CHW image (as Atari-style and some manipulation envs give it), no state."""
+
+    observation_space = spaces.Box(0, 255, (3, 20, 20), np.uint8)
+    action_space = spaces.Box(-1, 1, (2,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.full((3, 20, 20), 7, np.uint8), {}
+
+    def step(self, action):
+        return np.full((3, 20, 20), 9, np.uint8), 0.0, False, False, {}
+
+
+gym.register("PixelsOnly-v0", entry_point=PixelsOnlyEnv, max_episode_steps=10)
+
+
+def test_an_observation_that_is_one_image_is_the_camera_image_with_an_empty_state():
+    env = make_canonical("test_canonical_env:PixelsOnly-v0", {})
+    obs, _ = env.reset()
+    assert env.adapter.cameras == ("image",) and env.adapter.state_dim == 0
+    assert obs["image"].shape == (20, 20, 3) and obs["image"][0, 0, 0] == 7 and obs["state"].shape == (0,)
+
+
+def test_a_pixels_only_env_trains_through_the_trainer():
+    from robot_rl.agents.sac import SACConfig
+    from robot_rl.training.gym_loop import GymTrainConfig, Trainer
+
+    config = GymTrainConfig("test_canonical_env:PixelsOnly-v0", total_steps=40, demo_episodes=0, warmup_steps=20,
+                            eval_every=0, eval_episodes=1, buffer_capacity=100,
+                            sac=SACConfig(batch_size=8, hidden_dims=(16, 16)))
+    history = Trainer(config).run()
+    assert history[-1]["steps"] == 40 and history[-1]["updates"] == 21

@@ -332,13 +332,14 @@ class EnvAdapter:
             state = self.normalizer(state)
         if not self.camera_keys:
             return state
-        return {**{k.replace("/", "_"): self.frame(obs, k, lay) for k, lay in zip(self.camera_keys, self.camera_layouts)},
+        return {**{name: self.frame(obs, k, lay) for name, k, lay in zip(self.cameras, self.camera_keys,
+                                                                          self.camera_layouts)},
                 "state": state}
 
     @property
     def cameras(self) -> tuple[str, ...]:
-        """The agent's camera names (nested keys joined by "_")."""
-        return tuple(k.replace("/", "_") for k in self.camera_keys)
+        """The agent's camera names: nested keys joined by "_"; an observation that is one image is "image"."""
+        return tuple(k.replace("/", "_") or "image" for k in self.camera_keys)
 
     # ---- actions -------------------------------------------------------------------------------
 
