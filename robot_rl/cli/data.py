@@ -1,4 +1,4 @@
-"""`robot-rl demos`, `dataset verify`, `record-bag` and `report`: datasets, bags and run reports."""
+"""`robot-rl demos`, `dataset verify|export|import`, `record-bag` and `report`: datasets, bags and run reports."""
 
 from __future__ import annotations
 
@@ -71,9 +71,38 @@ def _demos_episodes(args: argparse.Namespace) -> int:
 
 
 def cmd_dataset(args: argparse.Namespace) -> int:
+    if args.action == "export":
+        return _export(args)
+    if args.action == "import":
+        return _import(args)
     from robot_rl.data.verify import verify_dataset
 
     print(verify_dataset(args.path).summary())
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from robot_rl.data.lerobot_format import VideoSettings, export_lerobot
+
+    check_output(args.out, "LeRobot dataset", overwrite=args.overwrite)
+    chosen = {"codec": args.codec, "pix_fmt": args.pix_fmt, "crf": args.crf}
+    video = VideoSettings(**{name: value for name, value in chosen.items() if value is not None})
+    # Built beside --out and renamed into place when complete: a failure leaves no partial dataset behind.
+    with atomic_path(args.out, directory=True) as target:
+        summary = export_lerobot(args.dataset, target, fps=args.fps, task=args.task, video=video)
+    print(f"wrote {summary.episodes} episodes ({summary.frames} frames at {summary.fps} fps, {video.codec} "
+          f"{video.pix_fmt} crf {video.crf}) to {args.out} as a LeRobotDataset v3")
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from robot_rl.data.lerobot_format import import_lerobot
+
+    check_output(args.out, "dataset", overwrite=args.overwrite)
+    with atomic_path(args.out, directory=True) as target:
+        dataset = import_lerobot(args.src, target)
+        episodes, steps = len(dataset), dataset.num_steps
+    print(f"wrote {episodes} episodes ({steps} steps) from {args.src} to {args.out}")
     return 0
 
 
@@ -125,11 +154,28 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     rep.add_argument("--window", type=at_least(1), default=20, help="episodes per moving average")
     rep.add_argument("--title")
     rep.set_defaults(handler=cmd_report)
-    dataset = sub.add_parser("dataset", help="check a zarr dataset")
+    dataset = sub.add_parser("dataset", help="check a zarr dataset, or export/import LeRobot datasets")
     dataset_sub = dataset.add_subparsers(dest="action", required=True)
     verify = dataset_sub.add_parser("verify", help="check that every chunk of every array is there and its checksum "
                                                    "matches (exit 2 naming the first damaged one)")
     verify.add_argument("path", help="zarr dataset (robot-rl demos, record)")
+    export = dataset_sub.add_parser("export", help="write an episode dataset (ours or LeRobot) as a LeRobotDataset "
+                                                   "v3 directory (parquet + MP4)")
+    export.add_argument("dataset", help="zarr episode dataset (robot-rl demos --env, record) or LeRobot v3 directory")
+    export.add_argument("--format", required=True, choices=["lerobot"], help="output format")
+    export.add_argument("--out", required=True, help="output directory")
+    export.add_argument("--fps", type=at_least(1), help="frames per second (default: from the steps' stamps)")
+    export.add_argument("--task", help="task sentence of every episode (default: the dataset's goal)")
+    export.add_argument("--codec", help="video encoder: h264 (default), hevc or libsvtav1 (AV1, needs --pix-fmt "
+                                        "yuv420p)")
+    export.add_argument("--pix-fmt", help="video pixel format (default yuv444p: 4:2:0 loses colour edges)")
+    export.add_argument("--crf", type=at_least(0), help="video quality (default 0: lossless with h264); larger is "
+                                                         "smaller and lossier")
+    overwrite_flag(export, "an existing output directory")
+    imp = dataset_sub.add_parser("import", help="write a LeRobotDataset v3 directory as a zarr episode dataset")
+    imp.add_argument("src", help="LeRobotDataset v3 directory (with meta/info.json)")
+    imp.add_argument("--out", required=True, help="output zarr dataset")
+    overwrite_flag(imp, "an existing dataset")
     dataset.set_defaults(handler=cmd_dataset)
     bag = sub.add_parser("record-bag", help="record topics to an MCAP file (ROS 2 profile) until Ctrl-C or "
                                             "--duration")

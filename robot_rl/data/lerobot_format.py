@@ -1,0 +1,733 @@
+"""LeRobotDataset v3 import and export, and LeRobot datasets read as episodes.
+
+`lerobot` itself does not install beside torch 2.13 (0.4.x pins torch < 2.11, 0.5+ needs Python 3.12),
+so the format is written with the libraries LeRobot uses underneath: pyarrow for the parquet files and
+PyAV (FFmpeg) for the MP4 videos (the `lerobot` extra). The layout is LeRobot's codebase v3.0:
+
+    meta/info.json                               fps, features (dtype, shape, names), path templates, totals
+    meta/stats.json                              per feature min, max, mean, std, count, q01 ... q99
+    meta/tasks.parquet                           task text (the pandas index) -> task_index
+    meta/episodes/chunk-000/file-000.parquet     one row per episode: length, tasks, its rows in the data
+                                                 files (dataset_from_index/to_index) and its span in each
+                                                 camera's video (videos/<key>/from_timestamp/to_timestamp)
+    data/chunk-000/file-000.parquet              one row per frame, many episodes per file
+    videos/observation.images.<camera>/chunk-000/file-000.mp4   many episodes per file, one after another
+
+Mapping (an episode of T steps has T + 1 observations here; LeRobot stores T frames, each an
+observation with the action taken from it):
+
+    ours                     LeRobot frame k (k < T)
+    camera <name>            observation.images.<name> (video)
+    state                    observation.state
+    action                   action
+    reward                   next.reward
+    terminated, truncated    next.done (either), next.truncated, complementary_info.terminated
+    intervention             complementary_info.is_intervention (HIL-SERL's name)
+    success_label            next.success (label == 1), complementary_info.success_label (-1 unlabelled)
+    stamp                    complementary_info.stamp (float64; `timestamp` is LeRobot's k / fps)
+
+The observation the last step reached (T + 1-th) has no frame row: its camera frames are one more frame
+at the end of the episode's span in each video (to_timestamp covers it; LeRobot never queries it) and
+its state is the episode's `robot_rl/final_state`; `robot_rl/final_observation` says it is there.
+`meta/robot_rl.json` keeps the dataset's task_config. So export -> import gives back every array
+exactly, camera frames through the video codec (`VideoSettings`).
+
+A dataset recorded by LeRobot has no final observation: the last one is repeated, and the last step is
+terminated where next.done says so (and next.truncated, if present, does not), truncated otherwise.
+Without next.reward rewards are 0, without next.success steps are unlabelled, and without
+`complementary_info.is_intervention` no step is an intervention. Several state features are
+concatenated in `STATE_ORDER`, then the other numeric `observation.*` features in info.json order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from robot_rl.data.episodes import UNLABELLED, EpisodeDataset, EpisodeSchema, EpisodeWriter
+from robot_rl.outputs import UserError
+
+CODEBASE_VERSION = "v3.0"
+CHUNK_FILE = "chunk-{chunk_index:03d}/file-{file_index:03d}"
+DATA_PATH = "data/" + CHUNK_FILE + ".parquet"
+VIDEO_PATH = "videos/{video_key}/" + CHUNK_FILE + ".mp4"
+EPISODES_PATH = "meta/episodes/" + CHUNK_FILE + ".parquet"
+INFO_PATH, STATS_PATH, TASKS_PATH = "meta/info.json", "meta/stats.json", "meta/tasks.parquet"
+ROBOT_RL_PATH = "meta/robot_rl.json"
+"""Our own file beside LeRobot's metadata (LeRobot ignores it): the dataset's task_config."""
+CHUNKS_SIZE = 1000
+"""Files per chunk directory (LeRobot's default)."""
+DATA_FILE_MB, VIDEO_FILE_MB = 100, 200
+"""A data (video) file is closed and the next one begun once it reaches this size (LeRobot's defaults)."""
+
+CAMERA_PREFIX = "observation.images."
+STATE_ORDER = ("observation.state", "observation.environment_state")
+"""State features concatenated first, in this order; other numeric observation.* features follow."""
+INDEX_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+FINAL_FLAG, FINAL_STATE = "robot_rl/final_observation", "robot_rl/final_state"
+QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
+# Step fields as LeRobot features: ours -> (LeRobot key, dtype).
+STEP_FEATURES = {
+    "reward": ("next.reward", "float32"),
+    "done": ("next.done", "bool"),
+    "truncated": ("next.truncated", "bool"),
+    "success": ("next.success", "bool"),
+    "terminated": ("complementary_info.terminated", "bool"),
+    "intervention": ("complementary_info.is_intervention", "bool"),
+    "success_label": ("complementary_info.success_label", "int8"),
+    "stamp": ("complementary_info.stamp", "float64"),
+}
+
+
+def _libraries():
+    """pyarrow, pyarrow.parquet and av, or a clear error naming the extra that installs them."""
+    try:
+        import av
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise UserError(f"LeRobot datasets need pyarrow and av ({exc.name} is missing): "
+                        "pip install 'robot_rl[lerobot]'") from None
+    return pa, pq, av
+
+
+@dataclass(frozen=True)
+class VideoSettings:
+    """How camera frames are encoded into the MP4 files."""
+
+    codec: str = "h264"
+    """FFmpeg encoder: `h264` (libx264), `hevc` (libx265) or `libsvtav1` (AV1, LeRobot's default), all of
+    which LeRobot decodes."""
+    pix_fmt: str = "yuv444p"
+    """Pixel format. 4:4:4 keeps colour edges: 4:2:0 (what AV1 here can encode) measured 23-31 dB PSNR on
+    our 64 px renders even losslessly coded, below the 35 dB a round trip must keep."""
+    crf: int = 0
+    """Constant rate factor: 0 is lossless for h264 (frames come back within the RGB <-> YUV rounding,
+    about 50 dB); larger gives smaller files (LeRobot records with 30)."""
+    gop: int = 2
+    """Frames between keyframes; LeRobot's 2 keeps random access to a frame cheap."""
+
+    def check(self) -> None:
+        """Refuses an encoder this PyAV build lacks or a pixel format it cannot encode."""
+        _, _, av = _libraries()
+        try:
+            encoder = av.codec.Codec(self.codec, "w")
+        except Exception:  # PyAV raises UnknownCodecError / ValueError depending on the name
+            raise ValueError(f"video codec {self.codec!r} cannot encode with this PyAV build") from None
+        formats = [f.name for f in encoder.video_formats or ()]
+        if self.pix_fmt not in formats:
+            raise ValueError(f"video codec {self.codec!r} encodes pixel formats {formats}, not {self.pix_fmt!r}")
+        if not 0 <= self.crf <= 63 or self.gop < 1:
+            raise ValueError(f"crf must be 0-63 and gop >= 1, got crf={self.crf}, gop={self.gop}")
+
+    def options(self) -> dict[str, str]:
+        options = {"g": str(self.gop), "crf": str(self.crf)}
+        if self.codec == "libsvtav1":
+            options["preset"] = "12"  # LeRobot's choice: fastest
+        return options
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    """What `export_lerobot` wrote."""
+
+    path: Path
+    """The LeRobot dataset directory."""
+    episodes: int
+    """Episodes written."""
+    frames: int
+    """Frame rows written (steps: one per action)."""
+    fps: int
+    """Frames per second in info.json and the videos."""
+
+
+# ---- reading ------------------------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} is missing") from None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: not readable JSON ({exc})") from None
+
+
+def _read_parquet(path: Path, columns: list[str] | None = None):
+    """The table at `path`, or an error naming the file."""
+    pa, pq, _ = _libraries()
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing")
+    try:
+        return pq.read_table(path, columns=columns)
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(f"{path}: not a readable parquet file ({exc})") from None
+
+
+def is_lerobot_dataset(path: str | os.PathLike) -> bool:
+    """Whether `path` is a LeRobot dataset directory (it has meta/info.json)."""
+    return (Path(path) / INFO_PATH).is_file()
+
+
+def _rows(column, rows: int, shape: tuple[int, ...], what: str) -> np.ndarray:
+    """A parquet column (scalars or lists of a fixed length) as a (rows, *shape) array; shape (1,) gives (rows,)."""
+    pa, _, _ = _libraries()
+    values = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    while pa.types.is_list(values.type) or pa.types.is_fixed_size_list(values.type) \
+            or pa.types.is_large_list(values.type):
+        values = values.flatten()
+    flat = values.to_numpy(zero_copy_only=False)
+    size = int(np.prod(shape))
+    if flat.size != rows * size:
+        raise ValueError(f"{what} holds {flat.size} values for {rows} rows of shape {tuple(shape)}")
+    return flat.reshape(rows) if size == 1 and len(shape) <= 1 else flat.reshape(rows, *shape)
+
+
+def _camera_name(key: str) -> str:
+    return key[len(CAMERA_PREFIX):] if key.startswith(CAMERA_PREFIX) else key.removeprefix("observation.")
+
+
+def _frame_size(key: str, feature: Mapping[str, Any], where: Path) -> tuple[int, int]:
+    """(H, W) of a video feature, whose shape is (H, W, C) or, named so, (C, H, W)."""
+    shape, names = list(feature.get("shape") or ()), feature.get("names") or []
+    if len(shape) != 3:
+        raise ValueError(f"{where}: video feature {key!r} has shape {shape}, expected (H, W, C) or (C, H, W)")
+    if len(names) == 3 and names[0] in ("channel", "channels"):
+        return shape[1], shape[2]
+    return shape[0], shape[1]
+
+
+class LeRobotEpisodes:
+    """A LeRobotDataset v3 directory read as episodes, with EpisodeDataset's reading API
+    (`schema`, `len`, `num_steps`, `episode(i)`, `path`, `task_config`); read-only."""
+
+    def __init__(self, path: str | os.PathLike):
+        _libraries()
+        self.path = Path(path)
+        info_path = self.path / INFO_PATH
+        self.info = _read_json(info_path)
+        version = self.info.get("codebase_version") if isinstance(self.info, dict) else None
+        if not isinstance(version, str) or not version.startswith("v3."):
+            raise ValueError(f"{info_path}: codebase_version {version!r}; only LeRobotDataset v3.x is read "
+                             "(convert v2.1 datasets with lerobot's convert_dataset_v21_to_v30)")
+        try:
+            self.fps = self.info["fps"]
+            features: dict[str, dict] = self.info["features"]
+            self._data_path: str = self.info["data_path"]
+            self._video_path: str | None = self.info.get("video_path")
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{info_path}: {exc} missing or malformed") from None
+        if not isinstance(self.fps, (int, float)) or self.fps <= 0 or not isinstance(features, dict):
+            raise ValueError(f"{info_path}: fps must be a positive number and features a dict")
+        self.features = features
+        for key, feature in features.items():
+            if feature.get("dtype") == "image":
+                raise ValueError(f"{info_path}: feature {key!r} keeps its frames as images in the parquet files; "
+                                 "only video features are read")
+        self.camera_keys = [k for k, f in features.items() if f.get("dtype") == "video"]
+        if self.camera_keys and not self._video_path:
+            raise ValueError(f"{info_path}: video features {self.camera_keys} but no video_path template")
+        if "action" not in features:
+            raise ValueError(f"{info_path}: no 'action' feature")
+        numeric = [k for k, f in features.items() if k.startswith("observation.") and f.get("dtype") != "video"]
+        self.state_keys = [k for k in STATE_ORDER if k in numeric] + [k for k in numeric if k not in STATE_ORDER]
+        for key in (*self.state_keys, "action"):
+            shape = features[key].get("shape")
+            if not isinstance(shape, list) or len(shape) != 1 or features[key].get("dtype") not in (
+                    "float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool"):
+                raise ValueError(f"{info_path}: feature {key!r} is {features[key].get('dtype')} of shape {shape}; "
+                                 "state and action features must be numeric vectors")
+        cameras = {_camera_name(k): (*_frame_size(k, features[k], info_path), 3) for k in self.camera_keys}
+        try:
+            self.schema = EpisodeSchema(cameras, sum(features[k]["shape"][0] for k in self.state_keys),
+                                        features["action"]["shape"][0])
+        except ValueError as exc:
+            raise ValueError(f"{info_path}: {exc}") from None
+        self.tasks = self._read_tasks()
+        self._episodes = self._read_episodes()
+        self._final_stored = FINAL_FLAG in self._episodes
+        extra = self.path / ROBOT_RL_PATH
+        self.task_config = _read_json(extra)["task_config"] if extra.is_file() else self._foreign_task_config()
+        self._table: tuple[Path, Any] | None = None  # the data file read last (episodes share files)
+
+    def _read_tasks(self) -> list[str]:
+        """Task texts by task_index: LeRobot writes them as the pandas index of meta/tasks.parquet."""
+        path = self.path / TASKS_PATH
+        table = _read_parquet(path)
+        pandas_meta = json.loads((table.schema.metadata or {}).get(b"pandas", b"{}"))
+        index_columns = [c for c in pandas_meta.get("index_columns", []) if isinstance(c, str)]
+        text_column = index_columns[0] if index_columns else "task"
+        if text_column not in table.column_names or "task_index" not in table.column_names:
+            raise ValueError(f"{path}: expected task texts and a task_index column, got {table.column_names}")
+        tasks = dict(zip(table["task_index"].to_pylist(), table[text_column].to_pylist()))
+        if sorted(tasks) != list(range(len(tasks))):
+            raise ValueError(f"{path}: task_index must count 0, 1, ..., got {sorted(tasks)}")
+        return [tasks[i] for i in range(len(tasks))]
+
+    def _read_episodes(self) -> dict[str, list]:
+        """The episodes' metadata, columns -> values in episode order (per-episode stats left out)."""
+        _, pq, _ = _libraries()
+        files = sorted((self.path / "meta" / "episodes").glob("*/*.parquet"))
+        if not files:
+            raise FileNotFoundError(f"{self.path / 'meta' / 'episodes'} has no parquet files")
+        columns: dict[str, list] = {}
+        for file in files:
+            try:
+                names = [n for n in pq.read_schema(file).names if not n.startswith("stats/")]
+            except Exception as exc:  # pyarrow raises ArrowInvalid for a damaged footer
+                raise ValueError(f"{file}: not a readable parquet file ({exc})") from None
+            for name, values in _read_parquet(file, names).to_pydict().items():
+                columns.setdefault(name, []).extend(values)
+        required = ["episode_index", "length", "data/chunk_index", "data/file_index"]
+        required += [f"videos/{k}/{c}" for k in self.camera_keys
+                     for c in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
+        missing = [c for c in required if c not in columns]
+        if missing:
+            raise ValueError(f"{self.path / 'meta' / 'episodes'}: columns {missing} missing")
+        order = np.argsort(columns["episode_index"], kind="stable")
+        columns = {name: [values[i] for i in order] for name, values in columns.items()}
+        if columns["episode_index"] != list(range(len(order))):
+            raise ValueError(f"{self.path / 'meta' / 'episodes'}: episode_index must count 0, 1, ..., "
+                             f"got {columns['episode_index'][:10]}...")
+        short = [i for i, n in enumerate(columns["length"]) if not n or n < 1]
+        if short:
+            raise ValueError(f"{self.path}: episodes {short} have no frames")
+        return columns
+
+    def _foreign_task_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {"source": "lerobot", "fps": self.fps, "robot_type": self.info.get("robot_type"),
+                                  "tasks": self.tasks}
+        if len(self.tasks) == 1:
+            config["goal"] = self.tasks[0]
+        return config
+
+    def __len__(self) -> int:
+        return len(self._episodes["episode_index"])
+
+    @property
+    def num_steps(self) -> int:
+        return int(sum(self._episodes["length"]))
+
+    def _data_rows(self, index: int):
+        """Episode `index`'s frame rows, by frame_index."""
+        pc = _libraries()[0].compute
+        meta = self._episodes
+        path = self.path / self._data_path.format(chunk_index=meta["data/chunk_index"][index],
+                                                  file_index=meta["data/file_index"][index])
+        if self._table is None or self._table[0] != path:
+            self._table = (path, _read_parquet(path))
+        table = self._table[1]
+        missing = [k for k in (*INDEX_FEATURES, "action", *self.state_keys) if k not in table.column_names]
+        if missing:
+            raise ValueError(f"{path}: columns {missing} missing")
+        rows = table.filter(pc.equal(table["episode_index"], index))
+        rows = rows.take(pc.sort_indices(rows["frame_index"]))
+        length = meta["length"][index]
+        if rows.num_rows != length or rows["frame_index"].to_pylist() != list(range(length)):
+            raise ValueError(f"{path}: episode {index} has {rows.num_rows} frames numbered "
+                             f"{rows['frame_index'].to_pylist()[:5]}..., its metadata says {length}")
+        return path, rows
+
+    def _frames(self, index: int, key: str, timestamps: np.ndarray) -> np.ndarray:
+        """The frames of camera `key` at the episode's `timestamps` (seconds from its start)."""
+        _, _, av = _libraries()
+        meta = self._episodes
+        path = self.path / self._video_path.format(video_key=key, chunk_index=meta[f"videos/{key}/chunk_index"][index],
+                                                   file_index=meta[f"videos/{key}/file_index"][index])
+        start = float(meta[f"videos/{key}/from_timestamp"][index])
+        wanted = start + timestamps
+        tolerance = 0.5 / self.fps  # the nearest frame is the right one while frames sit on the fps grid
+        found: dict[int, np.ndarray] = {}
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing (camera {key!r}, episode {index})")
+        try:
+            with av.open(str(path)) as container:
+                stream = container.streams.video[0]
+                stream.thread_type = "AUTO"
+                container.seek(int(max(wanted[0] - tolerance, 0) / stream.time_base), stream=stream, backward=True)
+                for frame in container.decode(stream):
+                    if frame.pts is None:
+                        continue
+                    time = float(frame.pts * stream.time_base)
+                    if time > wanted[-1] + tolerance:
+                        break
+                    nearest = int(np.argmin(np.abs(wanted - time)))
+                    if abs(wanted[nearest] - time) < tolerance:
+                        found[nearest] = frame.to_ndarray(format="rgb24")
+        except (av.error.FFmpegError, IndexError) as exc:
+            raise ValueError(f"{path}: not a readable video ({exc})") from None
+        if len(found) != len(wanted):
+            raise ValueError(f"{path}: camera {key!r} has {len(found)} of episode {index}'s {len(wanted)} frames "
+                             f"between {wanted[0]:.3f} s and {wanted[-1]:.3f} s")
+        frames = np.stack([found[i] for i in range(len(wanted))])
+        expected = self.schema.cameras[_camera_name(key)]
+        if frames.shape[1:] != expected:
+            raise ValueError(f"{path}: frames are {frames.shape[1:]}, info.json says {expected} for {key!r}")
+        return frames
+
+    def episode(self, index: int) -> dict[str, np.ndarray]:
+        """Episode `index` (negative counts from the end) as EpisodeDataset.episode gives it: each camera and
+        `state` with T + 1 rows, every step field with T."""
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"episode {index} out of range: {self.path} has {len(self)}")
+        index %= len(self)
+        path, rows = self._data_rows(index)
+        steps = rows.num_rows
+        names = rows.column_names
+
+        def column(key: str, dtype: str, default) -> np.ndarray:
+            if key not in names:
+                return np.full(steps, default, dtype)
+            return _rows(rows[key], steps, (1,), f"{path}: {key!r}").astype(dtype)
+
+        state = np.concatenate(
+            [np.zeros((steps, 0), np.float32),
+             *(_rows(rows[k], steps, tuple(self.features[k]["shape"]), f"{path}: {k!r}").astype(np.float32)
+               for k in self.state_keys)], axis=1)
+        final = self._final_stored and bool(self._episodes[FINAL_FLAG][index])
+        if final and self.schema.state_dim:
+            final_state = np.asarray(self._episodes[FINAL_STATE][index], np.float32).reshape(1, -1)
+        else:  # LeRobot keeps no final observation: the last one stands in for it
+            final_state = state[-1:]
+        timestamps = column("timestamp", "float64", 0.0)
+        times = np.append(timestamps, timestamps[-1] + 1.0 / self.fps) if final else timestamps
+        episode = {}
+        for key in self.camera_keys:
+            frames = self._frames(index, key, times)
+            episode[_camera_name(key)] = frames if final else np.concatenate([frames, frames[-1:]])
+        episode["state"] = np.concatenate([state, final_state])
+        episode.update(self._steps(path, index, rows, column, timestamps))
+        return episode
+
+    def _steps(self, path: Path, index: int, rows, column, timestamps: np.ndarray) -> dict[str, np.ndarray]:
+        """The step fields of one episode's frame rows (the flags as the module docstring says)."""
+        steps = rows.num_rows
+        names = rows.column_names
+        field = {name: key for name, (key, _) in STEP_FEATURES.items()}
+        done = column(field["done"], "bool", False)
+        truncated = column(field["truncated"], "bool", False)
+        terminated = column(field["terminated"], "bool", False) if field["terminated"] in names \
+            else done & ~truncated
+        truncated = truncated | (done & ~terminated)
+        ended = np.flatnonzero(terminated[:-1] | truncated[:-1])
+        if ended.size:
+            raise ValueError(f"{path}: episode {index} ends (next.done) at frame {ended[0]}, before its last frame")
+        if not terminated[-1]:
+            truncated[-1] = True  # cut off where the recording stopped, as EpisodeWriter stores it
+        if field["success_label"] in names:
+            success_label = column(field["success_label"], "int8", UNLABELLED)
+        elif field["success"] in names:
+            success_label = column(field["success"], "bool", False).astype(np.int8)
+        else:
+            success_label = np.full(steps, UNLABELLED, np.int8)
+        return {"action": _rows(rows["action"], steps, tuple(self.features["action"]["shape"]),
+                                f"{path}: 'action'").astype(np.float32).reshape(steps, -1),
+                "reward": column(field["reward"], "float32", 0.0), "terminated": terminated, "truncated": truncated,
+                "intervention": column(field["intervention"], "bool", False), "success_label": success_label,
+                "stamp": column(field["stamp"], "float64", 0.0) if field["stamp"] in names else timestamps}
+
+
+def open_episodes(path: str | os.PathLike) -> EpisodeDataset | LeRobotEpisodes:
+    """The episodes at `path`: our zarr dataset, or a LeRobotDataset v3 directory."""
+    path = Path(path)
+    if is_lerobot_dataset(path):
+        return LeRobotEpisodes(path)
+    if (path / "zarr.json").is_file() or (path / ".zgroup").is_file():
+        return EpisodeDataset(path)
+    what = "does not exist" if not path.exists() else "is neither"
+    raise ValueError(f"{path} {what}: expected a robot_rl episode dataset (zarr, robot-rl demos/record) or a "
+                     f"LeRobotDataset v3 directory (with {INFO_PATH})")
+
+
+# ---- writing ------------------------------------------------------------------------------------
+
+
+def _next_file(chunk_index: int, file_index: int) -> tuple[int, int]:
+    return (chunk_index + 1, 0) if file_index + 1 == CHUNKS_SIZE else (chunk_index, file_index + 1)
+
+
+class _VideoWriter:
+    """One camera's videos: episodes one after another in a file, a new file past VIDEO_FILE_MB."""
+
+    def __init__(self, root: Path, key: str, shape: tuple[int, int, int], fps: int, settings: VideoSettings):
+        self.root, self.key, self.shape, self.fps, self.settings = root, key, shape, fps, settings
+        self.chunk_index, self.file_index = 0, 0
+        self.container = None
+        self.frames_in_file = self.bytes_in_file = 0
+
+    @property
+    def path(self) -> Path:
+        return self.root / VIDEO_PATH.format(video_key=self.key, chunk_index=self.chunk_index,
+                                             file_index=self.file_index)
+
+    def _open(self) -> None:
+        _, _, av = _libraries()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.container = av.open(str(self.path), "w", options={"movflags": "faststart"})
+        self.stream = self.container.add_stream(self.settings.codec, rate=self.fps, options=self.settings.options())
+        self.stream.height, self.stream.width = self.shape[:2]
+        self.stream.pix_fmt = self.settings.pix_fmt
+        self.stream.codec_context.time_base = Fraction(1, self.fps)
+        self.frames_in_file = self.bytes_in_file = 0
+
+    def _mux(self, packets) -> None:
+        for packet in packets:
+            self.bytes_in_file += packet.size
+            self.container.mux(packet)
+
+    def close(self) -> None:
+        if self.container is not None:
+            self._mux(self.stream.encode())
+            self.container.close()
+            self.container = None
+
+    def add_episode(self, frames: np.ndarray) -> dict[str, Any]:
+        """Appends one episode's frames; returns its episodes-metadata columns."""
+        _, _, av = _libraries()
+        # Encoders hold frames back (AV1 looks ahead), so the file is measured by the packets muxed so far.
+        if self.container is not None and self.bytes_in_file >= VIDEO_FILE_MB * 2**20:
+            self.close()
+            self.chunk_index, self.file_index = _next_file(self.chunk_index, self.file_index)
+        if self.container is None:
+            self._open()
+        start = self.frames_in_file
+        for frame in frames:
+            video_frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
+            video_frame.pts, video_frame.time_base = self.frames_in_file, Fraction(1, self.fps)
+            self._mux(self.stream.encode(video_frame))
+            self.frames_in_file += 1
+        prefix = f"videos/{self.key}/"
+        return {prefix + "chunk_index": self.chunk_index, prefix + "file_index": self.file_index,
+                prefix + "from_timestamp": start / self.fps, prefix + "to_timestamp": self.frames_in_file / self.fps}
+
+
+class _ChannelHistogram:
+    """Exact statistics of a camera's uint8 pixels, per channel, from counts of each value."""
+
+    def __init__(self):
+        self.counts = np.zeros((3, 256), np.int64)
+        self.frames = 0
+
+    def add(self, frames: np.ndarray) -> None:
+        for channel in range(3):
+            self.counts[channel] += np.bincount(frames[..., channel].ravel(), minlength=256)
+        self.frames += len(frames)
+
+    def stats(self) -> dict[str, Any]:
+        """LeRobot's image statistics: per channel, shape (3, 1, 1), pixels scaled to [0, 1]."""
+        values = np.arange(256) / 255.0
+        total = self.counts.sum(axis=1)
+        mean = self.counts @ values / total
+        std = np.sqrt(np.maximum(self.counts @ values**2 / total - mean**2, 0.0))
+        cumulative = np.cumsum(self.counts, axis=1)
+        present = self.counts > 0
+        stats = {"min": values[present.argmax(axis=1)], "max": values[255 - present[:, ::-1].argmax(axis=1)],
+                 "mean": mean, "std": std}
+        for q in QUANTILES:
+            stats[f"q{round(q * 100):02d}"] = values[(cumulative < q * total[:, None]).sum(axis=1)]
+        out = {name: value.reshape(3, 1, 1).tolist() for name, value in stats.items()}
+        out["count"] = [self.frames]
+        return out
+
+
+def _numeric_stats(values: np.ndarray) -> dict[str, Any]:
+    """LeRobot's statistics of a numeric feature, over its rows."""
+    data = values.reshape(len(values), -1).astype(np.float64)
+    stats = {"min": data.min(0), "max": data.max(0), "mean": data.mean(0), "std": data.std(0)}
+    stats.update({f"q{round(q * 100):02d}": np.quantile(data, q, axis=0) for q in QUANTILES})
+    out = {name: value.tolist() for name, value in stats.items()}
+    out["count"] = [len(data)]
+    return out
+
+
+def _feature(dtype: str, shape: tuple[int, ...], names: list[str] | None = None) -> dict[str, Any]:
+    return {"dtype": dtype, "shape": list(shape), "names": names}
+
+
+def _fixed_lists(values: np.ndarray):
+    """A (rows, n) array as the fixed-size list column LeRobot's `datasets` features describe."""
+    pa = _libraries()[0]
+    return pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(values).ravel()), values.shape[1])
+
+
+def _frame_columns(episode: Mapping[str, np.ndarray], state: bool, episode_index: int, first_index: int,
+                   task_index: int, fps: int) -> dict[str, np.ndarray]:
+    """One episode's frame rows (T of them) as LeRobot feature -> values."""
+    steps = len(episode["action"])
+    values = {name: episode[name] for name in ("reward", "truncated", "terminated", "intervention", "success_label",
+                                               "stamp")}
+    values.update(done=episode["terminated"] | episode["truncated"], success=episode["success_label"] == 1)
+    columns = {"observation.state": episode["state"][:-1]} if state else {}
+    columns["action"] = episode["action"]
+    columns.update({key: values[name].astype(dtype) for name, (key, dtype) in STEP_FEATURES.items()})
+    frame_index = np.arange(steps, dtype=np.int64)
+    columns.update({"timestamp": (frame_index / fps).astype(np.float32), "frame_index": frame_index,
+                    "episode_index": np.full(steps, episode_index, np.int64),
+                    "index": first_index + frame_index, "task_index": np.full(steps, task_index, np.int64)})
+    return columns
+
+
+def _write_table(columns: Mapping[str, list[np.ndarray]], path: Path) -> None:
+    pa, pq, _ = _libraries()
+    arrays = {}
+    for key, parts in columns.items():
+        values = np.concatenate(parts)
+        arrays[key] = _fixed_lists(values) if values.ndim == 2 else pa.array(values)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(arrays), path, compression="snappy")
+
+
+def _write_tasks(tasks: list[str], root: Path) -> None:
+    """meta/tasks.parquet as pandas writes LeRobot's DataFrame (task texts the index), so pandas reads it back
+    with the texts as index (LeRobot looks tasks up by it)."""
+    pa, pq, _ = _libraries()
+    table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()), "task": pa.array(tasks, pa.string())})
+    pandas_meta = {"index_columns": ["task"],
+                   "column_indexes": [{"name": None, "field_name": None, "pandas_type": "unicode",
+                                       "numpy_type": "object", "metadata": {"encoding": "UTF-8"}}],
+                   "columns": [{"name": "task_index", "field_name": "task_index", "pandas_type": "int64",
+                                "numpy_type": "int64", "metadata": None},
+                               {"name": "task", "field_name": "task", "pandas_type": "unicode",
+                                "numpy_type": "object", "metadata": None}],
+                   "creator": {"library": "pyarrow", "version": pa.__version__}, "pandas_version": "2.2.3"}
+    pq.write_table(table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()}), root / TASKS_PATH)
+
+
+def _estimated_fps(source) -> int:
+    """Frames per second from the stamps' median step, for a dataset exported without --fps."""
+    gaps = np.concatenate([np.diff(source.episode(i)["stamp"]) for i in range(min(len(source), 5))])
+    gaps = gaps[gaps > 0]
+    if not gaps.size:
+        raise ValueError("cannot tell the frame rate from the dataset's stamps; give fps (--fps)")
+    return max(1, round(1.0 / float(np.median(gaps))))
+
+
+def _task_text(task_config: Mapping[str, Any], task: str | None) -> str:
+    text = task if task is not None else task_config.get("goal") or task_config.get("task")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("the dataset has no goal sentence or task name to use as LeRobot's task; give task (--task)")
+    return text
+
+
+def export_lerobot(dataset_path: str | os.PathLike, out_dir: str | os.PathLike, fps: int | None = None,
+                   task: str | None = None, video: VideoSettings = VideoSettings()) -> ExportSummary:
+    """Writes the episodes at `dataset_path` (ours, or a LeRobot dataset) as a LeRobotDataset v3 in `out_dir`,
+    which must not exist or be empty. `fps` defaults to the stamps' rate, `task` to the dataset's goal."""
+    _libraries()
+    video.check()
+    source = open_episodes(dataset_path)
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"{out} exists and is not an empty directory")
+    if len(source) == 0:
+        raise ValueError(f"{dataset_path} has no episodes to export")
+    fps = _estimated_fps(source) if fps is None else fps
+    if not isinstance(fps, int) or isinstance(fps, bool) or fps < 1:
+        raise ValueError(f"fps must be a positive integer, got {fps!r}")
+    text = _task_text(source.task_config, task)
+    schema, has_state = source.schema, source.schema.state_dim > 0
+    keys = {camera: CAMERA_PREFIX + camera for camera in schema.cameras}
+    videos = {camera: _VideoWriter(out, keys[camera], shape, fps, video) for camera, shape in schema.cameras.items()}
+    histograms = {camera: _ChannelHistogram() for camera in schema.cameras}
+    all_columns: dict[str, list[np.ndarray]] = {}
+    file_columns: dict[str, list[np.ndarray]] = {}
+    data_file = (0, 0)
+    episodes: dict[str, list] = {}
+    frames = 0
+    try:
+        for index in range(len(source)):
+            episode = source.episode(index)
+            columns = _frame_columns(episode, has_state, index, frames, 0, fps)
+            steps = len(episode["action"])
+            if file_columns and sum(c.nbytes for parts in file_columns.values() for c in parts) >= DATA_FILE_MB * 2**20:
+                _write_table(file_columns, out / DATA_PATH.format(chunk_index=data_file[0], file_index=data_file[1]))
+                file_columns, data_file = {}, _next_file(*data_file)
+            row = {"episode_index": index, "tasks": [text], "length": steps, "data/chunk_index": data_file[0],
+                   "data/file_index": data_file[1], "dataset_from_index": frames, "dataset_to_index": frames + steps}
+            for key, values in columns.items():
+                file_columns.setdefault(key, []).append(values)
+                all_columns.setdefault(key, []).append(values)
+            for camera in schema.cameras:
+                row.update(videos[camera].add_episode(episode[camera]))
+                histograms[camera].add(episode[camera][:-1])
+            row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0, FINAL_FLAG: True})
+            if has_state:
+                row[FINAL_STATE] = episode["state"][-1].tolist()
+            for key, value in row.items():
+                episodes.setdefault(key, []).append(value)
+            frames += steps
+        _write_table(file_columns, out / DATA_PATH.format(chunk_index=data_file[0], file_index=data_file[1]))
+    finally:
+        for writer in videos.values():
+            writer.close()
+    _write_metadata(out, source, fps, text, keys, all_columns, histograms, episodes, frames)
+    return ExportSummary(out, len(source), frames, fps)
+
+
+def _write_metadata(out: Path, source, fps: int, text: str, keys: Mapping[str, str],
+                    columns: Mapping[str, list[np.ndarray]], histograms: Mapping[str, _ChannelHistogram],
+                    episodes: Mapping[str, list], frames: int) -> None:
+    pa, pq, av = _libraries()
+    schema = source.schema
+    features: dict[str, dict] = {}
+    stats: dict[str, dict] = {}
+    for camera, key in keys.items():
+        height, width, _ = schema.cameras[camera]
+        with av.open(str(out / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0))) as container:
+            stream = container.streams.video[0]
+            info = {"video.height": stream.height, "video.width": stream.width,
+                    "video.codec": stream.codec_context.codec.canonical_name, "video.pix_fmt": stream.pix_fmt,
+                    "video.is_depth_map": False, "video.fps": fps, "video.channels": 3, "has_audio": False}
+        features[key] = {**_feature("video", (height, width, 3), ["height", "width", "channels"]), "info": info}
+        stats[key] = histograms[camera].stats()
+    for key, parts in columns.items():
+        values = np.concatenate(parts)
+        features[key] = _feature(str(values.dtype), values.shape[1:] or (1,))
+        stats[key] = _numeric_stats(values)
+    info = {"codebase_version": CODEBASE_VERSION, "robot_type": None, "total_episodes": len(source),
+            "total_frames": frames, "total_tasks": 1, "chunks_size": CHUNKS_SIZE,
+            "data_files_size_in_mb": DATA_FILE_MB, "video_files_size_in_mb": VIDEO_FILE_MB, "fps": fps,
+            "splits": {"train": f"0:{len(source)}"}, "data_path": DATA_PATH,
+            "video_path": VIDEO_PATH if keys else None, "features": features}
+    (out / "meta").mkdir(parents=True, exist_ok=True)
+    (out / INFO_PATH).write_text(json.dumps(info, indent=4))
+    (out / STATS_PATH).write_text(json.dumps(stats, indent=4))
+    (out / ROBOT_RL_PATH).write_text(json.dumps({"task_config": source.task_config}, indent=4))
+    _write_tasks([text], out)
+    path = out / EPISODES_PATH.format(chunk_index=0, file_index=0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = {key: pa.array(values, pa.list_(pa.float32())) if key == FINAL_STATE else pa.array(values)
+             for key, values in episodes.items()}
+    pq.write_table(pa.table(table), path, compression="snappy")
+
+
+# ---- import -------------------------------------------------------------------------------------
+
+
+def _observations(episode: Mapping[str, np.ndarray], streams: list[str]) -> Iterator[dict[str, np.ndarray]]:
+    for t in range(len(episode["state"])):
+        yield {name: episode[name][t] for name in streams}
+
+
+def import_lerobot(src_dir: str | os.PathLike, out_zarr: str | os.PathLike) -> EpisodeDataset:
+    """Writes the LeRobot dataset at `src_dir` as our episode dataset at `out_zarr` (through EpisodeWriter, so
+    it is checked and checksummed like any recording); returns it opened."""
+    source = LeRobotEpisodes(src_dir)
+    writer = EpisodeWriter(out_zarr, source.schema, source.task_config)
+    streams = [*source.schema.cameras, "state"]
+    for index in range(len(source)):
+        episode = source.episode(index)
+        observations = list(_observations(episode, streams))
+        for t, obs in enumerate(observations[:-1]):
+            label = int(episode["success_label"][t])
+            writer.add_step(obs, episode["action"][t], episode["reward"][t], episode["terminated"][t],
+                            episode["truncated"][t], episode["intervention"][t],
+                            None if label == UNLABELLED else label == 1, episode["stamp"][t])
+        writer.end_episode(observations[-1])
+    return EpisodeDataset(out_zarr)
