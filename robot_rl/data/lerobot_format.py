@@ -36,7 +36,9 @@ A dataset recorded by LeRobot has no final observation: the last one is repeated
 terminated where next.done says so (and next.truncated, if present, does not), truncated otherwise.
 Without next.reward rewards are 0, without next.success steps are unlabelled, and without
 `complementary_info.is_intervention` no step is an intervention. Several state features are
-concatenated in `STATE_ORDER`, then the other numeric `observation.*` features in info.json order.
+concatenated in `STATE_ORDER`, then the other numeric `observation.*` features in info.json order
+(text features are left out, as are columns this mapping does not name, e.g. HIL-SERL's
+complementary_info.discrete_penalty).
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ DATA_FILE_MB, VIDEO_FILE_MB = 100, 200
 CAMERA_PREFIX = "observation.images."
 STATE_ORDER = ("observation.state", "observation.environment_state")
 """State features concatenated first, in this order; other numeric observation.* features follow."""
+NUMERIC = ("float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
+"""Feature dtypes read as numbers; observation.* features of other dtypes (text) are not state."""
 INDEX_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 FINAL_FLAG, FINAL_STATE = "robot_rl/final_observation", "robot_rl/final_state"
 QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
@@ -235,12 +239,11 @@ class LeRobotEpisodes:
             raise ValueError(f"{info_path}: video features {self.camera_keys} but no video_path template")
         if "action" not in features:
             raise ValueError(f"{info_path}: no 'action' feature")
-        numeric = [k for k, f in features.items() if k.startswith("observation.") and f.get("dtype") != "video"]
+        numeric = [k for k, f in features.items() if k.startswith("observation.") and f.get("dtype") in NUMERIC]
         self.state_keys = [k for k in STATE_ORDER if k in numeric] + [k for k in numeric if k not in STATE_ORDER]
         for key in (*self.state_keys, "action"):
             shape = features[key].get("shape")
-            if not isinstance(shape, list) or len(shape) != 1 or features[key].get("dtype") not in (
-                    "float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool"):
+            if not isinstance(shape, list) or len(shape) != 1 or features[key].get("dtype") not in NUMERIC:
                 raise ValueError(f"{info_path}: feature {key!r} is {features[key].get('dtype')} of shape {shape}; "
                                  "state and action features must be numeric vectors")
         cameras = {_camera_name(k): (*_frame_size(k, features[k], info_path), 3) for k in self.camera_keys}
