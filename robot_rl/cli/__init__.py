@@ -9,6 +9,7 @@
   robot-rl record --task arm_pick_cube --device spacemouse --episodes 20 --out demos.zarr
   robot-rl dataset verify demos.zarr                 check every chunk of a dataset (exists, checksum)
   robot-rl report RUN_DIR                            success and intervention rate over a run (PNG)
+  robot-rl view DATASET|RUN_DIR --out view.rrd       replay episodes / a run's learning curve in Rerun
   robot-rl eval --policy RUN_DIR|POLICY_DIR          evaluate a saved policy (train --env, graph run, shipped)
   robot-rl reward train --demos DATASET... --out DIR  train the local progress reward model
   robot-rl reward eval --demos DATASET... --model DIR  VOC, negative share, wrong goal, done F1
@@ -22,7 +23,7 @@ import sys
 
 import yaml
 
-from robot_rl.cli import data, evaluation, graph, models
+from robot_rl.cli import data, evaluation, graph, models, view
 from robot_rl.cli.args import Parser
 from robot_rl.outputs import UserError
 
@@ -31,7 +32,7 @@ def build_parser() -> Parser:
     parser = Parser(prog="robot-rl", description="Reinforcement learning on robots over ROS 2.")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (graph, models, data, evaluation):
+    for module in (graph, models, data, evaluation, view):
         module.add_parsers(sub)
     return parser
 

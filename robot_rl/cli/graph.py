@@ -14,7 +14,7 @@ from pathlib import Path
 from robot_rl.cli.args import at_least, dataset_flags, domain_id_arg, in_range, parse_settings, port_arg
 from robot_rl.cli.data import dataset_out
 from robot_rl.cli.gym import cmd_record_env, cmd_train_env
-from robot_rl.outputs import TEMP_PREFIX, UserError, atomic_path, atomic_write_text
+from robot_rl.outputs import TEMP_PREFIX, UserError, atomic_path, atomic_write_text, check_output
 from robot_rl.ros.security import ENFORCEMENT_NOTE, init_keystore
 from robot_rl.ros.session import Monitor, check_resumable, claim_run_dir, run_graph
 from robot_rl.transport.secret import ensure_run_secret
@@ -136,6 +136,13 @@ def _person_overrides(args: argparse.Namespace, config: dict, robot: list[str]) 
     if args.mapping:
         overrides["teleop.mapping"] = args.mapping
     overrides["teleop.speed"] = args.teleop_speed
+    return {**overrides, **_view_overrides(args, config, robot, "joy" if scripted else device)}
+
+
+def _view_overrides(args: argparse.Namespace, config: dict, robot: list[str], device: str) -> dict:
+    """Settings of the person's view (`--view`; `device` picks its key legend): MuJoCo's window, the
+    session_view node and the cameras it shows."""
+    overrides = {}
     if args.view in ("auto", "window") and "arm_sim" in robot and args.backend == "sim":
         display = bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
         if args.view == "window" and not display:
@@ -151,9 +158,28 @@ def _person_overrides(args: argparse.Namespace, config: dict, robot: list[str]) 
                               "arm_sim.image_size": VIEW_IMAGE_SIZE})
             cameras = VIEW_CAMERAS
         overrides.update({"session_view.task": config["robot_rl"]["task"], "session_view.cameras": cameras,
-                          "session_view.device": "joy" if scripted else device,
-                          "session_view.port": args.view_port})
+                          "session_view.device": device, "session_view.port": args.view_port})
     return overrides
+
+
+def _rerun_view(args: argparse.Namespace, run_dir: Path) -> dict:
+    """With --view rerun: where the session_view node logs the session (--view-out; else the Rerun
+    viewer where a display exists, else a new <run_dir>/view-<time>.rrd), kept in args.view_out."""
+    if args.view != "rerun":
+        if args.view_out:
+            raise UserError("--view-out is where --view rerun logs the session; add --view rerun")
+        return {}
+    from robot_rl.view.rerun_log import SPAWN, VIEWER_URL_PREFIXES, check_target, has_display
+
+    target = args.view_out or (SPAWN if has_display() else str(run_dir / f"view-{time.strftime('%Y%m%d-%H%M%S')}.rrd"))
+    try:
+        check_target(target)
+    except ValueError as exc:
+        raise UserError(f"--view-out: {exc}") from None
+    if target != SPAWN and not target.startswith(VIEWER_URL_PREFIXES):
+        target = str(check_output(Path(target).resolve(), "Rerun recording (--view-out)"))
+    args.view_out = target
+    return {"session_view.rerun": target}
 
 
 def _keyboard_here(args: argparse.Namespace) -> bool:
@@ -170,6 +196,9 @@ def _print_view_address(args: argparse.Namespace) -> None:
         print(f"robot_rl: the person's view: http://127.0.0.1:{args.view_port}/ (from another machine: "
               f"ssh -L {args.view_port}:localhost:{args.view_port} <this host>, then the same address there)",
               flush=True)
+    if args.view == "rerun":
+        watch = f" (watch it with `rerun {args.view_out}`)" if args.view_out.endswith(".rrd") else ""
+        print(f"robot_rl: the session is logged to Rerun: {args.view_out}{watch}", flush=True)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -194,6 +223,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         person = {"robot_rl.nodes": [*robot, *_person_nodes(args, scripted=False)],
                   **_person_overrides(args, config, robot)}
         config = apply_overrides(config, person)
+    elif args.view == "rerun":  # no person in the loop: the view node alone logs the session
+        robot = [n for n in config["robot_rl"]["nodes"] if n not in PERSON_NODES]
+        config = apply_overrides(config, {"robot_rl.nodes": [*robot, "session_view"],
+                                          **_view_overrides(args, config, robot, "keyboard")})
     if args.actors is not None:
         config = apply_overrides(config, {"robot_rl.actors": args.actors})
     config = apply_overrides(config, settings)  # first: `robot_rl.nodes` decides which nodes the flags reach
@@ -207,6 +240,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if warning:
         print(f"robot_rl: warning: {warning}", file=sys.stderr, flush=True)
     run_dir = Path(args.run_dir or f"runs/{config['robot_rl']['task']}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    config = apply_overrides(config, _rerun_view(args, run_dir))  # a refused --view-out before the run dir changes
     claim_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite)
     ensure_run_secret(run_dir)  # the key the learner checks every transition batch against (kept on resume)
     env, graph_line = _join_graph(args)
@@ -231,7 +265,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     juggle_path = run_dir / "juggle_actor_summary.json"  # the juggling actor's result instead
     juggle_path.unlink(missing_ok=True)
 
-    if args.teleop:
+    if args.teleop or args.view == "rerun":
         _print_view_address(args)
     monitor = Monitor(int(actor_params.get("total_steps", 0)), int(actor_params.get("eval_episodes", 0)), actor=actor,
                       person=bool(args.teleop))
@@ -351,6 +385,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir or f"runs/record-{config['robot_rl']['task']}-{time.strftime('%Y%m%d-%H%M%S')}")
     run_dir = run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
+    config = apply_overrides(config, _rerun_view(args, run_dir))
     env, graph_line = _join_graph(args)
     _check_keystore(env)
     print(f"robot_rl: recording {config['robot_rl']['task']} with {args.teleop} into {out}, run dir {run_dir}, "
@@ -406,11 +441,16 @@ def person_flags(parser: argparse.ArgumentParser, reset_time_s: float) -> None:
                         help="scale of the person's motion commands, (0, 1]: lower for fine positioning")
     parser.add_argument("--reset-time-s", type=at_least(0.0, float), default=reset_time_s,
                         help="after each reset the robot holds this long, counting down, before the episode runs")
-    parser.add_argument("--view", choices=["auto", "browser", "window", "off"], default="auto",
+    parser.add_argument("--view", choices=["auto", "browser", "window", "rerun", "off"], default="auto",
                         help="the person's view: the cameras with who drives, the episode clock and the keys, in a "
                              "browser at http://127.0.0.1:PORT/ (over SSH: forward the port); window: also MuJoCo's "
                              "own viewer on the simulated scene; auto: the browser view, and the window where a "
-                             "display exists")
+                             "display exists; rerun: the browser view, and the session (cameras, state, actions, "
+                             "who drives, reward) logged to Rerun (train without --teleop too)")
+    parser.add_argument("--view-out", metavar="FILE.rrd|URL",
+                        help="with --view rerun: a new .rrd file, or a Rerun viewer's address "
+                             "rerun+http://HOST:9876/proxy (default: the viewer here where a display exists, else "
+                             "RUN_DIR/view-<time>.rrd)")
     parser.add_argument("--view-port", type=port_arg, default=8765, help="port of the person's view")
 
 

@@ -11,6 +11,10 @@
 - Serves http://<host>:<port>/ (127.0.0.1 by default: reach it over SSH with
   `ssh -L PORT:localhost:PORT host`); logs the URL and writes it to `<run_dir>/view_url.txt`.
 - `record_path`: also keeps the composed frames as a video (.avi, .mp4) or a folder of JPEGs.
+- `rerun`: also logs the session to Rerun (`robot_rl.view.rerun_log.LiveRerun`: an .rrd file, the
+  viewer spawned here, or a viewer's address): the cameras and status, and besides them the actor's
+  `arm/cmd` + `arm/gripper`, the person's `teleop/cmd` + `teleop/gripper`, `joint_states` and the
+  reward node's `reward` (value, done probability), each as it arrives, on the executor.
 - `/diagnostics`: url, frames composed and dropped, stream clients, age of the newest status,
   malformed statuses (counted and logged; never fatal).
 """
@@ -28,14 +32,15 @@ from pathlib import Path
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from geometry_msgs.msg import TwistStamped, Vector3Stamped
 from PIL import Image as PILImage
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from sensor_msgs.msg import Image
-from std_msgs.msg import String
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Float32, String
 
-from robot_rl.outputs import atomic_path
+from robot_rl.outputs import UserError, atomic_path
 from robot_rl.ros import qos
 from robot_rl.ros.messages import msg_to_image
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
@@ -45,6 +50,7 @@ from robot_rl.teleop.session_status import KEY_LEGEND, SessionStatus
 from robot_rl.view.compose import MAX_CAMERAS, compose_frame
 from robot_rl.view.mjpeg import MjpegServer
 from robot_rl.view.recording import FrameRecorder, check_record_path
+from robot_rl.view.rerun_log import LiveRerun, RerunConfig, RerunSession
 
 
 class CameraListParam(Param):
@@ -67,9 +73,12 @@ PARAMS = [
           "any other address lets everyone on that network watch, unauthenticated."),
     Param("port", 8765, "HTTP port; 0: any free port (logged and written to <run_dir>/view_url.txt).", 0, 65535),
     Param("max_fps", 10.0, "Most frames composed per second.", 0.5, 60.0),
-    Param("jpeg_quality", 80, "JPEG quality of the stream.", 10, 95),
+    Param("jpeg_quality", 80, "JPEG quality of the stream (and of the camera frames logged to Rerun).", 10, 95),
     Param("record_path", "", "Also record the view: a video (.avi Motion-JPEG, .mp4; needs OpenCV) or a folder "
           "of numbered JPEGs (no suffix), played back at max_fps. Empty: no recording."),
+    Param("rerun", "", "Also log the session to Rerun: a new file ending in .rrd (open it with `rerun FILE.rrd`), "
+          "'spawn' (start the viewer here; needs a display) or a viewer's address rerun+http://HOST:9876/proxy. "
+          "Empty: no Rerun."),
     Param("run_dir", "", "Run directory: view_url.txt is written there. Empty: none."),
     Param("stale_s", 2.0, "Diagnostics warn when no image or no status arrived for this long.", 0.1, 600.0),
     Param("diagnostics_period_s", 1.0, "Period of /diagnostics.", 0.05, 60.0),
@@ -135,7 +144,7 @@ class SessionViewNode(Node):
         self._image_wall = math.nan
         self._inputs_changed = threading.Event()
         self.counters = {"images_received": 0, "frames_composed": 0, "frames_dropped": 0, "invalid_status": 0,
-                         "invalid_images": 0}
+                         "invalid_images": 0, "rerun_errors": 0}
         self._last_invalid = ""
         self._stop = threading.Event()
 
@@ -164,6 +173,7 @@ class SessionViewNode(Node):
         for camera, topic in self.topics.items():
             self.create_subscription(Image, topic, lambda msg, c=camera: self._on_image(c, msg), qos.SENSOR)
         self.create_subscription(String, "session/status", self._on_status, qos.EVENTS)
+        self.rerun = self._start_rerun(p) if p["rerun"] else None
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_timer(p["diagnostics_period_s"], self._publish_diagnostics,
                           clock=Clock(clock_type=ClockType.STEADY_TIME))
@@ -171,7 +181,34 @@ class SessionViewNode(Node):
         self._composer = threading.Thread(target=self._compose_loop, name="view-compose", daemon=True)
         self._composer.start()
 
+    def _start_rerun(self, p: dict) -> LiveRerun:
+        try:
+            session = RerunSession(RerunConfig(p["rerun"], cameras=self.cameras, jpeg_quality=p["jpeg_quality"],
+                                               recording_name=f"{p['task']} session"))
+        except (ValueError, UserError) as exc:
+            raise ParameterError(f"session_view: rerun: {exc}") from None
+        self.get_logger().info(f"logging the session to Rerun: {session.path or p['rerun']}")
+        for kind, prefix in (("executed", "arm"), ("human", "teleop")):
+            self.create_subscription(TwistStamped, f"{prefix}/cmd", lambda m, k=kind: self._log_rerun(
+                self.rerun.on_twist, k, _twist(m.twist), time.time()), qos.COMMAND)
+            self.create_subscription(Float32, f"{prefix}/gripper", lambda m, k=kind: self._log_rerun(
+                self.rerun.on_gripper, k, m.data), qos.COMMAND)
+        self.create_subscription(JointState, "joint_states", lambda m: self._log_rerun(
+            self.rerun.on_joints, list(m.name), np.asarray(m.position, np.float64), time.time()), qos.SENSOR)
+        self.create_subscription(Vector3Stamped, "reward", lambda m: self._log_rerun(
+            self.rerun.on_reward, m.vector.y, m.vector.z, time.time()), qos.EVENTS)
+        return LiveRerun(session)
+
     # ---- executor side ---------------------------------------------------------------------------------
+
+    def _log_rerun(self, log, *args) -> None:
+        """One message into the Rerun session; a failure is counted and logged, never fatal."""
+        try:
+            log(*args)
+        except Exception as exc:  # noqa: BLE001 - a bad message (or a full disk) must not end the view
+            with self._lock:
+                self.counters["rerun_errors"] += 1
+            self.get_logger().warning(f"logging to Rerun failed: {exc}", throttle_duration_sec=5.0)
 
     def _on_image(self, camera: str, msg: Image) -> None:
         with self._lock:
@@ -182,6 +219,8 @@ class SessionViewNode(Node):
             self._image_wall = time.monotonic()
             self.counters["images_received"] += 1
         self._inputs_changed.set()
+        if self.rerun is not None:
+            self._log_rerun(lambda: self.rerun.on_camera(camera, _rgb(msg_to_image(msg), msg.encoding), time.time()))
 
     def _on_status(self, msg: String) -> None:
         try:
@@ -195,6 +234,8 @@ class SessionViewNode(Node):
         with self._lock:
             self._status, self._status_wall = status, time.monotonic()
         self._inputs_changed.set()
+        if self.rerun is not None:
+            self._log_rerun(self.rerun.on_status, status, time.time())
 
     def _publish_diagnostics(self) -> None:
         now = time.monotonic()
@@ -213,7 +254,8 @@ class SessionViewNode(Node):
                        "last_image_age_s": "never" if math.isnan(image_age) else round(image_age, 2),
                        "last_invalid_status": self._last_invalid,
                        "cameras": ",".join(self.cameras),
-                       "recording": "" if self.recorder is None else str(self.recorder.output)})
+                       "recording": "" if self.recorder is None else str(self.recorder.output),
+                       "rerun": "" if self.rerun is None else str(self.rerun.session.path or self.params["rerun"])})
         self._diag_pub.publish(diagnostics(self, values, level, message))
 
     # ---- compose thread ----------------------------------------------------------------------------------
@@ -268,6 +310,14 @@ class SessionViewNode(Node):
         if self.recorder is not None:
             self.recorder.close()
             self.get_logger().info(f"recorded {self.recorder.frames} frames to {self.recorder.output}")
+        if self.rerun is not None:
+            self.rerun.session.close()
+            self.get_logger().info(f"Rerun: the session up to step {self.rerun.step} is in "
+                                   f"{self.rerun.session.path or self.params['rerun']}")
+
+
+def _twist(twist) -> tuple[float, ...]:
+    return (twist.linear.x, twist.linear.y, twist.linear.z, twist.angular.x, twist.angular.y, twist.angular.z)
 
 
 def _rgb(image: np.ndarray, encoding: str) -> np.ndarray:

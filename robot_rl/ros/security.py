@@ -69,7 +69,8 @@ NODE_ENDPOINTS: dict[str, Endpoints] = {
                            serves=("~/arm", "~/land", "~/reset_estop")),
     "teleop": Endpoints(publish=TELEOP, subscribe=("/estop", "joy")),
     "scripted_human": Endpoints(publish=("joy",), subscribe=(*ARM_STATE, "arm/cmd", "arm/gripper")),
-    "session_view": Endpoints(subscribe=(CAMERA_TOPICS[0], "session/status")),
+    "session_view": Endpoints(subscribe=(CAMERA_TOPICS[0], "session/status", "arm/cmd", "arm/gripper", "teleop/cmd",
+                                         "teleop/gripper", "joint_states", "reward")),  # the last six: its Rerun log
     "reward": Endpoints(publish=("reward", "reward/done"),
                         subscribe=("task/goal", "teleop/event", "episode/event", CAMERA_TOPICS[0])),
     "quad_sim": Endpoints(publish=("quad/odom", "ball/pose", "/clock"), subscribe=("quad/cmd_ctbr",),
