@@ -92,13 +92,13 @@ def test_eval_restores_the_policy_with_its_normalisation(trained_run, tmp_path):
     assert len(json.loads((tmp_path / "eval.json").read_text())["results"]) == 20
     # the same weights without the saved statistics do not do the task: the normalisation is what was restored
     from robot_rl.agents.policy import Policy, PolicySpec
-    from robot_rl.training.gym_loop import evaluate_policy
+    from robot_rl.training.evaluate import evaluate_policy
 
     raw_adapter = EnvAdapter.from_json(saved["adapter"])
     raw_adapter.normalizer.offset = [0.0] * 5
     raw_adapter.normalizer.scale = [1.0] * 5
     policy = Policy(PolicySpec.from_json(saved["spec"]), saved["weights"])
-    unnormalised = evaluate_policy(lambda obs: policy.act(obs, True), make_canonical(ENV_ID, {}, adapter=raw_adapter),
+    unnormalised = evaluate_policy(lambda obs, info: policy.act(obs, True), make_canonical(ENV_ID, {}, adapter=raw_adapter),
                                    20, seed=10_000)
     assert unnormalised["success_rate"] <= result["success_rate"] - 0.5
     refused = robot_rl("eval", "--policy", str(run), "--out", str(tmp_path / "eval.json"))

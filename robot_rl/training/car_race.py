@@ -24,8 +24,12 @@ import numpy as np
 import torch
 
 from robot_rl.agents.encoders import EncoderConfig, ImageEncoder
-from robot_rl.agents.frame_stack_policy import FeatureStack, FrameStackPolicy, load_frame_stack_policy, \
-    save_frame_stack_policy
+from robot_rl.agents.frame_stack_policy import (
+    FeatureStack,
+    FrameStackPolicy,
+    load_frame_stack_policy,
+    save_frame_stack_policy,
+)
 from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.data.replay import ReplayBuffer
 from robot_rl.device import resolve_device

@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import yaml
@@ -67,7 +67,6 @@ def _evaluate_env_run(file: Path, episodes: int, seed: int, env_id: str | None,
 
     from robot_rl.agents.policy import Policy, PolicySpec
     from robot_rl.envs.canonical import EnvAdapter, make_canonical
-    from robot_rl.training.gym_loop import evaluate_policy
 
     saved = torch.load(file, weights_only=True, map_location="cpu")
     if "adapter" not in saved:
@@ -77,7 +76,7 @@ def _evaluate_env_run(file: Path, episodes: int, seed: int, env_id: str | None,
     env_id = env_id or saved["env_id"]
     kwargs = {**saved.get("env_kwargs", {}), **(env_kwargs or {})}
     env = make_canonical(env_id, kwargs, adapter=adapter, normalize=True)
-    result = evaluate_policy(lambda obs: policy.act(obs, deterministic=True), env, episodes, seed)
+    result = evaluate_policy(lambda obs, info: policy.act(obs, deterministic=True), env, episodes, seed)
     return {"policy": str(file), "kind": "env_run", "env_id": env_id, "env_kwargs": kwargs, "episodes": episodes,
             "rule": "deterministic policy; success = the environment's success flag at any step", **result}
 
@@ -133,7 +132,17 @@ def evaluate_graph_policy(run: Path, source: Path, task_name: str, episodes: int
     kwargs: dict[str, Any] = {"image_size": task.image_size} if task.cameras else {}
     if _has_parameter(task.env_id, "randomization_split"):
         kwargs["randomization_split"] = split
-    env = gym.make(task.env_id, **kwargs)
+    result = evaluate_policy(lambda obs, info: policy.act(actor_view(obs, info, task), True),
+                             gym.make(task.env_id, **kwargs), episodes, seed)
+    return {"policy": str(source), "kind": "graph_run", "task": task.name, "env_id": task.env_id, "env_kwargs": kwargs,
+            "policy_version": payload.meta["version"], "transitions": payload.meta.get("transitions"),
+            "episodes": episodes, **result, "rule": "deterministic policy; success = the environment's success "
+            "flag at any step"}
+
+
+def evaluate_policy(act: Callable[[Any, Mapping], np.ndarray], env, episodes: int, seed: int) -> dict[str, Any]:
+    """Deterministic episodes of `act(observation, info)` on the Gymnasium `env`, which it closes, the reset
+    seeds drawn from `seed`: success rate (info's is_success at any step), mean return, each episode's result."""
     rng = np.random.default_rng(seed)
     results = []
     try:
@@ -141,18 +150,15 @@ def evaluate_graph_policy(run: Path, source: Path, task_name: str, episodes: int
             obs, info = env.reset(seed=int(rng.integers(2**31)))
             done, success, total, steps = False, False, 0.0, 0
             while not done:
-                obs, reward, terminated, truncated, info = env.step(policy.act(actor_view(obs, info, task), True))
+                obs, reward, terminated, truncated, info = env.step(act(obs, info))
                 total, steps = total + float(reward), steps + 1
                 success = success or bool(info.get("is_success", False))
                 done = terminated or truncated
             results.append({"success": success, "return": total, "steps": steps})
     finally:
         env.close()
-    return {"policy": str(source), "kind": "graph_run", "task": task.name, "env_id": task.env_id, "env_kwargs": kwargs,
-            "policy_version": payload.meta["version"], "transitions": payload.meta.get("transitions"),
-            "episodes": episodes, "success_rate": float(np.mean([r["success"] for r in results])),
-            "mean_return": float(np.mean([r["return"] for r in results])), "results": results,
-            "rule": "deterministic policy; success = the environment's success flag at any step"}
+    return {"success_rate": float(np.mean([r["success"] for r in results])),
+            "mean_return": float(np.mean([r["return"] for r in results])), "results": results}
 
 
 def actor_view(obs, info: Mapping, task) -> Any:
@@ -169,12 +175,13 @@ def actor_view(obs, info: Mapping, task) -> Any:
 
 def _evaluate_juggle(directory: Path, trials: int, seed: int, split: str, max_s: float) -> dict[str, Any]:
     from robot_rl.agents.ppo import DeployedPolicy
-    from robot_rl.training.juggle import evaluate_policy, summarize
+    from robot_rl.training.juggle import evaluate_policy as juggling_trials
+    from robot_rl.training.juggle import summarize
 
     if split not in ("eval", "heldout"):
         raise ValueError(f"juggling evaluates on the eval or heldout split, not {split!r}")
     policy = DeployedPolicy.load(directory)
-    summary = summarize(evaluate_policy(policy, trials, max_s, split=split, seed=seed))
+    summary = summarize(juggling_trials(policy, trials, max_s, split=split, seed=seed))
     return {"policy": str(directory), "kind": "juggle", "split": split, **summary,
             "rule": f"JuggleRL's true hits per trial (simulated), each trial until the ball drops or {max_s:g} s"}
 

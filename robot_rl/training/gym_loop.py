@@ -41,6 +41,7 @@ from robot_rl.device import resolve_device
 from robot_rl.envs.canonical import AdapterConfig, CanonicalEnv, EnvAdapter, make_canonical, resize_frame
 from robot_rl.rewards.env_reward import LearnedRewardConfig, learned_reward_env
 from robot_rl.training.env_session import Pacer
+from robot_rl.training.evaluate import evaluate_policy
 from robot_rl.training.interventions import InterventionConfig, ScriptedIntervener
 from robot_rl.training.off_policy import OffPolicyCore
 from robot_rl.transport.layout import transition_layout
@@ -303,9 +304,9 @@ class Trainer:
         """Every episode of a dataset (ours or LeRobot v3) into the demonstration memory, its actions
         mapped from the environment's units to the agent's and its frames to the adapter's size;
         returns the transitions added."""
-        from robot_rl.data.episodes import EpisodeDataset
+        from robot_rl.data.lerobot_format import open_episodes
 
-        dataset = EpisodeDataset(path)  # TEMP until open_episodes lands
+        dataset = open_episodes(path)
         schema = dataset.schema
         if schema.state_dim != self.state_dim or set(schema.cameras) != set(self.cameras) \
                 or schema.action_dim != self.adapter.action_dim:
@@ -351,8 +352,8 @@ class Trainer:
     # ---- loops -------------------------------------------------------------------------------
 
     def evaluate(self, episodes: int) -> dict[str, float]:
-        return evaluate_policy(lambda raw: self.act(raw, True), make_env(self.config, self.adapter, evaluation=True),
-                               episodes, seed=10_000 + self.config.seed)
+        return evaluate_policy(lambda raw, info: self.act(raw, True),
+                               make_env(self.config, self.adapter, evaluation=True), episodes, seed=10_000 + self.config.seed)
 
     def reset_training_episode(self, seed: int):
         """A fresh reset, or (return-and-explore) a reset into a demonstration's state."""
@@ -453,28 +454,6 @@ class Trainer:
         if self.writer is not None:
             self.writer.close()
         return self.history
-
-
-def evaluate_policy(act: Callable[[Any], np.ndarray], env: CanonicalEnv, episodes: int, seed: int) -> dict[str, Any]:
-    """Deterministic episodes of `act` (raw canonical observation -> agent action) on `env`, which it
-    closes: success rate (the adapter's success flag), mean return, and each episode's result."""
-    rng = np.random.default_rng(seed)
-    results = []
-    try:
-        for _ in range(episodes):
-            obs, _ = env.reset(seed=int(rng.integers(2**31)))
-            done, success, total, steps = False, False, 0.0, 0
-            while not done:
-                obs, reward, terminated, truncated, info = env.step(act(obs))
-                total += float(reward)
-                steps += 1
-                success = success or bool(info["is_success"])
-                done = terminated or truncated
-            results.append({"success": success, "return": total, "steps": steps})
-    finally:
-        env.close()
-    return {"success_rate": float(np.mean([r["success"] for r in results])),
-            "mean_return": float(np.mean([r["return"] for r in results])), "results": results}
 
 
 def save_env_policy(path: Path, policy, adapter: EnvAdapter, env_id: str, env_kwargs: dict) -> None:
