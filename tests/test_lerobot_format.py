@@ -16,7 +16,8 @@ import pytest
 
 from robot_rl.cli import main
 from robot_rl.data.episodes import EpisodeDataset, EpisodeSchema, EpisodeWriter
-from robot_rl.data.lerobot_format import LeRobotEpisodes, VideoSettings, export_lerobot, import_lerobot, open_episodes
+from robot_rl.data.lerobot_export import VideoSettings, export_lerobot
+from robot_rl.data.lerobot_format import LeRobotEpisodes, import_lerobot, open_episodes
 
 CAMERAS = {"front": (48, 64, 3), "wrist": (32, 32, 3)}
 LENGTHS = (7, 12, 4)

@@ -82,7 +82,7 @@ def cmd_dataset(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from robot_rl.data.lerobot_format import VideoSettings, export_lerobot
+    from robot_rl.data.lerobot_export import VideoSettings, export_lerobot
 
     check_output(args.out, "LeRobot dataset", overwrite=args.overwrite)
     chosen = {"codec": args.codec, "pix_fmt": args.pix_fmt, "crf": args.crf}
