@@ -14,7 +14,7 @@ from pathlib import Path
 from robot_rl.cli.args import at_least, dataset_flags, domain_id_arg, in_range, parse_settings, port_arg
 from robot_rl.cli.data import dataset_out
 from robot_rl.cli.gym import cmd_record_env, cmd_train_env
-from robot_rl.outputs import TEMP_PREFIX, UserError, atomic_path, atomic_write_text, check_output
+from robot_rl.outputs import TEMP_PREFIX, UserError, atomic_path, atomic_write_text
 from robot_rl.ros.security import ENFORCEMENT_NOTE, init_keystore
 from robot_rl.ros.session import Monitor, check_resumable, claim_run_dir, run_graph
 from robot_rl.transport.secret import ensure_run_secret
@@ -177,7 +177,10 @@ def _rerun_view(args: argparse.Namespace, run_dir: Path) -> dict:
     except ValueError as exc:
         raise UserError(f"--view-out: {exc}") from None
     if target != SPAWN and not target.startswith(VIEWER_URL_PREFIXES):
-        target = str(check_output(Path(target).resolve(), "Rerun recording (--view-out)"))
+        path = Path(target).resolve()
+        if path.exists():  # not --overwrite: that flag empties a run directory
+            raise UserError(f"--view-out {path} already exists; choose another file")
+        target = str(path)
     args.view_out = target
     return {"session_view.rerun": target}
 

@@ -46,6 +46,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     view.add_argument("--episodes", metavar="I,J,...", help="only these episodes of each dataset (negative: from the "
                                                             "end); default: all")
     view.add_argument("--jpeg-quality", type=at_least(0), default=0,
-                      help="store camera frames as JPEG of this quality (1-100; a tenth of the size); 0: raw")
+                      help="store camera frames as JPEG of this quality (1-100; files several times "
+                           "smaller); 0: raw, the exact pixels")
     overwrite_flag(view, "an existing --out file")
     view.set_defaults(handler=cmd_view)
