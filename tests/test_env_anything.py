@@ -132,3 +132,24 @@ def test_mistyped_adapter_settings_and_bad_kwargs_are_refused(tmp_path):
     sizes = robot_rl("train", "--env", ENV_ID, "--steps", "10", "--run-dir", str(tmp_path / "r"))
     assert sizes.returncode == 2 and "image_size" in sizes.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_view_rerun_logs_an_env_run_with_the_critics_value(tmp_path):
+    pytest.importorskip("rerun")
+    from rrd import read_rrd, values
+
+    rrd = tmp_path / "run.rrd"
+    out = robot_rl("train", "--env", ENV_ID, *ADAPTER_FLAGS, "--steps", "40", "--set", "warmup_steps=20",
+                   "--set", "eval_every=0", "--set", "eval_episodes=1", "--set", "sac.batch_size=16",
+                   "--view", "rerun", "--view-out", str(rrd), "--run-dir", str(tmp_path / "run"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    recording = read_rrd(rrd)
+    assert {"/cameras/pixels_top", "/cameras/pixels_wrist", "/state", "/action/executed", "/action/policy",
+            "/value", "/reward", "/driver"} <= set(recording)
+    assert len(values(recording, "/value")) == 40 and len(recording["/cameras/pixels_top"]["Image:buffer"]) == 40
+    assert all(np.isfinite(v).all() for v in values(recording, "/value"))
+    refused = robot_rl("train", "--env", ENV_ID, *ADAPTER_FLAGS, "--view", "rerun", "--view-out", str(rrd),
+                       "--run-dir", str(tmp_path / "again"))
+    assert refused.returncode == 2 and "already exists" in refused.stderr
+    browser = robot_rl("train", "--env", ENV_ID, *ADAPTER_FLAGS, "--view", "browser", "--run-dir", str(tmp_path / "b"))
+    assert browser.returncode == 2 and "--view rerun" in browser.stderr

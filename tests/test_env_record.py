@@ -14,6 +14,7 @@ from robot_rl.data.episodes import EpisodeDataset
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))
+from rrd import read_rrd, texts, values  # noqa: E402
 from terminal import Terminal  # noqa: E402
 
 ENV_FLAGS = ["--env", "dict_grip_env:DictGrip-v0", "--env-kwargs", '{"max_steps": 400}', "--teleop", "keyboard", "--set", "adapter.image_size=16",
@@ -35,7 +36,9 @@ def _wait_for(terminal: Terminal, text: str, timeout: float = 60.0) -> None:
 
 
 def test_a_person_drives_closes_and_labels_an_episode_from_the_keyboard(tmp_path):
-    terminal = _record(tmp_path, "--episodes", "1", "--reset-time-s", "0.5", "--episode-time-s", "20")
+    rrd = tmp_path / "session.rrd"
+    terminal = _record(tmp_path, "--episodes", "1", "--reset-time-s", "0.5", "--episode-time-s", "20",
+                       "--view", "rerun", "--view-out", str(rrd))
     _wait_for(terminal, ">>> episode 1: GO")
     for key in ["up"] * 4 + ["left"] * 3:
         terminal.type(key)
@@ -55,6 +58,11 @@ def test_a_person_drives_closes_and_labels_an_episode_from_the_keyboard(tmp_path
     assert actions[-1, 2] == 2.0 and actions[0, 2] == 0.0
     assert episode["success_label"][-1] == 1 and episode["truncated"][-1]
     assert episode["pixels_top"].shape[1:] == (16, 16, 3) and episode["state"].shape[1] == 5
+    # what the person saw, logged to Rerun: the cameras, who drove, the person's actions, the episode's end
+    recording = read_rrd(rrd)
+    assert len(recording["/cameras/pixels_top"]["Image:buffer"]) == len(actions)
+    assert "person" in texts(recording, "/driver") and len(values(recording, "/action/human")) == driven.sum()
+    assert any("success" in text for text in texts(recording, "/episode/end"))
 
 
 def test_nobody_at_the_keyboard_keeps_no_episode_and_says_why(tmp_path):

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -25,34 +24,12 @@ from robot_rl.outputs import TEMP_PREFIX, UserError  # noqa: E402
 from robot_rl.teleop.session_status import SessionStatus  # noqa: E402
 from robot_rl.view.rerun_log import LiveRerun, RerunConfig, RerunSession  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parent))
+from rrd import read_rrd, texts, values  # noqa: E402
+
 STEP_ENTITIES = {"/cameras/front", "/cameras/wrist", "/state", "/action/executed", "/action/policy",
                  "/action/human", "/driver", "/driver/person", "/reward", "/value", "/done_probability", "/episode",
                  "/episode/end", "/episode/success"}
-
-
-def read_rrd(path: Path) -> dict[str, dict[str, list]]:
-    """entity path -> component column -> [(step or None, value)], in step order (static rows: step None)."""
-    columns: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    for chunk in RrdReader(path).stream():
-        batch = chunk.to_record_batch()
-        names = batch.schema.names
-        steps = batch.column("step").to_pylist() if "step" in names else [None] * batch.num_rows
-        for name in names:
-            if ":" in name and not name.startswith("rerun.") and not name.startswith("RecordingInfo"):
-                columns[chunk.entity_path][name] += zip(steps, batch.column(name).to_pylist())
-    for components in columns.values():
-        for rows in components.values():
-            rows.sort(key=lambda row: -1 if row[0] is None else row[0])
-    return columns
-
-
-def values(recording: dict, entity: str, component: str = "Scalars:scalars") -> list:
-    """Each row's values (a component is a list per row: the scalars of a series, one text, one image)."""
-    return [value for _, value in recording[entity][component]]
-
-
-def texts(recording: dict, entity: str) -> list[str]:
-    return [text for text, in values(recording, entity, "TextLog:text")]
 
 
 def _frame(seed: int, size: int = 8) -> np.ndarray:

@@ -334,6 +334,14 @@ class SAC:
         with self._autocast():
             return self.encoder(obs, augment=train).float()
 
+    @torch.inference_mode()
+    def value(self, obs, action: torch.Tensor) -> torch.Tensor:
+        """The critic ensemble's pessimistic estimate (min over members) of Q(obs, action) for a batch, as a
+        person watching the session sees it; obs as the replay memory stores it."""
+        with self._autocast():
+            q = self.critic(self.encode(obs, train=False), action[:, :self.continuous_dim]).float()
+        return q.min(dim=0).values
+
     def _critic_step(self, minibatch: Mapping, next_action: torch.Tensor | None,
                      next_log_prob: torch.Tensor | None, members: torch.Tensor | None):
         features = self.encode(minibatch["obs"], train=True)

@@ -141,7 +141,7 @@ def cmd_train_env(args: argparse.Namespace) -> int:
 
     import robot_rl.envs  # noqa: F401 - registers our environments
     from robot_rl.tasks import expert_for_env
-    from robot_rl.training.gym_loop import Trainer
+    from robot_rl.training.gym_loop import Trainer, make_env
 
     if getattr(args, "resume", False):
         raise UserError("--resume is for node-graph runs; a --env run starts afresh (--overwrite or a new --run-dir)")
@@ -152,11 +152,17 @@ def cmd_train_env(args: argparse.Namespace) -> int:
     expert = expert_for_env(config.env_id)
     if expert is None:
         config = replace(config, demo_episodes=0)
+    probe = make_env(config)
+    probe.close()
+    observer, view_kwargs = _env_view(args, probe.adapter.cameras,
+                                      run_dir.parent / f"{run_dir.name}-view-{time.strftime('%Y%m%d-%H%M%S')}.rrd")
+    if view_kwargs:
+        config = replace(config, env_kwargs={**config.env_kwargs, **view_kwargs})
     person = _person(args) if args.teleop else None
     # Written in a hidden sibling and renamed into place at the end: the run appears whole, with its policy, or not
     # at all (a crash leaves the sibling to look at).
     with atomic_path(run_dir, directory=True) as tmp:
-        trainer = Trainer(config, expert=expert, run_dir=tmp, person=person,
+        trainer = Trainer(config, expert=expert, run_dir=tmp, person=person, observer=observer,
                           log=lambda row: print(json.dumps(row), flush=True))
         print(f"robot_rl: {config.env_id} for {config.total_steps} steps on {trainer.device}, run dir {run_dir}",
               flush=True)
@@ -165,6 +171,8 @@ def cmd_train_env(args: argparse.Namespace) -> int:
         finally:
             if person is not None:
                 person.close()
+            if observer is not None:
+                observer.close()
         final = history[-1]
         results = trainer.last_evaluation["results"]
         (tmp / "history.json").write_text(json.dumps(history, indent=1))
@@ -208,6 +216,12 @@ def cmd_record_env(args: argparse.Namespace) -> int:
     check_output(args.out, "dataset", overwrite=args.overwrite, append=args.append, appendable=True)
     env_kwargs = env_kwargs_arg(args.env_kwargs)
     env = make_canonical(args.env, env_kwargs, adapter, normalize=False)
+    out = Path(args.out)
+    observer, view_kwargs = _env_view(args, env.adapter.cameras,
+                                      out.parent / f"{out.name}-view-{time.strftime('%Y%m%d-%H%M%S')}.rrd")
+    if view_kwargs:  # the environment's own window: made again, asked to render
+        env.close()
+        env = make_canonical(args.env, {**env_kwargs, **view_kwargs}, adapter, normalize=False)
     try:
         env.adapter.person_action([0.0] * 6, -1.0)  # refuses an action the device cannot drive, before it opens
         person = _person(args)
@@ -223,10 +237,49 @@ def cmd_record_env(args: argparse.Namespace) -> int:
             print(f"robot_rl: recording {args.env} with the {args.teleop} into {args.out} "
                   f"({config.episodes or 'unlimited'} episodes, {config.control_hz:g} Hz)", flush=True)
             summary = record_env_session(env, recorder, person, config,
-                                         say=lambda line: print(f"robot_rl: {line}", flush=True))
+                                         say=lambda line: print(f"robot_rl: {line}", flush=True), observer=observer)
         finally:
             person.close()
     finally:
         env.close()
+        if observer is not None:
+            observer.close()
     print(json.dumps({**summary, "dataset": str(args.out)}), flush=True)
     return 0
+
+
+def _env_view(args: argparse.Namespace, cameras: tuple[str, ...], default_rrd: Path):
+    """What a person sees of an in-process session (--view): "rerun" logs it to Rerun (--view-out, else the
+    viewer where a display exists, else `default_rrd`); "window" opens the environment's own window
+    (render_mode "human", needs a display); "auto" is the Rerun viewer where a display exists, nothing
+    otherwise; "off" nothing. Returns (observer or None, extra gymnasium.make keyword arguments)."""
+    import importlib.util
+
+    from robot_rl.view.rerun_log import SPAWN, VIEWER_URL_PREFIXES, RerunConfig, RerunSession, check_target, has_display
+
+    view = args.view
+    if view == "auto":  # a person's session shows itself where it can; an unattended run shows nothing
+        person = args.command == "record" or args.teleop
+        view = "rerun" if person and has_display() and importlib.util.find_spec("rerun") else "off"
+    if view == "browser":
+        raise UserError("--view browser is the node graph's view; with --env use --view rerun (a file, this "
+                        "machine's viewer or rerun+http://HOST:9876/proxy) or --view window")
+    if args.view_out and view != "rerun":
+        raise UserError("--view-out is where --view rerun logs the session; add --view rerun")
+    if view == "window":
+        if not has_display():
+            raise UserError("--view window needs a display (DISPLAY is not set); use --view rerun")
+        return None, {"render_mode": "human"}
+    if view == "off":
+        return None, {}
+    target = args.view_out or (SPAWN if has_display() else str(default_rrd))
+    try:
+        check_target(target)
+    except ValueError as exc:
+        raise UserError(f"--view-out: {exc}") from None
+    if target != SPAWN and not target.startswith(VIEWER_URL_PREFIXES) and Path(target).exists():
+        raise UserError(f"--view-out {target} already exists; choose another file")
+    session = RerunSession(RerunConfig(target, cameras=cameras, recording_name=f"robot_rl {args.env}"))
+    if session.path is not None:
+        print(f"robot_rl: the session is logged to {target} (open it with: rerun {target})", flush=True)
+    return session, {}

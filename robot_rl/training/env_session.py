@@ -129,8 +129,8 @@ def _run_episode(env: CanonicalEnv, recorder: EnvEpisodeRecorder, person: LocalT
         success = {"success": True, "failure": False}.get(label, bool(info["is_success"]) if ended else None)
         recorder.add_step(raw, action, reward, terminated, not terminated and ended, bool(now.engaged), success)
         if observer is not None:
-            observer.step(step=steps, cameras={k: next_raw[k] for k in env.adapter.cameras},
-                          state=next_raw["state"] if env.adapter.cameras else next_raw, action=action,
+            observer.step(step=steps, cameras={k: raw[k] for k in env.adapter.cameras},
+                          state=raw["state"] if env.adapter.cameras else raw, action=action,
                           policy_action=None, driver="person" if now.engaged else "holding", reward=reward,
                           value=None, done_probability=None, episode=recorder.num_episodes, wall_time=time.time())
         raw = next_raw

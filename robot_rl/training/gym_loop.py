@@ -376,11 +376,15 @@ class Trainer:
         return row
 
     def _observe(self, raw, action, policy_action, intervened: bool, reward: float, episode: int) -> None:
-        obs, _ = self.agent_view(raw)
+        """The step from `raw` for the observer, with the critic's estimate of the action taken."""
+        obs, stored = self.agent_view(raw)
+        batch = {k: torch.from_numpy(np.asarray(v)[None]).to(self.device) for k, v in stored.items()} \
+            if isinstance(stored, dict) else torch.from_numpy(np.asarray(stored)[None]).to(self.device)
+        value = self.agent.value(batch, torch.from_numpy(np.asarray(action, np.float32)[None]).to(self.device))
         self.observer.step(step=self.steps, cameras={k: obs[k] for k in self.cameras} if self.cameras else {},
                            state=obs["state"] if self.cameras else obs, action=action,
                            policy_action=policy_action, driver="person" if intervened else "policy",
-                           reward=reward, value=None, done_probability=None, episode=episode,
+                           reward=reward, value=float(value[0]), done_probability=None, episode=episode,
                            wall_time=time.time())
 
     def run(self) -> list[dict[str, Any]]:
@@ -417,7 +421,7 @@ class Trainer:
             intervening = intervened
             self.add(obs, action, reward, next_obs, terminated, truncated, intervened, f"ep{episode['index']}")
             if self.observer is not None:
-                self._observe(next_obs, action, policy_action, intervened, reward, episode["index"])
+                self._observe(obs, action, policy_action, intervened, reward, episode["index"])
             obs = next_obs
             episode["return"] += float(reward)
             self.steps += 1
