@@ -57,12 +57,16 @@ setup(
         "bench": ["stable-baselines3==2.9.2", "torchrl==0.14.1", "rsl-rl-lib==5.5.1"],
         # LeRobotDataset v3 import/export (lerobot itself does not install beside torch 2.13; av 19 needs Python 3.12)
         "lerobot": ["pyarrow==26.0.1", "av==18.1.0"],
+        # established suites that install beside our pins and train through `robot-rl train --env` (README: which
+        # others downgrade MuJoCo or numpy or clash with OpenCV)
+        "suites": ["gymnasium-robotics==1.4.2"],
         # the Rerun view of sessions and recordings (--view rerun, robot-rl view); its viewer is ~500 MB
         "view": ["rerun-sdk==0.41.0"],
         # the tests drive the hardware adapters through their real libraries
         "test": ["pytest", "pytest-timeout", "matplotlib", "hypothesis", "pyrealsense2", "opencv-python-headless",
                  "mcap", "mcap-ros2-support", "pymavlink", "cflib", "hidapi", "evdev-binary", "pyserial",
-                 "mujoco-warp>=4.0", "pyarrow==26.0.1", "av==18.1.0", "rerun-sdk==0.41.0"],
+                 "mujoco-warp>=4.0", "pyarrow==26.0.1", "av==18.1.0", "rerun-sdk==0.41.0",
+                 "gymnasium-robotics==1.4.2"],
     },
     entry_points={
         "console_scripts": [
