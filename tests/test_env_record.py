@@ -94,3 +94,15 @@ def test_a_person_takes_over_during_env_training_from_the_keyboard(tmp_path):
     corrected = sum(e["intervention_steps"] for e in episodes)
     history = json.loads((tmp_path / "run" / "history.json").read_text())
     assert corrected >= 5 and history[-1]["expert_transitions"] >= corrected
+
+
+def test_overwrite_keeps_the_old_dataset_until_a_new_episode_is_kept(tmp_path):
+    first = _record(tmp_path, "--episodes", "1", "--reset-time-s", "0", "--episode-time-s", "0.3", "--keep-idle")
+    assert first.wait_exit(60) == 0, first.text[-2000:]
+    assert len(EpisodeDataset(tmp_path / "demos.zarr")) == 1
+    again = _record(tmp_path, "--episodes", "1", "--reset-time-s", "0", "--episode-time-s", "0.3", "--overwrite")
+    _wait_for(again, "discarded: nobody drove it")
+    os.kill(again.pid, signal.SIGINT)
+    assert again.wait_exit(30) == 130, again.text[-2000:]
+    assert "unchanged" in again.text and len(EpisodeDataset(tmp_path / "demos.zarr")) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["demos.zarr"]  # no half-made dataset left beside it

@@ -4,10 +4,12 @@ flags, `--set` settings, and a parser whose usage errors are one line."""
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 import yaml
 
-from robot_rl.outputs import UserError
+from robot_rl.outputs import TEMP_PREFIX, UserError, atomic_path, check_output
 
 
 def parse_settings(items: list[str]) -> dict:
@@ -73,3 +75,23 @@ def dataset_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--append", action="store_true",
                         help="add to an existing dataset (same schema and task; refused otherwise)")
     overwrite_flag(parser, "an existing dataset")
+
+
+def dataset_out(args: argparse.Namespace) -> Path:
+    """--out of a command writing a dataset: an existing one is refused unless --append or --overwrite."""
+    return check_output(args.out, "dataset", overwrite=args.overwrite, append=args.append, appendable=True)
+
+
+def recording_path(args: argparse.Namespace, out: Path) -> Path:
+    """Where a session records: `out` itself (episode by episode), or, replacing a dataset (--overwrite),
+    a new one beside it that `replace_dataset` swaps in when the session ends (the old one stays until then)."""
+    return out.with_name(f"{TEMP_PREFIX}{out.name}-{os.getpid()}") if args.overwrite and out.exists() else out
+
+
+def replace_dataset(out: Path, recording: Path) -> None:
+    """Puts the dataset a session recorded in place of `out` (one directory swap)."""
+    if not recording.exists():
+        print(f"robot_rl: nothing was recorded; {out} is unchanged", flush=True)
+        return
+    with atomic_path(out, directory=True) as swap:
+        os.replace(recording, swap)

@@ -7,14 +7,9 @@ import contextlib
 import sys
 from pathlib import Path
 
-from robot_rl.cli.args import at_least, dataset_flags, overwrite_flag
+from robot_rl.cli.args import at_least, dataset_flags, dataset_out, overwrite_flag
 from robot_rl.cli.gym import checked_env_id
 from robot_rl.outputs import atomic_path, check_output
-
-
-def dataset_out(args: argparse.Namespace) -> Path:
-    """--out of a command writing a dataset: an existing one is refused unless --append or --overwrite."""
-    return check_output(args.out, "dataset", overwrite=args.overwrite, append=args.append, appendable=True)
 
 
 def cmd_demos(args: argparse.Namespace) -> int:

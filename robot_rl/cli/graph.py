@@ -11,10 +11,19 @@ import sys
 import time
 from pathlib import Path
 
-from robot_rl.cli.args import at_least, dataset_flags, domain_id_arg, in_range, parse_settings, port_arg
-from robot_rl.cli.data import dataset_out
+from robot_rl.cli.args import (
+    at_least,
+    dataset_flags,
+    dataset_out,
+    domain_id_arg,
+    in_range,
+    parse_settings,
+    port_arg,
+    recording_path,
+    replace_dataset,
+)
 from robot_rl.cli.gym import cmd_record_env, cmd_train_env
-from robot_rl.outputs import TEMP_PREFIX, UserError, atomic_path, atomic_write_text
+from robot_rl.outputs import UserError, atomic_write_text
 from robot_rl.ros.security import ENFORCEMENT_NOTE, init_keystore
 from robot_rl.ros.session import Monitor, check_resumable, claim_run_dir, run_graph
 from robot_rl.transport.secret import ensure_run_secret
@@ -340,15 +349,6 @@ def fleet_evaluation(paths: list[Path]) -> dict:
             "missed_periods": sum(r.get("missed_periods", 0) for r in robots.values()), "robots": robots}
 
 
-def _replace_dataset(out: Path, recording: Path) -> None:
-    """Puts the dataset a session recorded in place of `out` (one directory swap)."""
-    if not recording.exists():
-        print(f"robot_rl: nothing was recorded; {out} is unchanged", flush=True)
-        return
-    with atomic_path(out, directory=True) as swap:
-        os.replace(recording, swap)
-
-
 def cmd_record(args: argparse.Namespace) -> int:
     """A teleop recording session: robot (sim in real time, or the real arm), teleop node, and the
     actor in record mode writing the person's episodes to a zarr dataset (with --env: in one process)."""
@@ -367,7 +367,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     out = dataset_out(args).resolve()
     # Replacing a dataset: the session records a new one beside it, swapped in when the session ends;
     # otherwise the actor commits episode by episode into --out itself.
-    recording = out.with_name(f"{TEMP_PREFIX}{out.name}-{os.getpid()}") if args.overwrite and out.exists() else out
+    recording = recording_path(args, out)
     scripted = args.teleop == "scripted"
     robot = [n for n in config["robot_rl"]["nodes"] if n not in ("arm_actor", "learner", *PERSON_NODES)]
     nodes = [*robot, "arm_actor", *_person_nodes(args, scripted)]
@@ -402,7 +402,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     codes, code = run_graph(specs, params_path, run_dir, env, monitor, plain=args.plain or keyboard_here,
                             status_period=args.status_period, line_end="\r" if keyboard_here else "")
     if recording != out:
-        _replace_dataset(out, recording)
+        replace_dataset(out, recording)
     summary_path = run_dir / "record.json"
     if summary_path.exists():
         print(json.dumps(json.loads(summary_path.read_text())), flush=True)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
 
-from robot_rl.cli.args import parse_settings
+from robot_rl.cli.args import dataset_out, parse_settings, recording_path, replace_dataset
 from robot_rl.outputs import UserError, atomic_path, check_output
 
 
@@ -213,10 +214,9 @@ def cmd_record_env(args: argparse.Namespace) -> int:
     if groups[""]:
         raise UserError(f"record --env takes --set adapter.FIELD=VALUE only, got {sorted(groups[''])}")
     adapter = adapter_config(args, groups["adapter"])
-    check_output(args.out, "dataset", overwrite=args.overwrite, append=args.append, appendable=True)
+    out = dataset_out(args).resolve()
     env_kwargs = env_kwargs_arg(args.env_kwargs)
     env = make_canonical(args.env, env_kwargs, adapter, normalize=False)
-    out = Path(args.out)
     observer, view_kwargs = _env_view(args, env.adapter.cameras,
                                       out.parent / f"{out.name}-view-{time.strftime('%Y%m%d-%H%M%S')}.rrd")
     if view_kwargs:  # the environment's own window: made again, asked to render
@@ -226,18 +226,21 @@ def cmd_record_env(args: argparse.Namespace) -> int:
         env.adapter.person_action([0.0] * 6, -1.0)  # refuses an action the device cannot drive, before it opens
         person = _person(args)
         try:
-            if args.overwrite and Path(args.out).exists():
-                import shutil
-
-                shutil.rmtree(args.out)
-            recorder = EnvEpisodeRecorder(args.out, args.env, env_kwargs, env.adapter)
+            recording = recording_path(args, out)
+            recorder = EnvEpisodeRecorder(recording, args.env, env_kwargs, env.adapter)
             config = EnvSessionConfig(episodes=args.episodes, control_hz=args.control_hz,
                                       episode_time_s=args.episode_time_s, reset_time_s=args.reset_time_s,
                                       keep_idle=args.keep_idle, seed=args.seed)
             print(f"robot_rl: recording {args.env} with the {args.teleop} into {args.out} "
                   f"({config.episodes or 'unlimited'} episodes, {config.control_hz:g} Hz)", flush=True)
-            summary = record_env_session(env, recorder, person, config,
-                                         say=lambda line: print(f"robot_rl: {line}", flush=True), observer=observer)
+            try:
+                summary = record_env_session(env, recorder, person, config, observer=observer,
+                                             say=lambda line: print(f"robot_rl: {line}", flush=True))
+            finally:
+                if recording != out:  # replacing: the episodes recorded, even an interrupted session's, take its place
+                    if not recorder.num_episodes:
+                        shutil.rmtree(recording, ignore_errors=True)  # nothing kept: the old dataset stays
+                    replace_dataset(out, recording)
         finally:
             person.close()
     finally:
