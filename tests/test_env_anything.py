@@ -45,7 +45,7 @@ def record_demos(path: Path, episodes: int = 10) -> None:
     env.close()
 
 
-def robot_rl(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def robot_rl(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-m", "robot_rl.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
