@@ -16,7 +16,7 @@ with its defaults (SAC 256x256, no demonstrations: the suite has no scripted exp
 the run's history.json. Peer: stable-baselines3 SAC, `MultiInputPolicy`, its defaults (net_arch
 256x256), seeded as Gymnasium does. Both get the same environment steps and are evaluated by the
 same rule on the same episodes: `eval_episodes` deterministic episodes whose resets are seeded from
-10_000 + seed (robot_rl.training.gym_loop.evaluate_policy, the evaluation `train --env` runs), an
+10_000 + seed (robot_rl.training.evaluate.evaluate_policy, the evaluation `train --env` runs), an
 episode a success if the suite's info["success"] was set at any step; at every `eval_every` steps
 and at the end. Seeds alternate ours, peer, ours, ... so both see the same machine.
 
@@ -73,9 +73,14 @@ def run_ours(seed: int, steps: int, eval_every: int, episodes: int, run_dir: Pat
     cmd = [sys.executable, "-m", "robot_rl.cli", "train", "--env", ENV_ID, "--env-kwargs", json.dumps(ENV_KWARGS),
            "--steps", str(steps), "--seed", str(seed), "--eval-episodes", str(episodes),
            "--set", f"eval_every={eval_every}", "--run-dir", str(run_dir)]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    if done.returncode != 0:
-        raise RuntimeError(f"robot-rl train exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+    errors = run_dir.with_name(f"{run_dir.name}.stderr")
+    with open(errors, "w") as stderr, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                                       cwd=ROOT) as process:
+        for line in process.stdout:  # its evaluation rows, as they come
+            if line.startswith("{"):
+                print(json.dumps({"library": "ours", "seed": seed, **json.loads(line)}), flush=True)
+    if process.returncode != 0:
+        raise RuntimeError(f"robot-rl train exited {process.returncode}: {errors.read_text().strip()[-2000:]}")
     return [{"steps": row["steps"], "success_rate": row["success_rate"], "mean_return": row["mean_return"],
              "wall_s": row["wall_s"]} for row in json.loads((run_dir / "history.json").read_text())]
 
@@ -88,7 +93,7 @@ def run_peer(seed: int, steps: int, eval_every: int, episodes: int) -> list[dict
     from stable_baselines3.common.callbacks import BaseCallback
 
     from robot_rl.envs.canonical import EnvAdapter
-    from robot_rl.training.gym_loop import evaluate_policy
+    from robot_rl.training.evaluate import evaluate_policy
 
     env_id = ENV_ID.partition(":")[2]
 
@@ -107,10 +112,11 @@ def run_peer(seed: int, steps: int, eval_every: int, episodes: int) -> list[dict
     curve: list[dict] = []
 
     def evaluate(model) -> None:
-        act = lambda obs: model.predict(obs, deterministic=True)[0]  # noqa: E731
+        act = lambda obs, info: model.predict(obs, deterministic=True)[0]  # noqa: E731
         result = evaluate_policy(act, SuccessFlag(gym.make(env_id, **ENV_KWARGS)), episodes, seed=10_000 + seed)
         curve.append({"steps": model.num_timesteps, "success_rate": result["success_rate"],
                       "mean_return": result["mean_return"], "wall_s": round(time.perf_counter() - start, 1)})
+        print(json.dumps({"library": "peer", "seed": seed, **curve[-1]}), flush=True)
 
     class Checkpoints(BaseCallback):
         def _on_step(self) -> bool:
