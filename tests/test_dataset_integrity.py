@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import zarr
 
-from robot_rl.cli import graph as graph_commands
 from robot_rl.cli import main
+from robot_rl.cli.args import replace_dataset
 from robot_rl.data import dataset
 from robot_rl.data.dataset import load_transitions, save_transitions
 from robot_rl.data.episodes import EpisodeDataset, EpisodeSchema, EpisodeWriter
@@ -215,10 +215,10 @@ def test_an_episode_writer_builds_a_dataset_in_an_empty_directory(tmp_path):
 
 def test_record_overwrite_swaps_the_new_recording_in_only_when_there_is_one(tmp_path, episodes, capsys):
     recording = tmp_path / ".robot_rl-tmp-episodes.zarr-1"
-    graph_commands._replace_dataset(episodes, recording)  # the session recorded nothing
+    replace_dataset(episodes, recording)  # the session recorded nothing
     assert "nothing was recorded" in capsys.readouterr().out and len(EpisodeDataset(episodes)) == 3
     writer = EpisodeWriter(recording, SCHEMA, {"task": "toy"})
     writer.add_step(_obs(0), np.zeros(1, np.float32), 0.0, False, False, False, None, 0.0)
     writer.end_episode(_obs(1))
-    graph_commands._replace_dataset(episodes, recording)
+    replace_dataset(episodes, recording)
     assert len(EpisodeDataset(episodes)) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["episodes.zarr"]
