@@ -19,7 +19,7 @@ from robot_rl.envs.arm_sim import ArmSimConfig  # noqa: E402
 from robot_rl.nodes import arm_actor, arm_sim, car_actor, learner, reward  # noqa: E402
 from robot_rl.rewards.online import RewardConfig  # noqa: E402
 from robot_rl.ros.link_params import LINK_PARAMS  # noqa: E402
-from robot_rl.ros.node_utils import params_from_dataclass  # noqa: E402
+from robot_rl.ros.node_utils import TORCH_THREADS, params_from_dataclass  # noqa: E402
 from robot_rl.training.actor import ActorConfig  # noqa: E402
 from robot_rl.training.learner import LearnerConfig  # noqa: E402
 
@@ -32,7 +32,7 @@ NODE_ONLY = {
     "car_actor": {"policy_dir", "checkpoints", "reach_radius", "run_dir", "obs_slop_s", "reset_service",
                   "device"},
     "learner": {"task", "run_dir", "demos", "reward_model", "reward_goal", "lr", "publish_period_s",
-                "checkpoint_period_s", "torch_threads", "snapshot_period_s"},
+                "checkpoint_period_s", "snapshot_period_s"},
     "reward": {"torch_threads", "diagnostics_period_s"},
     "arm_sim": {"clock_mode", "publish_images", "command_timeout_s", "republish_period_s", "randomization",
                 "randomization_split", "seed", "viewer"},
@@ -66,7 +66,7 @@ def test_node_parameters_come_from_the_config_dataclasses(node):
     linked = {p.name for p in LINK_PARAMS} if node in LINKED else set()
     settings = {name: pair for cls in CONFIGS[node] for name, pair in settings_of(cls).items()}
     for p in params:
-        if p.name in NODE_ONLY[node] or p.name in linked:
+        if p.name in NODE_ONLY[node] or p.name in linked or p is TORCH_THREADS:  # shared by every torch node
             continue
         assert p.name in settings, f"{node}.{p.name} is neither a config field nor listed as the node's own"
         field, s = settings[p.name]

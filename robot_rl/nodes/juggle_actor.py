@@ -33,8 +33,8 @@ from robot_rl.hardware.safety import Rejected
 from robot_rl.resources import package_path
 from robot_rl.ros import qos
 from robot_rl.ros.messages import stamp_to_ns, uint8_multiarray_view
-from robot_rl.ros.node_utils import (Param, ParameterError, declare_params, diagnostics, reset_stamp, run_node,
-                                     timer_once)
+from robot_rl.ros.node_utils import (TORCH_THREADS, Param, ParameterError, declare_params, diagnostics, reset_stamp,
+                                     run_node, set_torch_threads, timer_once)
 from robot_rl.ros.quad_io import JuggleObserver, ctbr_to_msg, parse_ball, parse_odom
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.transport.ppo_policy import decode_ppo_policy
@@ -50,6 +50,7 @@ PARAMS = [
     Param("run_dir", "", "Where the summary goes and the secret policies must be signed with ('' for none)."),
     Param("device", "cpu", "Torch device of the policy."),
     Param("follow_learner", False, "Fly the policies the ppo_learner publishes on rl/policy (from the next episode)."),
+    TORCH_THREADS,
 ]
 
 
@@ -57,6 +58,7 @@ class JuggleActorNode(Node):
     def __init__(self):
         super().__init__("juggle_actor")
         p = self.params = declare_params(self, PARAMS)
+        set_torch_threads(p["torch_threads"])
         try:
             self.hw = load_quad_hardware(p["hardware"])
             self.policy = DeployedPolicy.load(package_path(p["policy_dir"]), device=p["device"])

@@ -25,7 +25,8 @@ from robot_rl.data.dataset import load_transitions
 from robot_rl.outputs import atomic_write_bytes
 from robot_rl.ros import qos
 from robot_rl.ros.messages import bytes_to_uint8_multiarray, stamp_to_ns, uint8_multiarray_view
-from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, params_from_dataclass, run_node
+from robot_rl.ros.node_utils import (TORCH_THREADS, Param, ParameterError, declare_params, diagnostics,
+                                     params_from_dataclass, run_node)
 from robot_rl.tasks import get_task, task_names
 from robot_rl.training.learner import LearnerConfig, LearnerCore
 from robot_rl.transport import codec
@@ -46,7 +47,7 @@ PARAMS = [
     Param("checkpoint_period_s", 30.0, "Seconds between checkpoints.", 0.5, 86400.0),
     Param("snapshot_period_s", 0.0, "Seconds between policy snapshots (<run_dir>/snapshots/: the published policy "
           "payload of that moment, for evaluating success against time after the run; 0: none).", 0.0, 86400.0),
-    Param("torch_threads", 1, "CPU threads for torch (leave cores for the robot side).", 1, 256),
+    TORCH_THREADS,
 ]
 
 

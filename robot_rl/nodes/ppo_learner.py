@@ -22,7 +22,8 @@ from std_msgs.msg import UInt8MultiArray
 
 from robot_rl.ros import qos
 from robot_rl.ros.messages import bytes_to_uint8_multiarray
-from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.ros.node_utils import (TORCH_THREADS, Param, ParameterError, declare_params, diagnostics, run_node,
+                                     set_torch_threads)
 from robot_rl.transport.secret import ensure_run_secret
 
 PARAMS = [
@@ -33,6 +34,7 @@ PARAMS = [
     Param("device", "auto", "Torch device (auto: CUDA when present)."),
     Param("seed", 0, "Seed of the simulation and the networks.", 0, 2**31 - 1),
     Param("run_dir", "", "Checkpoint, exported policy, TensorBoard and the secret that signs policies ('' for none)."),
+    TORCH_THREADS,
 ]
 
 
@@ -44,6 +46,7 @@ class PPOLearnerNode(Node):
     def __init__(self):
         super().__init__("ppo_learner")
         p = self.params = declare_params(self, PARAMS)
+        set_torch_threads(p["torch_threads"])
         from robot_rl.device import resolve_device
         from robot_rl.envs.quad_juggle_vec import QuadJuggleVecEnv
         from robot_rl.resources import package_path

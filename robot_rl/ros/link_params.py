@@ -4,7 +4,7 @@ settings are ActorConfig's fields."""
 
 from __future__ import annotations
 
-from robot_rl.ros.node_utils import Param
+from robot_rl.ros.node_utils import TORCH_THREADS, Param
 
 LINK_PARAMS = [
     Param("key_file", "", "The run's secret that signs transition batches ('': <run_dir>/secret.key, created if "
@@ -12,7 +12,5 @@ LINK_PARAMS = [
     Param("send_period_s", 0.05, "Period of the outbox (re)send check.", 0.001, 10.0),
     Param("resend_after_s", 2.0, "Resend a batch not acknowledged within this time.", 0.05, 600.0),
     Param("drain_timeout_s", 60.0, "After evaluation, wait this long for the learner to acknowledge.", 0.0, 3600.0),
-    # One thread: a policy's forward pass is too small to gain from more, and a second OpenMP team
-    # (the policy loader's thread has its own) competing with the learner for the cores stalls both.
-    Param("torch_threads", 1, "CPU threads for torch in this node (policy inference and loading).", 1, 256),
+    TORCH_THREADS,
 ]

@@ -50,6 +50,20 @@ class Param:
         return d
 
 
+# One thread: a node's forward passes are too small to gain from more, and on a machine whose cores
+# the other nodes use, OpenMP teams of several processes competing for them stall each other.
+TORCH_THREADS = Param("torch_threads", 1, "CPU threads for torch in this node (leave the cores to the other "
+                      "nodes of the graph).", 1, 256)
+
+
+def set_torch_threads(threads: int) -> None:
+    """Applies the `torch_threads` parameter (torch imported here: not every node that declares it needs torch
+    before it runs a policy)."""
+    import torch
+
+    torch.set_num_threads(threads)
+
+
 def params_from_dataclass(cls: type, exclude: Sequence[str] = (),
                           defaults: dict[str, Any] | None = None) -> list[Param]:
     """A Param for each field of config dataclass `cls` made with `robot_rl.config_fields.setting`,
