@@ -67,6 +67,7 @@ def test_a_run_killed_mid_compile_leaves_the_next_run_compiling(tmp_path):
 def test_a_compile_failure_falls_back_to_eager_with_one_warning_naming_the_cache(tmp_path, caplog, monkeypatch):
     import torch
 
+    from robot_rl import device as device_utils
     from robot_rl.agents import sac as sac_module
 
     def failing_compile(fn, mode=None):
@@ -75,7 +76,7 @@ def test_a_compile_failure_falls_back_to_eager_with_one_warning_naming_the_cache
         return run
 
     monkeypatch.setattr(torch, "compile", failing_compile)
-    monkeypatch.setattr(sac_module, "inductor_cache_dir", lambda: tmp_path / "the-cache")
+    monkeypatch.setattr(device_utils, "inductor_cache_dir", lambda: tmp_path / "the-cache")
     agent = sac_module.SAC(3, 2, sac_module.SACConfig(batch_size=8, hidden_dims=(8,), compile=True))
     batch = {"obs": torch.randn(8, 3), "next_obs": torch.randn(8, 3), "action": torch.rand(8, 2) * 2 - 1,
              "reward": torch.randn(8), "terminated": torch.zeros(8)}

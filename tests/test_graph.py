@@ -94,7 +94,11 @@ def test_fresh_domains_skip_fastdds_leftovers(tmp_path):
 
 
 def test_three_process_graph_delivers_everything_and_survives_garbage(tmp_path):
-    supervisor, observer, _ = _start_graph(tmp_path, {"arm_actor.total_steps": 600})
+    # The actor waits for learner updates past its first 200 steps, so it cannot finish its 600 training steps
+    # on the first policy (running free, it did in 3 s when the learner's first updates came late).
+    supervisor, observer, _ = _start_graph(tmp_path, {"arm_actor.total_steps": 600,
+                                                      "arm_actor.sync_updates_per_step": 1.0,
+                                                      "arm_actor.sync_slack_steps": 200})
     try:
         observer.wait_for(lambda: observer.value("transitions_received", "learner") > 0, 90, "first transitions")
         garbage = _malformed_payloads()

@@ -200,3 +200,45 @@ def test_checkpoint_resume_reproduces_the_next_update(tmp_path):
     for key in ("value_loss", "surrogate_loss", "kl", "learning_rate"):
         assert a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-9), key
     assert resumed.total_env_steps == runner.total_env_steps
+
+
+def _filled_ppo(cfg: PPOConfig, num_envs: int = 16, seed: int = 0) -> PPO:
+    g = torch.Generator().manual_seed(seed)
+    ppo = PPO(3, 5, 2, num_envs, cfg, seed=seed)
+    with torch.no_grad():
+        for _ in range(cfg.num_steps_per_env):
+            ppo.act(torch.randn(num_envs, 3, generator=g), torch.randn(num_envs, 5, generator=g))
+            ppo.process_env_step(torch.randn(num_envs, generator=g), torch.rand(num_envs, generator=g) < 0.1,
+                                 torch.zeros(num_envs, dtype=torch.bool))
+        ppo.compute_returns(torch.randn(num_envs, 5, generator=g))
+    return ppo
+
+
+def test_the_written_out_gaussian_is_torch_distributions_normal():
+    ppo = _filled_ppo(PPOConfig(num_steps_per_env=4, actor_hidden=(8,), critic_hidden=(8,), entropy_coef=0.3))
+    s, ac = ppo.storage, ppo.actor_critic
+    obs, actions = s.obs.reshape(-1, 3), s.actions.reshape(-1, 2)
+    dist = ac.distribution(obs)
+    adv = s.advantages.reshape(-1)
+    loss, parts = ppo.minibatch_losses(obs, s.critic_obs.reshape(-1, 5), actions, s.log_probs.reshape(-1),
+                                       s.mean.reshape(-1, 2), s.std.reshape(-1, 2), adv, s.returns.reshape(-1),
+                                       s.values.reshape(-1))
+    ratio = torch.exp(dist.log_prob(actions).sum(-1) - s.log_probs.reshape(-1))
+    expected = surrogate_loss(ratio, (adv - adv.mean()) / (adv.std() + 1e-8), 0.2)
+    old = torch.distributions.Normal(s.mean.reshape(-1, 2), s.std.reshape(-1, 2))
+    kl = torch.distributions.kl_divergence(old, dist).sum(-1).mean()
+    for part, value in zip(parts, (expected, None, dist.entropy().sum(-1).mean(), kl)):
+        if value is not None:
+            assert float(part) == pytest.approx(float(value.detach()), rel=1e-5, abs=1e-8)
+
+
+def test_the_compiled_update_compiles_and_matches_eager():
+    cfg = dict(num_steps_per_env=4, num_mini_batches=2, num_learning_epochs=2, actor_hidden=(16, 16),
+               critic_hidden=(16, 16))
+    eager, compiled = _filled_ppo(PPOConfig(**cfg)), _filled_ppo(PPOConfig(**cfg, compile=True))
+    a, b = eager.update(), compiled.update()
+    assert compiled.compiled and not eager.compiled  # compiled, not fallen back to eager
+    for key in ("value_loss", "surrogate_loss", "kl", "entropy", "learning_rate"):
+        assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+    for p, q in zip(eager.actor_critic.parameters(), compiled.actor_critic.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from robot_rl.agents.compiled import CompiledMethods
 from robot_rl.artifacts import load_card, load_weights, model_directory, save_card, save_weights
 
 __all__ = ["ActorCritic", "DeployedPolicy", "EmpiricalNormalization", "PPO", "PPOConfig", "RolloutStorage",
@@ -78,6 +79,8 @@ class PPOConfig:
     """Decay of the ValueNorm running statistics."""
     observation_normalization: bool = True
     """Normalize actor and critic inputs with running statistics."""
+    compile: bool = False
+    """torch.compile the minibatch losses (eager fallback on a compiler failure, logged)."""
 
     def __post_init__(self) -> None:
         for name in ("num_steps_per_env", "num_learning_epochs", "num_mini_batches"):
@@ -101,6 +104,9 @@ class PPOConfig:
 
 
 _ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+_LOSS_INPUTS = ("obs", "critic_obs", "actions", "log_probs", "mean", "std", "advantages", "returns", "values")
+"""The storage fields `PPO.minibatch_losses` takes, in its argument order."""
 
 
 # --------------------------------------------------------------------------- the math
@@ -308,12 +314,14 @@ class PPO:
         torch.manual_seed(seed)
         self.actor_critic = ActorCritic(obs_dim, critic_obs_dim, action_dim, config).to(self.device)
         self.value_norm = ValueNormalizer(config.value_norm_beta).to(self.device) if config.value_normalization else None
-        self.optimizer = torch.optim.Adam(self.actor_critic.parameters(), lr=config.learning_rate)
+        fused = dict(fused=True) if self.device.type in ("cpu", "cuda") else {}
+        self.optimizer = torch.optim.Adam(self.actor_critic.parameters(), lr=config.learning_rate, **fused)
         self.learning_rate = config.learning_rate
         self.storage = RolloutStorage(config.num_steps_per_env, num_envs, obs_dim, critic_obs_dim, action_dim,
                                       self.device)
         self.generator = torch.Generator().manual_seed(seed)
         self._values_raw: torch.Tensor | None = None
+        self._compiled = CompiledMethods(self, ("minibatch_losses",), self.device, config.compile)
 
     def _denormalized(self, values: torch.Tensor) -> torch.Tensor:
         return self.value_norm.denormalize(values) if self.value_norm is not None else values
@@ -347,51 +355,64 @@ class PPO:
         s.advantages, s.returns = compute_gae(s.rewards, s.values, s.dones, last_values, self.config.gamma,
                                               self.config.lam)
 
+    @property
+    def compiled(self) -> bool:
+        """True while the losses run compiled: `compile` asked for and no compiler failure fell back to eager."""
+        return self._compiled.active
+
+    def minibatch_losses(self, obs: torch.Tensor, critic_obs: torch.Tensor, actions: torch.Tensor,
+                         old_log_probs: torch.Tensor, old_mean: torch.Tensor, old_std: torch.Tensor,
+                         advantages: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The minibatch's loss and its detached parts (surrogate, value loss, entropy, KL(old || new),
+        clip fraction) as one tensor. The Gaussian's log-probability and entropy are written out (as
+        torch.distributions computes them) so the whole loss compiles into one graph."""
+        cfg, ac = self.config, self.actor_critic
+        mean = ac.actor(ac._actor_in(obs))
+        log_std = ac.log_std.expand_as(mean)
+        std = log_std.exp()
+        log_prob = (-((actions - mean) ** 2) / (2 * std ** 2) - log_std - _HALF_LOG_2PI).sum(-1)
+        entropy = (0.5 + _HALF_LOG_2PI + log_std).sum(-1).mean()
+        with torch.no_grad():  # KL(old || new) of the diagonal Gaussians
+            kl = (torch.log(std / old_std) + (old_std ** 2 + (old_mean - mean) ** 2) / (2 * std ** 2) - 0.5
+                  ).sum(-1).mean()
+        adv = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        ratio = torch.exp(log_prob - old_log_probs)
+        surrogate = surrogate_loss(ratio, adv, cfg.clip_param)
+        values = ac.evaluate(critic_obs)
+        if self.value_norm is not None:
+            returns, old_values = self.value_norm.normalize(returns), self.value_norm.normalize(old_values)
+        v_loss = value_loss(values, old_values, returns, cfg.clip_param, cfg.huber_delta, cfg.use_clipped_value_loss)
+        loss = surrogate + cfg.value_loss_coef * v_loss - cfg.entropy_coef * entropy
+        clip_fraction = ((ratio.detach() - 1.0).abs() > cfg.clip_param).float().mean()
+        return loss, torch.stack([surrogate.detach(), v_loss.detach(), entropy.detach(), kl, clip_fraction])
+
     def update(self) -> dict[str, float]:
         """PPO epochs over the stored round; advantages are normalized per minibatch."""
         cfg, ac, s = self.config, self.actor_critic, self.storage
         if self.value_norm is not None:
             self.value_norm.update(s.returns)
-        totals = {"value_loss": 0.0, "surrogate_loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip_fraction": 0.0}
+        totals = torch.zeros(5, device=self.device)
         n = 0
         for batch in s.minibatches(cfg.num_mini_batches, cfg.num_learning_epochs, self.generator):
-            dist = ac.distribution(batch["obs"])
-            log_prob = dist.log_prob(batch["actions"]).sum(-1)
-            with torch.no_grad():  # KL(old || new) of the diagonal Gaussians
-                old_std, new_std = batch["std"], dist.stddev
-                kl = (torch.log(new_std / old_std) + (old_std ** 2 + (batch["mean"] - dist.mean) ** 2)
-                      / (2 * new_std ** 2) - 0.5).sum(-1).mean()
-            if cfg.schedule == "adaptive":
+            loss, parts = self._compiled("minibatch_losses", *(batch[name] for name in _LOSS_INPUTS))
+            if cfg.schedule == "adaptive":  # the step's learning rate follows this minibatch's KL (rsl_rl)
+                kl = float(parts[3])
                 if kl > 2.0 * cfg.desired_kl:
                     self.learning_rate = max(1e-5, self.learning_rate / 1.5)
                 elif 0.0 < kl < 0.5 * cfg.desired_kl:
                     self.learning_rate = min(1e-2, self.learning_rate * 1.5)
                 for group in self.optimizer.param_groups:
                     group["lr"] = self.learning_rate
-            adv = batch["advantages"]
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-            ratio = torch.exp(log_prob - batch["log_probs"])
-            surrogate = surrogate_loss(ratio, adv, cfg.clip_param)
-            values = ac.evaluate(batch["critic_obs"])
-            returns, old_values = batch["returns"], batch["values"]
-            if self.value_norm is not None:
-                returns, old_values = self.value_norm.normalize(returns), self.value_norm.normalize(old_values)
-            v_loss = value_loss(values, old_values, returns, cfg.clip_param, cfg.huber_delta,
-                                cfg.use_clipped_value_loss)
-            entropy = dist.entropy().sum(-1).mean()
-            loss = surrogate + cfg.value_loss_coef * v_loss - cfg.entropy_coef * entropy
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             nn.utils.clip_grad_norm_(ac.parameters(), cfg.max_grad_norm)
             self.optimizer.step()
-            totals["value_loss"] += float(v_loss.detach())
-            totals["surrogate_loss"] += float(surrogate.detach())
-            totals["entropy"] += float(entropy.detach())
-            totals["kl"] += float(kl)
-            totals["clip_fraction"] += float(((ratio - 1.0).abs() > cfg.clip_param).float().mean())
+            totals += parts
             n += 1
         s.step = 0
-        out = {k: v / max(n, 1) for k, v in totals.items()}
+        out = dict(zip(("surrogate_loss", "value_loss", "entropy", "kl", "clip_fraction"),
+                       (totals / max(n, 1)).tolist()))
         out["learning_rate"] = self.learning_rate
         out["action_std"] = float(ac.log_std.detach().exp().mean())
         return out

@@ -11,20 +11,18 @@ With a grasp critic the last action dimension is the discrete gripper command (+
 
 from __future__ import annotations
 
-import logging
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
 import torch
 import torch.nn.functional as F
 
+from robot_rl.agents.compiled import CompiledMethods
 from robot_rl.agents.encoders import EncoderConfig, ImageEncoder
 from robot_rl.agents.networks import CriticEnsemble, mlp
 from robot_rl.agents.policy import GRIPPER_COMMANDS, Policy, PolicySpec, gripper_index
 from robot_rl.config_fields import setting
-from robot_rl.device import inductor_cache_dir, remove_broken_compiled_kernels, reuse_freed_cpu_memory
-
-log = logging.getLogger(__name__)
+from robot_rl.device import reuse_freed_cpu_memory
 
 
 @dataclass
@@ -193,14 +191,8 @@ class SAC:
         self.precision = cfg.precision
         if self.precision == "auto":
             self.precision = "bfloat16" if native_bf16(self.device) else "float32"
-        self._compiled: dict[str, object] = {}
-        if cfg.compile:
-            remove_broken_compiled_kernels()
-            mode = "reduce-overhead" if self.device.type == "cuda" else None  # CUDA graphs on GPU
-            # Compiled code draws its random numbers as eager code does: same seed, same run.
-            torch._inductor.config.fallback_random = True
-            self._compiled = {name: torch.compile(getattr(self, name), mode=mode)
-                              for name in ("next_actions", "critic_loss", "actor_loss")}
+        self._compiled = CompiledMethods(self, ("next_actions", "critic_loss", "actor_loss"), self.device,
+                                         cfg.compile)
 
     def _critic_parameters(self) -> list[torch.nn.Parameter]:
         params = list(self.critic.parameters())
@@ -213,7 +205,7 @@ class SAC:
     @property
     def compiled(self) -> bool:
         """True while the losses run compiled: `compile` asked for and no compiler failure fell back to eager."""
-        return bool(self._compiled)
+        return self._compiled.active
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -348,10 +340,10 @@ class SAC:
         with torch.no_grad():
             next_features = self.encode(minibatch["next_obs"], train=True)
         if next_action is None:
-            next_action, next_log_prob = self._run_compiled("next_actions", next_features)
+            next_action, next_log_prob = self._compiled("next_actions", next_features)
         action = minibatch["action"]
         continuous = action[:, :self.continuous_dim]
-        loss, q = self._run_compiled("critic_loss", features, continuous, minibatch["reward"], minibatch["terminated"],
+        loss, q = self._compiled("critic_loss", features, continuous, minibatch["reward"], minibatch["terminated"],
                                    next_features, next_action, next_log_prob, members)
         grasp_loss = torch.zeros((), device=self.device)
         if self.grasp is not None:
@@ -364,20 +356,6 @@ class SAC:
         # by the caller (an output aliasing an input breaks autograd under torch.compile).
         encoded = features.detach() if self.encoder is not None else None
         return loss + grasp_loss, encoded, loss.detach(), grasp_loss.detach(), q.mean()
-
-    def _run_compiled(self, name: str, *args):
-        """Calls the compiled variant of method `name`; on a compiler failure, logs once and stays eager."""
-        compiled = self._compiled.get(name)
-        if compiled is not None:
-            try:
-                return compiled(*args)
-            except Exception as exc:  # noqa: BLE001 - any backend failure -> eager, same math
-                cause = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-                log.warning("torch.compile of %s failed (%s: %s); running eagerly (same math, slower). If every run "
-                            "says this, delete the torch.compile cache %s", name, type(exc).__name__, cause[:300],
-                            inductor_cache_dir())
-                self._compiled.clear()
-        return getattr(self, name)(*args)
 
     def update(self, batch: Mapping) -> dict[str, float]:
         """One RLPD step on a batch of utd_ratio * batch_size transitions.
@@ -393,7 +371,7 @@ class SAC:
         next_action = next_log_prob = None
         if self.encoder is None:
             # The actor does not change during the critic updates: one pass gives every next action.
-            next_action, next_log_prob = self._run_compiled("next_actions", batch["next_obs"])
+            next_action, next_log_prob = self._compiled("next_actions", batch["next_obs"])
         for i in range(cfg.utd_ratio):
             part = slice(i * cfg.batch_size, (i + 1) * cfg.batch_size)
             minibatch = {k: _take(v, part) for k, v in batch.items()}
@@ -408,7 +386,7 @@ class SAC:
         imitation = ()
         if cfg.bc_weight > 0 and "intervention" in minibatch:
             imitation = (minibatch["action"][:, :self.continuous_dim], minibatch["intervention"])
-        actor_loss, log_prob = self._run_compiled("actor_loss", features, *imitation)
+        actor_loss, log_prob = self._compiled("actor_loss", features, *imitation)
         # One backward for both: the actor loss holds alpha constant, the temperature loss log pi.
         self._step(actor_loss + self.temperature_loss(log_prob), (self.actor_optimizer, list(self.actor.parameters())),
                    (self.temperature_optimizer, [self.log_alpha]))

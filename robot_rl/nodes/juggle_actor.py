@@ -33,8 +33,17 @@ from robot_rl.hardware.safety import Rejected
 from robot_rl.resources import package_path
 from robot_rl.ros import qos
 from robot_rl.ros.messages import stamp_to_ns, uint8_multiarray_view
-from robot_rl.ros.node_utils import (TORCH_THREADS, Param, ParameterError, declare_params, diagnostics, reset_stamp,
-                                     run_node, set_torch_threads, timer_once)
+from robot_rl.ros.node_utils import (
+    TORCH_THREADS,
+    Param,
+    ParameterError,
+    declare_params,
+    diagnostics,
+    reset_stamp,
+    run_node,
+    set_torch_threads,
+    timer_once,
+)
 from robot_rl.ros.quad_io import JuggleObserver, ctbr_to_msg, parse_ball, parse_odom
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.transport.ppo_policy import decode_ppo_policy

@@ -25,8 +25,15 @@ from robot_rl.data.dataset import load_transitions
 from robot_rl.outputs import atomic_write_bytes
 from robot_rl.ros import qos
 from robot_rl.ros.messages import bytes_to_uint8_multiarray, stamp_to_ns, uint8_multiarray_view
-from robot_rl.ros.node_utils import (TORCH_THREADS, Param, ParameterError, declare_params, diagnostics,
-                                     params_from_dataclass, run_node)
+from robot_rl.ros.node_utils import (
+    TORCH_THREADS,
+    Param,
+    ParameterError,
+    declare_params,
+    diagnostics,
+    params_from_dataclass,
+    run_node,
+)
 from robot_rl.tasks import get_task, task_names
 from robot_rl.training.learner import LearnerConfig, LearnerCore
 from robot_rl.transport import codec
@@ -223,8 +230,15 @@ class LearnerNode(Node):
 
     def _publish_policy(self) -> bytes:
         payload = self.core.policy_payload()
-        self.policy_pub.publish(bytes_to_uint8_multiarray(payload))
         self.last_payload = payload
+        try:
+            self.policy_pub.publish(bytes_to_uint8_multiarray(payload))
+        except RuntimeError:  # rclpy's RCLError
+            if self.context.ok():
+                raise
+            # A Ctrl-C took the context down before close() stopped this thread: stop here, so the
+            # loop's final checkpoint is still written (an exception would end the thread without it).
+            self._stop.set()
         return payload
 
     def _write_snapshot(self, payload: bytes) -> None:

@@ -22,8 +22,15 @@ from std_msgs.msg import UInt8MultiArray
 
 from robot_rl.ros import qos
 from robot_rl.ros.messages import bytes_to_uint8_multiarray
-from robot_rl.ros.node_utils import (TORCH_THREADS, Param, ParameterError, declare_params, diagnostics, run_node,
-                                     set_torch_threads)
+from robot_rl.ros.node_utils import (
+    TORCH_THREADS,
+    Param,
+    ParameterError,
+    declare_params,
+    diagnostics,
+    run_node,
+    set_torch_threads,
+)
 from robot_rl.transport.secret import ensure_run_secret
 
 PARAMS = [
