@@ -54,7 +54,8 @@ setup(
         "vlac": ["transformers>=4.51", "einops", "sentencepiece", "timm"],
         # peer libraries benchmarks/learner_throughput.py measures beside ours (pinned: the versions measured;
         # install torch==2.13.0 first, as `make setup` does, so none of them pulls another torch)
-        "bench": ["stable-baselines3==2.9.2", "torchrl==0.14.1", "rsl-rl-lib==5.5.1"],
+        "bench": ["stable-baselines3==2.9.2", "torchrl==0.14.1", "rsl-rl-lib==5.5.1", "sbx-rl==0.28.0",
+                  "jax==0.10.2", "jaxlib==0.10.2"],
         # LeRobotDataset v3 import/export (lerobot itself does not install beside torch 2.13; av 19 needs Python 3.12)
         "lerobot": ["pyarrow==26.0.1", "av==18.1.0"],
         # established suites that install beside our pins and train through `robot-rl train --env` (README: which

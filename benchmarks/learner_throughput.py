@@ -205,6 +205,8 @@ PEER_INCLUDES = {
                          "polyak target; min over all critics",
     "torchrl": "TensorDictReplayBuffer.sample(256), SACLoss (REDQLoss 2 of 10), one backward, three Adam steps, "
                "SoftUpdate",
+    "sbx": "SAC.train(gradient_steps=1) (JAX, jit): ReplayBuffer.sample(256), critic, actor, entropy coefficient, "
+           "polyak target; min over all critics",
 }
 
 
@@ -227,11 +229,13 @@ def peer_figures(device: torch.device, precision: str, seconds: float) -> dict:
         update, agent = sac_peers.ours(OBS_DIM, ACTION_DIM, critics, subsample, device, precision, True)
         contenders = {"ours": update}
         versions = {"ours": "this tree", "stable_baselines3": sac_peers.version("stable-baselines3"),
-                    "torchrl": sac_peers.version("torchrl")}
+                    "torchrl": sac_peers.version("torchrl"), "sbx": sac_peers.version("sbx-rl")}
         if versions["stable_baselines3"]:
             contenders["stable_baselines3"] = sac_peers.stable_baselines3(OBS_DIM, ACTION_DIM, critics, device)
         if versions["torchrl"]:
             contenders["torchrl"] = sac_peers.torchrl(OBS_DIM, ACTION_DIM, critics, subsample, device)
+        if versions["sbx"] and device.type == "cpu":  # JAX on its default device: comparable on CPU only
+            contenders["sbx"] = sac_peers.sbx(OBS_DIM, ACTION_DIM, critics)
         measured = self_sampling_rates(contenders, seconds, device)
         eager, _ = sac_peers.ours(OBS_DIM, ACTION_DIM, critics, subsample, device, precision, False)
         flops = sac_peers.update_flops(eager)
@@ -256,7 +260,8 @@ def peer_figures(device: torch.device, precision: str, seconds: float) -> dict:
 def ppo_figures(device: torch.device, seconds: float) -> dict:
     """Our juggling PPO's update round against rsl-rl-lib's PPO (`ppo_peers.py`), interleaved."""
     version = sac_peers.version("rsl-rl-lib")
-    contenders = {"ours": ppo_peers.ours(2048, device)}
+    update, ppo = ppo_peers.ours(2048, device)
+    contenders = {"ours": update}
     if version:
         contenders["rsl_rl"] = ppo_peers.rsl_rl(2048, device)
     measured = self_sampling_rates(contenders, seconds, device)
@@ -264,7 +269,7 @@ def ppo_figures(device: torch.device, seconds: float) -> dict:
     return {"ppo_rounds_per_s": round(measured["ours"], 3),
             "rsl_rl_ppo_rounds_per_s": round(measured["rsl_rl"], 3) if version else None,
             "ppo_ratio_vs_rsl_rl": round(measured["ours"] / measured["rsl_rl"], 3) if version else None,
-            "rsl_rl_version": version, "ppo_round": ppo_peers.describe()}
+            "ppo_compiled": ppo.compiled, "rsl_rl_version": version, "ppo_round": ppo_peers.describe()}
 
 
 def main() -> None:

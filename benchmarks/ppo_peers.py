@@ -31,7 +31,7 @@ def _rollouts(num_envs: int, steps: int, seed: int = 0) -> list[tuple[torch.Tens
              torch.randn(num_envs, generator=g), torch.rand(num_envs, generator=g) < 0.01) for _ in range(steps + 1)]
 
 
-def ours(num_envs: int, device: torch.device) -> Callable[[], object]:
+def ours(num_envs: int, device: torch.device) -> tuple[Callable[[], object], PPO]:
     config = JuggleTrainConfig().ppo
     ppo = PPO(OBS_DIM, OBS_DIM + PRIVILEGED_DIM, ACTIONS, num_envs, config, device)
     data = _rollouts(num_envs, config.num_steps_per_env)
@@ -40,7 +40,7 @@ def ours(num_envs: int, device: torch.device) -> Callable[[], object]:
             ppo.act(obs.to(device), critic_obs.to(device))
             ppo.process_env_step(reward.to(device), done.to(device), torch.zeros_like(done).to(device))
         ppo.compute_returns(data[-1][1].to(device))
-    return ppo.update
+    return ppo.update, ppo
 
 
 def rsl_rl(num_envs: int, device: torch.device) -> Callable[[], object]:
@@ -77,7 +77,8 @@ def rsl_rl(num_envs: int, device: torch.device) -> Callable[[], object]:
 
 def describe() -> dict:
     config = JuggleTrainConfig().ppo
-    return {"rollout": f"2048 envs x {config.num_steps_per_env} steps",
+    return {"ours": "PPO.update as `robot-rl juggle train` runs it (LayerNorm MLPs, compiled losses: "
+                    f"compile={config.compile})","rollout": f"2048 envs x {config.num_steps_per_env} steps",
             "update": f"{config.num_learning_epochs} epochs x {config.num_mini_batches} minibatches",
             "network": f"actor {list(config.actor_hidden)}, critic {list(config.critic_hidden)} {config.activation}",
             "config": {k: v for k, v in dataclasses.asdict(config).items() if not isinstance(v, (list, tuple))}}

@@ -57,24 +57,48 @@ def ours(obs_dim: int, action_dim: int, critics: int, subsample: int | None, dev
 def stable_baselines3(obs_dim: int, action_dim: int, critics: int, device: torch.device,
                       batch: int = 256) -> Callable[[], object]:
     """stable-baselines3 SAC: `model.train(gradient_steps=1)` on its own ReplayBuffer (min over all critics)."""
-    import gymnasium as gym
     from stable_baselines3 import SAC as SB3SAC
     from stable_baselines3.common.logger import configure
+
+    model = SB3SAC("MlpPolicy", _box_env(obs_dim, action_dim), policy_kwargs={"net_arch": [256, 256],
+                                                                              "n_critics": critics},
+                   batch_size=batch, buffer_size=CAPACITY, learning_starts=0, device=device, seed=0)
+    model.set_logger(configure(None, []))
+    _fill_sb3_buffer(model.replay_buffer, random_transitions(obs_dim, action_dim))
+    return lambda: model.train(gradient_steps=1, batch_size=batch)
+
+
+def _box_env(obs_dim: int, action_dim: int):
+    """An environment with nothing but the spaces: what stable-baselines3-style models need to be built."""
+    import gymnasium as gym
 
     class Box(gym.Env):
         observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
         action_space = gym.spaces.Box(-1.0, 1.0, (action_dim,), np.float32)
+    return Box()
 
-    model = SB3SAC("MlpPolicy", Box(), policy_kwargs={"net_arch": [256, 256], "n_critics": critics},
-                   batch_size=batch, buffer_size=CAPACITY, learning_starts=0, device=device, seed=0)
-    model.set_logger(configure(None, []))
-    data, buffer = random_transitions(obs_dim, action_dim), model.replay_buffer
+
+def _fill_sb3_buffer(buffer, data: dict[str, np.ndarray]) -> None:
+    """Fills a stable-baselines3 ReplayBuffer (one environment) with `data`."""
     buffer.observations[:, 0] = data["obs"]
     buffer.next_observations[:, 0] = data["next_obs"]
     buffer.actions[:, 0] = data["action"]
     buffer.rewards[:, 0] = data["reward"]
     buffer.dones[:, 0] = data["terminated"]
     buffer.full = True
+
+
+def sbx(obs_dim: int, action_dim: int, critics: int, batch: int = 256) -> Callable[[], object]:
+    """sbx-rl's SAC (JAX; stable-baselines3's API): `model.train(gradient_steps=1)` on its own ReplayBuffer,
+    min over all critics, on JAX's default device (the CPU here)."""
+    from sbx import SAC as SbxSAC
+    from stable_baselines3.common.logger import configure
+
+    model = SbxSAC("MlpPolicy", _box_env(obs_dim, action_dim), policy_kwargs={"net_arch": [256, 256],
+                                                                              "n_critics": critics},
+                   batch_size=batch, buffer_size=CAPACITY, learning_starts=0, seed=0)
+    model.set_logger(configure(None, []))
+    _fill_sb3_buffer(model.replay_buffer, random_transitions(obs_dim, action_dim))
     return lambda: model.train(gradient_steps=1, batch_size=batch)
 
 
