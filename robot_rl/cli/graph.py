@@ -203,14 +203,17 @@ def _person_nodes(args: argparse.Namespace, scripted: bool) -> list[str]:
     return ["teleop", *(["scripted_human"] if scripted else []), *(["session_view"] if args.view != "off" else [])]
 
 
-def _print_view_address(args: argparse.Namespace) -> None:
+def _print_view_address(args: argparse.Namespace, actors: int = 1) -> None:
     if args.view != "off":
         print(f"robot_rl: the person's view: http://127.0.0.1:{args.view_port}/ (from another machine: "
               f"ssh -L {args.view_port}:localhost:{args.view_port} <this host>, then the same address there)",
               flush=True)
     if args.view == "rerun":
-        watch = f" (watch it with `rerun {args.view_out}`)" if args.view_out.endswith(".rrd") else ""
-        print(f"robot_rl: the session is logged to Rerun: {args.view_out}{watch}", flush=True)
+        target = args.view_out
+        if target.endswith(".rrd") and actors > 1:  # build_graph gives each robot its own file
+            target = str(Path(target).with_name(f"{Path(target).stem}-robot<i>.rrd"))
+        watch = f" (watch it with `rerun {target}`)" if target.endswith(".rrd") else ""
+        print(f"robot_rl: the session is logged to Rerun: {target}{watch}", flush=True)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -278,7 +281,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     juggle_path.unlink(missing_ok=True)
 
     if args.teleop or args.view == "rerun":
-        _print_view_address(args)
+        _print_view_address(args, config["robot_rl"].get("actors", 1))
     monitor = Monitor(int(actor_params.get("total_steps", 0)), int(actor_params.get("eval_episodes", 0)), actor=actor,
                       person=bool(args.teleop))
     keyboard_here = _keyboard_here(args)

@@ -172,6 +172,9 @@ def _as_fleet_member(spec: NodeSpec, index: int, prefix: str, run_dir: str | Non
         spec.remaps.update({topic: f"{prefix}/{topic}" for topic in LEARNER_TOPICS})
     if "port" in declared:  # the person's view of each robot on a port of its own
         spec.parameters["port"] = int(spec.parameters.get("port", declared["port"].default)) + index
+    rerun = str(spec.parameters.get("rerun", ""))
+    if "rerun" in declared and rerun.endswith(".rrd"):  # each robot's view in a file of its own
+        spec.parameters["rerun"] = str(Path(rerun).with_name(f"{Path(rerun).stem}-{robot_namespace(index)}.rrd"))
     spec.remaps["/clock"] = f"/{spec.namespace}/clock"
 
 
