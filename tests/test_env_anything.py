@@ -5,6 +5,7 @@ with two cameras of other sizes and layouts, a [0, 2] gripper, success in info["
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -153,3 +154,37 @@ def test_view_rerun_logs_an_env_run_with_the_critics_value(tmp_path):
     assert refused.returncode == 2 and "already exists" in refused.stderr
     browser = robot_rl("train", "--env", ENV_ID, *ADAPTER_FLAGS, "--view", "browser", "--run-dir", str(tmp_path / "b"))
     assert browser.returncode == 2 and "--view rerun" in browser.stderr
+
+
+def _interrupted_train(run: Path, *flags: str) -> subprocess.CompletedProcess:
+    """`train --env` stopped with Ctrl-C (SIGINT) once it has printed its first evaluation."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "train", "--env", ENV_ID, *ADAPTER_FLAGS,
+                             "--steps", "100000", "--set", "warmup_steps=50", "--set", "eval_every=100",
+                             "--set", "eval_episodes=1", "--run-dir", str(run), *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        for line in proc.stdout:
+            if line.startswith("{"):  # the first evaluation row: training is under way
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_an_interrupted_env_run_keeps_its_policy_and_logs_and_never_an_earlier_run(tmp_path):
+    run = tmp_path / "run"
+    first = _interrupted_train(run)
+    assert first.returncode == 130, first.stderr[-2000:]
+    assert "interrupted after" in first.stderr and str(run) in first.stderr
+    assert (run / "INTERRUPTED").is_file() and (run / "policy.pt").is_file()
+    assert list((run / "tensorboard").glob("events.out.tfevents.*")) and (run / "episodes.jsonl").is_file()
+    assert not list(tmp_path.glob(".robot_rl-tmp-*"))
+    # --overwrite replaces a run only with a finished one: an interrupted second run is kept beside it
+    before = (run / "policy.pt").read_bytes()
+    second = _interrupted_train(run, "--overwrite")
+    assert second.returncode == 130, second.stderr[-2000:]
+    assert (run / "policy.pt").read_bytes() == before
+    assert [p.name.startswith("run-interrupted-") for p in tmp_path.iterdir() if p != run] == [True]

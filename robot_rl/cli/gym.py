@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -160,8 +161,8 @@ def cmd_train_env(args: argparse.Namespace) -> int:
     if view_kwargs:
         config = replace(config, env_kwargs={**config.env_kwargs, **view_kwargs})
     person = _person(args) if args.teleop else None
-    # Written in a hidden sibling and renamed into place at the end: the run appears whole, with its policy, or not
-    # at all (a crash leaves the sibling to look at).
+    # Written in a hidden sibling and renamed into place at the end: the run appears whole, with its policy. A
+    # Ctrl-C keeps what it wrote (see _keep_interrupted_run); an error removes it.
     with atomic_path(run_dir, directory=True) as tmp:
         trainer = Trainer(config, expert=expert, run_dir=tmp, person=person, observer=observer,
                           log=lambda row: print(json.dumps(row), flush=True))
@@ -169,6 +170,9 @@ def cmd_train_env(args: argparse.Namespace) -> int:
               flush=True)
         try:
             history = trainer.run()
+        except KeyboardInterrupt:
+            _keep_interrupted_run(trainer, tmp, run_dir)
+            raise
         finally:
             if person is not None:
                 person.close()
@@ -186,6 +190,22 @@ def cmd_train_env(args: argparse.Namespace) -> int:
     print(f"robot_rl: evaluation success rate {final['success_rate'] * 100:.1f}%, mean return "
           f"{final['mean_return']:.2f} after {final['steps']} steps", flush=True)
     return 0
+
+
+def _keep_interrupted_run(trainer, tmp: Path, run_dir: Path) -> None:
+    """After a Ctrl-C: the policy as it is now and what the run logged (TensorBoard, episodes.jsonl) are moved
+    to `run_dir`, or beside it when `run_dir` holds an earlier run (--overwrite replaces a run only when the new
+    one finishes)."""
+    if trainer.writer is not None:
+        trainer.writer.close()
+    trainer.save_policy(tmp / "policy.pt")
+    (tmp / "INTERRUPTED").write_text(f"interrupted after {trainer.steps} steps; no final evaluation or checkpoint\n")
+    kept = run_dir if not run_dir.exists() else run_dir.with_name(f"{run_dir.name}-interrupted-"
+                                                                   f"{time.strftime('%Y%m%d-%H%M%S')}")
+    os.replace(tmp, kept)
+    tmp.mkdir()  # atomic_path removes its (now empty) directory as after any interruption
+    print(f"robot_rl: interrupted after {trainer.steps} steps; the policy as it was and the logs are kept in {kept}",
+          file=sys.stderr, flush=True)
 
 
 def _person(args: argparse.Namespace):
