@@ -17,7 +17,8 @@ SAC sets), and the contenders take turns in short windows (`rates`), so each see
 machine. One update = utd_ratio (1 here) critic steps + one actor and temperature step.
 
 Against installed peers (`pip install -e '.[bench]'`; `sac_peers.py`), state-based at 2 critics
-and at 10 (ours and TorchRL's REDQLoss 2 of 10, stable-baselines3 min over all 10): each update
+and at 10 (ours and TorchRL's REDQLoss 2 of 10, stable-baselines3 and sbx-rl min over all 10; sbx is JAX,
+measured on CPU runs only, in this process, taking turns like the others): each update
 samples 256 from the contender's own replay memory, then one critic, actor and temperature step
 and the target update (`peers_<n>` in the JSON: each one's updates/s, version and what its update
 includes; `ratio_vs_best_peer_<n>`). PPO: one update round of our juggling PPO against rsl-rl-lib's
