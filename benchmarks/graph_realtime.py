@@ -70,6 +70,11 @@ def run_arm(arm: str, seed: int, minutes: float, snapshot_s: float, run_dir: Pat
         os.killpg(process.pid, signal.SIGINT)
         code = process.wait(timeout=120)
     wall_s = time.time() - started
+    log.close()
+    if not (run_dir / "learner_summary.json").is_file():  # the run never trained: say why, not a missing file
+        tail = run_dir.with_suffix(".log").read_text()[-3000:]
+        raise SystemExit(f"graph_realtime: `robot-rl train` ended with exit code {code} and no learner summary; "
+                         f"its output ended with:\n{tail}")
     learner = json.loads((run_dir / "learner_summary.json").read_text())
     ledgers = [json.loads(p.read_text()) for p in sorted(run_dir.glob("robot*/eval.json"))] or \
         [json.loads((run_dir / "eval.json").read_text())]

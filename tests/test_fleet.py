@@ -12,10 +12,11 @@ import time
 
 import numpy as np
 import pytest
+import yaml
 
 pytest.importorskip("rclpy")
 
-from robot_rl.ros.graph import apply_overrides, build_graph, config_path, load_config  # noqa: E402
+from robot_rl.ros.graph import apply_overrides, build_graph, config_path, load_config, params_file  # noqa: E402
 from robot_rl.ros.probe import RosProbe, fresh_domain_id, start_graph  # noqa: E402
 from robot_rl.tasks import get_task  # noqa: E402
 from robot_rl.training.actor import policy_from_payload  # noqa: E402
@@ -105,3 +106,12 @@ def test_two_actors_feed_one_learner_exactly_once_through_a_killed_actor(tmp_pat
     assert versions == sorted(set(versions))
     policy = policy_from_payload(codec.decode(snapshots[-1].read_bytes(), key=key), get_task("arm_lift"))
     assert policy.act(np.zeros(get_task("arm_lift").obs_dim, np.float32), True).shape == (4,)
+
+
+def test_a_pixel_fleet_params_file_has_no_yaml_aliases_rcl_would_refuse(tmp_path):
+    config = apply_overrides(load_config(config_path("arm_pick_cube")), {"robot_rl.actors": 2})
+    text = params_file(build_graph(config, "sim", str(tmp_path)), tmp_path / "params.yaml").read_text()
+    assert "&id" not in text and "*id" not in text  # robot0 and robot1 share lists such as the cameras
+    loaded = yaml.safe_load(text)
+    assert loaded["/robot0/arm_sim"]["ros__parameters"]["cameras"] == \
+        loaded["/robot1/arm_sim"]["ros__parameters"]["cameras"]

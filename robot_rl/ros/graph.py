@@ -211,8 +211,16 @@ def params_file(specs: list[NodeSpec], path: str | os.PathLike) -> Path:
     under its fully qualified name."""
     data = {spec.qualified_name: {"ros__parameters": spec.parameters} for spec in specs}
     path = Path(path)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    path.write_text(yaml.dump(data, Dumper=_NoAliasDumper, sort_keys=False))
     return path
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """Writes a value shared by several nodes (a fleet's robots get the same camera list) in full each time:
+    rcl's parameter parser refuses YAML anchors and aliases."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
 
 
 def fastdds_profile_path() -> Path:
