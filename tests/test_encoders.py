@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from robot_rl.agents.encoders import (EncoderConfig, GroupedConvTrunk, ImageEncoder, ResNet18Trunk, load_pretrained,
-                                      pretrained_config, random_shift, save_pretrained)
+                                      photometric_jitter, pretrained_config, random_shift, save_pretrained)
 from robot_rl.agents.policy import Policy, gripper_action, gripper_index
 from robot_rl.agents.sac import SAC, SACConfig
 
@@ -181,3 +181,14 @@ def test_pixel_grasp_checkpoint_resume_reproduces_the_next_update_exactly(tmp_pa
         for pa, pb in zip(net_a.state_dict().values(), net_b.state_dict().values()):
             torch.testing.assert_close(pa, pb, rtol=0, atol=0)
     assert a.num_updates == b.num_updates == 4
+
+
+def test_photometric_jitter_scales_each_camera_within_its_bounds():
+    images = torch.full((64, 6, 4, 4), 0.5)
+    assert torch.equal(photometric_jitter(images, 0.0, 2), images)
+    out = photometric_jitter(images.clone(), 0.2, 2, generator=torch.Generator().manual_seed(0))
+    # 0.5 * (1 +- 0.2) * (1 +- 0.1) +- 0.05, uniform over each image; the cameras of a sample drawn apart
+    assert out.min() >= 0.5 * 0.8 * 0.9 - 0.05 - 1e-6 and out.max() <= 0.5 * 1.2 * 1.1 + 0.05 + 1e-6
+    assert torch.equal(out, out[:, :, :1, :1].expand_as(out))
+    assert out.std() > 0.03 and not torch.allclose(out[:, :3], out[:, 3:])
+    assert photometric_jitter(torch.ones(8, 3, 2, 2), 0.5, 1).max() <= 1.0

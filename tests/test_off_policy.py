@@ -110,3 +110,45 @@ def test_bad_settings_are_refused():
         _core(updates_from="warm-up")
     with pytest.raises(ValueError, match="warmup >= 0"):
         _core(warmup=-1)
+
+
+def _frozen_feature_core(views: int, jitter: float) -> OffPolicyCore:
+    torch.manual_seed(0)
+    encoder = EncoderConfig(cameras=("cam",), image_size=16, state_dim=1, latent_dim=4, freeze=True, augment_pad=2)
+    agent = SAC(0, ACT, SACConfig(hidden_dims=(8,), batch_size=3, utd_ratio=1), torch.device("cpu"),
+                policy_encoder=encoder)
+    layout = transition_layout(views * agent.obs_dim, ACT)
+    return OffPolicyCore(agent, lambda: ReplayBuffer(20, layout), np.random.default_rng(0), warmup=1,
+                         feature_views=views, feature_jitter=jitter)
+
+
+def test_frozen_features_keep_the_clean_view_first_and_batches_draw_one_view_per_row():
+    core = _frozen_feature_core(views=3, jitter=0.3)
+    d = core.agent.obs_dim  # 4 latent + 1 state
+    frames = {"cam": np.random.default_rng(1).integers(0, 256, (5, 16, 16, 3), dtype=np.uint8),
+              "state": np.arange(5, dtype=np.float32)[:, None]}
+    stored = core.features(frames)
+    assert stored.shape == (5, 3 * d)
+    with torch.inference_mode():
+        clean = core.agent.policy.network.encoder({"cam": torch.from_numpy(frames["cam"]),
+                                                   "state": torch.from_numpy(frames["state"])}).numpy()
+    np.testing.assert_allclose(stored[:, :d], clean, rtol=1e-6)
+    views = stored.reshape(5, 3, d)
+    assert not np.allclose(views[:, 1], views[:, 0]) and not np.allclose(views[:, 2], views[:, 1])
+    np.testing.assert_array_equal(views[:, :, -1], np.repeat(frames["state"], 3, axis=1))  # state never jittered
+    # each sampled row is exactly one of its stored views, and all views get drawn
+    picked = core._one_view(np.repeat(stored[:1], 300, axis=0))
+    matches = (np.abs(picked[:, None, :] - views[:1]).max(axis=-1) == 0)
+    assert picked.shape == (300, d) and matches.sum(axis=1).min() == 1 and matches.any(axis=0).all()
+    core.store({"obs": stored, "next_obs": stored, "action": np.zeros((5, ACT), np.float32),
+                "reward": np.zeros(5, np.float32), "terminated": np.zeros(5, bool), "truncated": np.zeros(5, bool),
+                "intervention": np.zeros(5, bool)})
+    assert core.batch()["obs"].shape == (3, d) and core.update()
+
+
+def test_one_view_stores_what_it_did_before():
+    core = _frozen_feature_core(views=1, jitter=0.3)
+    frames = {"cam": np.zeros((2, 16, 16, 3), np.uint8), "state": np.zeros((2, 1), np.float32)}
+    assert core.features(frames).shape == (2, core.agent.obs_dim)
+    with pytest.raises(ValueError, match="feature_views >= 1"):
+        _frozen_feature_core(views=0, jitter=0.0)

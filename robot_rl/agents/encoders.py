@@ -97,6 +97,25 @@ def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | No
     return images[sample, :, rows.view(b, h, 1), cols.view(b, 1, w)].permute(0, 3, 1, 2)
 
 
+def photometric_jitter(images: torch.Tensor, strength: float, num_cameras: int,
+                       generator: torch.Generator | None = None) -> torch.Tensor:
+    """Lighting and colour augmentation of float images in [0, 1], (B, N*3, H, W) for N cameras.
+
+    Each camera of each sample gets one brightness factor in [1 - s, 1 + s], per-channel gains in
+    [1 - s/2, 1 + s/2] and an offset in [-s/4, s/4] (s = `strength`), then is clipped to [0, 1]:
+    the shifts a scene's light level, white balance and surface colours make (0: unchanged).
+    """
+    if strength <= 0:
+        return images
+    b = images.shape[0]
+    draw = lambda *shape: torch.rand(*shape, 1, 1, device=images.device, generator=generator) * 2 - 1  # noqa: E731
+    brightness = 1 + strength * draw(b, num_cameras, 1)
+    gain = 1 + 0.5 * strength * draw(b, num_cameras, 3)
+    offset = 0.25 * strength * draw(b, num_cameras, 1)
+    scale = (brightness * gain).reshape(b, num_cameras * 3, 1, 1)
+    return (images * scale + offset.repeat_interleave(3, dim=1).reshape(b, num_cameras * 3, 1, 1)).clamp_(0.0, 1.0)
+
+
 class GroupedConvTrunk(nn.Module):
     """`num_cameras` independent conv stacks: (B, N*3, H, W) -> (B, N, C, h, w).
 
@@ -253,8 +272,10 @@ class ImageEncoder(nn.Module):
             frames.append(frame)
         return torch.cat(frames, dim=-1).permute(0, 3, 1, 2).float().div_(255.0)
 
-    def forward(self, obs: Mapping[str, torch.Tensor], augment: bool = False) -> torch.Tensor:
-        x = self.images(obs)
+    def forward(self, obs: Mapping[str, torch.Tensor], augment: bool = False, jitter: float = 0.0) -> torch.Tensor:
+        """`augment`: DrQ random shift; `jitter`: photometric jitter of that strength (see
+        `photometric_jitter`); both only for training."""
+        x = photometric_jitter(self.images(obs), jitter, len(self.config.cameras))
         if augment and self.config.augment_pad > 0:
             x = random_shift(x, self.config.augment_pad)
         embedding = self.pool(self.trunk(x)).flatten(1)

@@ -73,6 +73,11 @@ class GymTrainConfig:
     """Episode dataset (zarr) with demonstrations, loaded in addition to scripted ones."""
     demo_fraction: float = 0.5
     """Share of every batch from demonstrations and interventions (RLPD: 0.5)."""
+    feature_views: int = 1
+    """A frozen encoder's features are stored for this many views of each observation: the clean
+    one and the rest of shifted, photometrically jittered frames (`training/off_policy.py`); 1: clean only."""
+    feature_jitter: float = 0.2
+    """Strength of those views' photometric jitter (`agents/encoders.py: photometric_jitter`)."""
     warmup_steps: int = 256
     """Online transitions before the first update."""
     updates_per_step: float = 1.0
@@ -160,6 +165,9 @@ class Trainer:
                 raise ValueError(f"encoder is for cameras {encoder.cameras} + state {encoder.state_dim}, env has "
                                  f"{self.cameras} + state {state_dim}")
         self.frozen = encoder is not None and encoder.frozen
+        if cfg.feature_views > 1 and not self.frozen:
+            raise ValueError(f"feature_views={cfg.feature_views} needs a frozen image encoder's features; "
+                             f"{cfg.env_id} trains {'its encoder' if self.cameras else 'on state vectors'}")
         flat_dim = state_dim if not self.cameras else 0
         self.agent = SAC(flat_dim, action_dim, cfg.sac, self.device,
                          encoder=encoder if encoder is not None and not self.frozen else None,
@@ -169,10 +177,11 @@ class Trainer:
             shapes = {k: (self.adapter.image_size, self.adapter.image_size, 3) for k in self.cameras}
             make = lambda: FrameReplayBuffer(cfg.buffer_capacity, shapes, max(state_dim, 1), action_dim)  # noqa: E731
         else:
-            layout = transition_layout(self.agent.obs_dim, action_dim)
+            layout = transition_layout(cfg.feature_views * self.agent.obs_dim, action_dim)
             make = lambda: ReplayBuffer(cfg.buffer_capacity, layout)  # noqa: E731
         self.core = OffPolicyCore(self.agent, make, self.rng, demo_fraction=cfg.demo_fraction, warmup=cfg.warmup_steps,
-                                  updates_from="warmup")
+                                  updates_from="warmup", feature_views=cfg.feature_views,
+                                  feature_jitter=cfg.feature_jitter)
         self.online, self.demos = self.core.online, self.core.demos
         if not 0.0 <= cfg.return_and_explore <= 1.0:
             raise ValueError(f"return_and_explore must be in [0, 1], got {cfg.return_and_explore}")
@@ -222,7 +231,7 @@ class Trainer:
         obs, stored = self.agent_view(raw)
         with torch.inference_mode():
             if self.frozen:
-                features = torch.from_numpy(stored)[None].to(self.device)
+                features = torch.from_numpy(stored[:self.agent.obs_dim])[None].to(self.device)  # the clean view
                 state = torch.from_numpy(np.asarray(obs["state"], np.float32))[None].to(self.device)
                 action = self.network.act_on_features(features, state, deterministic)
                 return action[0].cpu().numpy()
@@ -379,7 +388,7 @@ class Trainer:
         """The step from `raw` for the observer, with the critic's estimate of the action taken."""
         obs, stored = self.agent_view(raw)
         batch = {k: torch.from_numpy(np.asarray(v)[None]).to(self.device) for k, v in stored.items()} \
-            if isinstance(stored, dict) else torch.from_numpy(np.asarray(stored)[None]).to(self.device)
+            if isinstance(stored, dict) else torch.from_numpy(np.asarray(stored)[None, :self.agent.obs_dim]).to(self.device)
         value = self.agent.value(batch, torch.from_numpy(np.asarray(action, np.float32)[None]).to(self.device))
         self.observer.step(step=self.steps, cameras={k: obs[k] for k in self.cameras} if self.cameras else {},
                            state=obs["state"] if self.cameras else obs, action=action,

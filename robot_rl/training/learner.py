@@ -53,6 +53,10 @@ class LearnerConfig:
     encoder: str | None = setting(None, "Pixel tasks: pretrained encoder directory (used frozen; '' for state tasks).",
                                   unset="")
     """Features are computed once per received frame and the replay memory holds features, not pixels."""
+    feature_views: int = setting(1, "Pixel tasks: views of each observation whose features are stored (the clean "
+                                 "one, then shifted and photometrically jittered ones; 1: clean only).", low=1, high=16)
+    """A frozen encoder's stand-in for augmenting frames at every update (`training/off_policy.py`)."""
+    feature_jitter: float = setting(0.2, "Photometric jitter strength of the augmented views.", low=0.0, high=1.0)
     buffer_capacity: int = setting(200_000, "Online replay capacity (transitions).", low=1, high=50_000_000)
     demo_fraction: float = setting(0.5, "Share of each batch from demonstrations.", low=0.0, high=1.0)
     """Demonstrations and interventions (RLPD: 0.5)."""
@@ -106,10 +110,14 @@ class LearnerCore:
         self.agent = SAC(config.obs_dim, config.action_dim, config.sac, self.device, policy_encoder=encoder)
         if config.initial_actor:
             self._load_initial_actor(config.initial_actor)
-        layout = transition_layout(self.agent.obs_dim, config.action_dim)
+        if config.feature_views > 1 and not config.cameras:
+            raise ValueError(f"feature_views={config.feature_views} is for pixel tasks (a frozen encoder's features); "
+                             "this task has no cameras")
+        layout = transition_layout(config.feature_views * self.agent.obs_dim, config.action_dim)
         self.core = OffPolicyCore(self.agent, lambda: ReplayBuffer(config.buffer_capacity, layout),
                                   np.random.default_rng(config.seed), demo_fraction=config.demo_fraction,
-                                  warmup=config.warmup_transitions, max_update_ratio=config.max_update_ratio)
+                                  warmup=config.warmup_transitions, max_update_ratio=config.max_update_ratio,
+                                  feature_views=config.feature_views, feature_jitter=config.feature_jitter)
         self.online, self.demos = self.core.online, self.core.demos
         self.tracker = SequenceTracker()
         # Sequence numbers of journal segments that pruning may delete: a replay of one stays a replay.

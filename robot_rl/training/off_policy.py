@@ -9,6 +9,11 @@ actors, environment steps) and in configuration:
   rows) go to the demonstration memory too (HIL-SERL).
 * Sampling: RLPD's mixed batches (`demo_fraction` from demonstrations), made into tensors on the
   training device, flat vectors or camera frames + state alike.
+* Augmented features: a frozen encoder's features are computed once per stored observation, so
+  the frames cannot be augmented at every update as DrQ does. With `feature_views` V > 1 each
+  observation is stored as V views (the clean one, then V - 1 of randomly shifted and
+  photometrically jittered frames) and every sampled row takes one of them: the heads learn
+  values and actions that hold across camera offsets and lighting they did not see in training.
 * Schedule: no online update before `warmup` online transitions. Updates per online transition
   are counted from the first transition (`updates_from="start"`: the learner node, which may
   catch up on the warm-up data at once; the lockstep actor's slack relies on that) or from the
@@ -49,11 +54,16 @@ class Memory(Protocol):
 class OffPolicyCore:
     def __init__(self, agent: SAC, make_memory: Callable[[], Memory], rng: np.random.Generator, *,
                  demo_fraction: float = 0.5, warmup: int = 256, max_update_ratio: float = 0.0,
-                 updates_from: str = "start"):
-        """`make_memory` builds one empty replay memory (called twice: online and demonstrations).
+                 updates_from: str = "start", feature_views: int = 1, feature_jitter: float = 0.0):
+        """`make_memory` builds one empty replay memory (called twice: online and demonstrations);
+        a flat memory of features holds `feature_views * agent.obs_dim` values per observation.
         `rng` draws the batches; a caller that also draws from it (resets, expert noise) shares it."""
         if warmup < 0 or max_update_ratio < 0:
             raise ValueError(f"need warmup >= 0 and max_update_ratio >= 0, got {warmup} and {max_update_ratio}")
+        if feature_views < 1 or feature_jitter < 0:
+            raise ValueError(f"need feature_views >= 1 and feature_jitter >= 0, got {feature_views} and "
+                             f"{feature_jitter}")
+        self.feature_views, self.feature_jitter = feature_views, feature_jitter
         if updates_from not in ("start", "warmup"):
             raise ValueError(f"updates_from must be 'start' or 'warmup', got {updates_from!r}")
         self.agent, self.rng, self.device = agent, rng, agent.device
@@ -102,7 +112,8 @@ class OffPolicyCore:
     @torch.inference_mode()
     def features(self, observations: Mapping[str, np.ndarray]) -> np.ndarray:
         """A frozen policy encoder's features of N observations (camera frames + `state`), encoded
-        in chunks: what the memories keep instead of frames when the encoder does not train."""
+        in chunks: what the memories keep instead of frames when the encoder does not train.
+        (N, feature_views * D): the clean view's D values first, then the augmented views'."""
         encoder = self.agent.policy.network.encoder
         count = len(observations["state"])
         parts = []
@@ -110,8 +121,10 @@ class OffPolicyCore:
             part = slice(start, start + FEATURE_CHUNK)
             obs = {k: torch.from_numpy(np.ascontiguousarray(v[part], np.float32 if k == "state" else None))
                    .to(self.device) for k, v in observations.items()}
-            parts.append(encoder(obs).float().cpu().numpy())
-        return np.concatenate(parts) if parts else np.zeros((0, self.agent.obs_dim), np.float32)
+            views = [encoder(obs)] + [encoder(obs, augment=True, jitter=self.feature_jitter)
+                                      for _ in range(self.feature_views - 1)]
+            parts.append(torch.cat(views, dim=-1).float().cpu().numpy())
+        return np.concatenate(parts) if parts else np.zeros((0, self.feature_views * self.agent.obs_dim), np.float32)
 
     # ---- training -----------------------------------------------------------------------------
 
@@ -124,9 +137,16 @@ class OffPolicyCore:
             keys = (*self.online.frame_shapes, "state")
             obs, next_obs = {k: to(raw[k]) for k in keys}, {k: to(raw[f"next_{k}"]) for k in keys}
         else:
-            obs, next_obs = to(raw["obs"]), to(raw["next_obs"])
+            obs, next_obs = to(self._one_view(raw["obs"])), to(self._one_view(raw["next_obs"]))
         return {"obs": obs, "next_obs": next_obs, "action": to(raw["action"]), "reward": to(raw["reward"]),
                 "terminated": to(raw["terminated"].astype(np.float32)), "intervention": to(raw["intervention"])}
+
+    def _one_view(self, stored: np.ndarray) -> np.ndarray:
+        """(B, V * D) stored views -> (B, D), a view drawn per row (DrQ draws obs and next_obs apart too)."""
+        if self.feature_views == 1:
+            return stored
+        rows = stored.reshape(len(stored), self.feature_views, -1)
+        return rows[np.arange(len(rows)), self.rng.integers(self.feature_views, size=len(rows))]
 
     def update(self) -> dict[str, float]:
         """One agent update (utd_ratio critic steps and one actor step) on a fresh batch."""
