@@ -23,6 +23,9 @@ Arms (`--arm`):
 Each run appends one row to benchmarks/results/graph_realtime.jsonl (a run of at most --minutes, so
 the set runs in pieces); `--summary` reads the rows, writes benchmarks/results/graph_realtime.json and
 graph_realtime.png (success against wall-clock minutes) and prints the summary as the last line.
+Every row names the learner recipe it ran (`RECIPE_SETTINGS` of the shipped task config); the
+summary's figures are the current recipe's, and each earlier recipe's stay beside them under
+`earlier_recipes`.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ RESULTS = ROOT / "benchmarks" / "results"
 ROWS = RESULTS / "graph_realtime.jsonl"
 TASK = "arm_pick_cube"
 CONTROL_HZ = 10.0
+RECIPE_SETTINGS = {"feature_views": 1}
+"""Learner settings that changed the recipe between recorded rows, with the value rows that do not
+name them ran (they predate the setting)."""
 
 REALTIME = ["--set", "arm_sim.clock_mode=realtime", "--set", "arm_actor.sync_updates_per_step=0"]
 ARMS = {
@@ -92,7 +98,19 @@ def run_arm(arm: str, seed: int, minutes: float, snapshot_s: float, run_dir: Pat
             "intervention_steps": _intervention_steps(run_dir),
             "snapshots": snapshots, "minutes_to_90": first_reached(snapshots, 0.9, "minutes"),
             "steps_to_90": first_reached(snapshots, 0.9, "transitions"),
-            "date": time.strftime("%Y-%m-%d"), "commit": _commit()}
+            "recipe": recipe(), "date": time.strftime("%Y-%m-%d"), "commit": _commit()}
+
+
+def recipe() -> str:
+    """The shipped task config's learner recipe, e.g. "learner.feature_views=4"."""
+    import yaml
+
+    learner = yaml.safe_load((ROOT / "config" / f"{TASK}.yaml").read_text())["learner"]["ros__parameters"]
+    return ",".join(f"learner.{k}={learner.get(k, v)}" for k, v in RECIPE_SETTINGS.items())
+
+
+def row_recipe(row: dict) -> str:
+    return row.get("recipe") or ",".join(f"learner.{k}={v}" for k, v in RECIPE_SETTINGS.items())
 
 
 def evaluate_snapshots(run_dir: Path, started: float, episodes: int = 50) -> list[dict]:
@@ -127,7 +145,16 @@ def _commit() -> str:
     return done.stdout.strip()
 
 
-def summarize(rows: list[dict]) -> dict:
+def summarize(rows: list[dict], current: str) -> dict:
+    """The `current` recipe's figures, then each earlier recipe's under `earlier_recipes`."""
+    summary = summarize_recipe([r for r in rows if row_recipe(r) == current])
+    summary["recipe"] = current
+    summary["earlier_recipes"] = {name: summarize_recipe([r for r in rows if row_recipe(r) == name])
+                                  for name in dict.fromkeys(map(row_recipe, rows)) if name != current}
+    return summary
+
+
+def summarize_recipe(rows: list[dict]) -> dict:
     """Medians over seeds per arm; a seed that never reached 90 % counts as its run's length."""
     by_arm: dict[str, list[dict]] = {}
     for row in rows:
@@ -169,7 +196,7 @@ def plot(rows: list[dict], path: Path) -> None:
     for row in rows:
         points = row["snapshots"]
         ax.plot([p["minutes"] for p in points], [p["success"] for p in points], marker="o",
-                label=f"{row['arm']} seed {row['seed']}")
+                label=f"{row['arm']} seed {row['seed']} ({row_recipe(row)})")
     ax.axhline(0.9, color="grey", linestyle="--", linewidth=1)
     ax.set_xlabel("wall-clock minutes since `robot-rl train` started")
     ax.set_ylabel("success, 50 eval-split episodes")
@@ -193,7 +220,7 @@ def main() -> None:
     os.environ.setdefault("ROS_LOCALHOST_ONLY", "1")
     if args.summary:
         rows = [json.loads(line) for line in ROWS.read_text().splitlines() if line.strip()]
-        summary = summarize(rows)
+        summary = summarize(rows, recipe())
         (RESULTS / "graph_realtime.json").write_text(json.dumps(summary, indent=2))
         plot(rows, RESULTS / "graph_realtime.png")
         print(json.dumps(summary), flush=True)

@@ -40,7 +40,6 @@ from collections import deque
 from pathlib import Path
 
 import numpy as np
-import torch
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import TwistStamped, Vector3Stamped
 from rclpy.clock import Clock, ClockType
@@ -66,6 +65,7 @@ from robot_rl.ros.node_utils import (
     params_from_dataclass,
     reset_stamp,
     run_node,
+    set_torch_threads,
     timer_once,
 )
 from robot_rl.ros.sync import StampSynchronizer
@@ -115,7 +115,7 @@ class ArmActorNode(Node):
     def __init__(self):
         super().__init__("arm_actor")
         p = self.params = declare_params(self, PARAMS)
-        torch.set_num_threads(p["torch_threads"])
+        set_torch_threads(p["torch_threads"])
         self.task = get_task(p["task"])
         if self.task.actor_node != "arm_actor":
             raise ParameterError(f"task {self.task.name} runs with the {self.task.actor_node} node, not arm_actor")

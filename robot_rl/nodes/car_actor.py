@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
@@ -59,6 +58,7 @@ from robot_rl.ros.node_utils import (
     params_from_dataclass,
     reset_stamp,
     run_node,
+    set_torch_threads,
     timer_once,
 )
 from robot_rl.ros.sync import StampSynchronizer
@@ -102,7 +102,7 @@ class CarActorNode(Node):
     def __init__(self):
         super().__init__("car_actor")
         p = self.params = declare_params(self, PARAMS)
-        torch.set_num_threads(p["torch_threads"])
+        set_torch_threads(p["torch_threads"])
         self.task = get_task("car_race")
         self.race = CarRaceConfig(reach_radius=p["reach_radius"])
         try:

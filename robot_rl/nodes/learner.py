@@ -13,7 +13,6 @@ import threading
 import time
 from pathlib import Path
 
-import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Vector3Stamped
 from rclpy.node import Node
@@ -33,6 +32,7 @@ from robot_rl.ros.node_utils import (
     diagnostics,
     params_from_dataclass,
     run_node,
+    set_torch_threads,
 )
 from robot_rl.tasks import get_task, task_names
 from robot_rl.training.learner import LearnerConfig, LearnerCore
@@ -95,7 +95,7 @@ class LearnerNode(Node):
     def __init__(self):
         super().__init__("learner")
         p = declare_params(self, PARAMS)
-        torch.set_num_threads(p["torch_threads"])
+        set_torch_threads(p["torch_threads"])
         task = get_task(p["task"])
         try:
             sac = config_from_params(SACConfig, p, actor_lr=p["lr"], critic_lr=p["lr"], temperature_lr=p["lr"])

@@ -55,9 +55,14 @@ LEARNERS = ("learner", "ppo_learner")
 LEARNER_TOPICS = ("rl/transitions", "rl/policy", "rl/acks")
 
 
-def robot_namespace(index: int) -> str:
-    """Robot `index` of a fleet: its namespace, actor id and run subdirectory."""
+def robot_namespace(index: int | str) -> str:
+    """Robot `index` of a fleet: its namespace, actor id and run subdirectory (a str: a placeholder)."""
     return f"robot{index}"
+
+
+def robot_view_file(rrd: str, robot: str) -> str:
+    """A fleet robot's own Rerun file beside the one asked for: view.rrd -> view-<robot>.rrd."""
+    return str(Path(rrd).with_name(f"{Path(rrd).stem}-{robot}.rrd"))
 
 
 def config_path(task: str) -> Path:
@@ -174,7 +179,7 @@ def _as_fleet_member(spec: NodeSpec, index: int, prefix: str, run_dir: str | Non
         spec.parameters["port"] = int(spec.parameters.get("port", declared["port"].default)) + index
     rerun = str(spec.parameters.get("rerun", ""))
     if "rerun" in declared and rerun.endswith(".rrd"):  # each robot's view in a file of its own
-        spec.parameters["rerun"] = str(Path(rerun).with_name(f"{Path(rerun).stem}-{robot_namespace(index)}.rrd"))
+        spec.parameters["rerun"] = robot_view_file(rerun, robot_namespace(index))
     spec.remaps["/clock"] = f"/{spec.namespace}/clock"
 
 
