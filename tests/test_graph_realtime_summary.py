@@ -9,7 +9,8 @@ import graph_realtime  # noqa: E402
 
 
 def _row(arm, seed, successes, recipe=None, wall_s=960.0, lost=0):
-    snapshots = [{"minutes": 2.0 * (i + 1), "transitions": 1200 * (i + 1), "success": s} for i, s in enumerate(successes)]
+    snapshots = [{"minutes": 2.0 * (i + 1), "transitions": 1200 * (i + 1), "success": s}
+                 for i, s in enumerate(successes)]
     row = {"arm": arm, "seed": seed, "wall_s": wall_s, "snapshots": snapshots,
            "minutes_to_90": graph_realtime.first_reached(snapshots, 0.9, "minutes"),
            "lost_transitions": lost, "duplicate_transitions": 0, "act_latency_ms_p99": 5.0,
