@@ -25,6 +25,7 @@ import statistics
 import time
 
 import torch
+from graph_realtime import first_reached
 from pick_cube import ENV_ID, config_for
 
 from robot_rl.tasks import expert_for_env
@@ -46,13 +47,6 @@ def run(views: int, jitter: float, seed: int, steps: int, eval_every: int, eval_
     return rows
 
 
-def first_held(rows: list[dict], target: float = 0.9) -> int | None:
-    for first, second in zip(rows, rows[1:]):
-        if first["success"] >= target and second["success"] >= target:
-            return first["steps"]
-    return None
-
-
 def summarize(curves: dict[int, list[list[dict]]], late_from: int) -> dict:
     out = {}
     for views, runs in curves.items():
@@ -60,7 +54,7 @@ def summarize(curves: dict[int, list[list[dict]]], late_from: int) -> dict:
         out[f"views_{views}"] = {"final_success_median": statistics.median(rows[-1]["success"] for rows in runs),
                                  "late_mean_success_median": round(statistics.median(late), 3),
                                  "per_seed_final": [rows[-1]["success"] for rows in runs],
-                                 "per_seed_steps_to_90": [first_held(rows) for rows in runs]}
+                                 "per_seed_steps_to_90": [first_reached(rows, 0.9, "steps") for rows in runs]}
     return out
 
 

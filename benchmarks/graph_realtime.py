@@ -106,11 +106,15 @@ def recipe() -> str:
     import yaml
 
     learner = yaml.safe_load((ROOT / "config" / f"{TASK}.yaml").read_text())["learner"]["ros__parameters"]
-    return ",".join(f"learner.{k}={learner.get(k, v)}" for k, v in RECIPE_SETTINGS.items())
+    return recipe_name({k: learner.get(k, v) for k, v in RECIPE_SETTINGS.items()})
+
+
+def recipe_name(settings: dict) -> str:
+    return ",".join(f"learner.{k}={v}" for k, v in settings.items())
 
 
 def row_recipe(row: dict) -> str:
-    return row.get("recipe") or ",".join(f"learner.{k}={v}" for k, v in RECIPE_SETTINGS.items())
+    return row.get("recipe") or recipe_name(RECIPE_SETTINGS)
 
 
 def evaluate_snapshots(run_dir: Path, started: float, episodes: int = 50) -> list[dict]:
