@@ -549,6 +549,23 @@ def test_takeover_by_button_and_deflection_ignored_when_configured():
     assert zeros == [pytest.approx(0.52)]
 
 
+def test_a_released_takeover_button_hands_back_at_once_despite_the_hold():
+    # HIL-SERL / LeRobot: hold RB to drive; letting go hands back. SERL's 0.5 s hold is for a
+    # SpaceMouse's deflection, and kept after a button it would store the robot standing still.
+    arb = _arbitrator(engage=EngageRule(deflection_threshold=None))
+    inputs = _stream(0.0, 0.3, 0.7, "takeover") + _stream(0.32, 0.4, 0.0, "takeover") + _stream(0.42, 1.2)
+    outputs = _run(arb, inputs, 1.2)
+    engaged = [t for t, o in outputs if o.engaged]
+    assert engaged[0] == pytest.approx(0.0) and engaged[-1] == pytest.approx(0.4)  # held still 0.32-0.4: still theirs
+    assert [(t, e) for t, o in outputs for e in o.events] == [(0.0, "takeover"), (pytest.approx(0.42), "handback")]
+    zeros = [t for t, o in outputs if o.command is not None and not o.command.any() and not o.engaged]
+    assert zeros == [pytest.approx(0.42)]
+    # with deflection engaging too, the stick's last deflection still starts the hold
+    arb = _arbitrator(engage=EngageRule(buttons=frozenset({"takeover"})))
+    outputs = _run(arb, _stream(0.0, 0.3, 0.7, "takeover") + _stream(0.32, 1.2), 1.2)
+    assert [t for t, o in outputs if o.engaged][-1] == pytest.approx(0.8)
+
+
 def test_a_device_slower_than_the_hold_keeps_control_while_held():
     arb = _arbitrator(hold_s=0.0)
     outputs = _run(arb, _stream(0.0, 0.6, 0.5, period=0.1), 0.6)  # inputs every 0.1 s, steps every 0.02 s

@@ -51,7 +51,8 @@ PARAMS = [
           "/dev/input/eventN or a device name substring (empty: the mapping's evdev.name); keyboard a terminal "
           "such as /dev/pts/3 (empty: stdin). Unused for joy."),
     Param("rate_hz", 50.0, "Rate of teleop/engaged, and of teleop/cmd while engaged.", 1.0, 1000.0),
-    Param("hold_s", 0.5, "The person keeps control this long after their last input (SERL: 0.5 s).", 0.0, 10.0),
+    Param("hold_s", 0.5, "The person keeps control this long after their last deflection or gripper tap "
+          "(SERL: 0.5 s); a held takeover button hands back when let go.", 0.0, 10.0),
     Param("silence_timeout_s", 0.5, "No input from the device for this long while engaged hands control back "
           "(reported). For joy, joy_node's autorepeat_rate must be faster than this.", 0.02, 10.0),
     Param("initial_gripper", -1.0, "Gripper command before the first gripper press and after each episode label "

@@ -5,9 +5,12 @@ single zero on release, twist_mux's input timeout):
 
 - The person *wants control* while the twist's norm exceeds `EngageRule.deflection_threshold`,
   or a button of `EngageRule.buttons` is held (or, with `toggle`, has been toggled on).
-- Wanting control engages at once (event "takeover"); the person keeps control for `hold_s`
-  after the last moment they wanted it (SERL: 0.5 s), then control goes back to the policy
-  (event "handback").
+- Wanting control engages at once (event "takeover"). Control wanted by deflection, by a
+  gripper button that takes over (SERL's SpaceMouse taps) or toggled off is kept for `hold_s`
+  after the last moment it was wanted (SERL: 0.5 s, as a hand passes through rest), then goes
+  back to the policy (event "handback"). A held takeover button hands back the moment it is let
+  go (HIL-SERL, LeRobot's gamepad): letting go is the person's decision, and a hold after it
+  would store the robot standing still as their correction.
 - While engaged every `step` returns the person's twist as the command; the step after a release
   returns exactly one zero command; otherwise no command (the policy's actions are executed).
 - The device going silent for `silence_timeout_s` while engaged hands back at once (counted);
@@ -75,8 +78,9 @@ class ArbitrationConfig:
     engage: EngageRule = field(default_factory=EngageRule)
     """When the person takes over."""
     hold_s: float = 0.5
-    """The person keeps control this long after they last wanted it (SERL: 0.5 s; 0: release
-    as soon as they let go)."""
+    """The person keeps control this long after they last wanted it by deflection, a gripper
+    button or a toggle (SERL: 0.5 s; 0: release as soon as they let go); a held takeover button
+    hands back at once."""
     silence_timeout_s: float = 0.5
     """No input from the device for this long while engaged hands control back. Backends repeat
     the device's state while it is connected and quiet, so only a lost device goes silent."""
@@ -179,7 +183,7 @@ class Arbitrator:
                 self._last_wanted = sample.stamp  # toggling off starts the hold, as letting go does
         wants = self._wants_control(sample)
         if wants:
-            self._last_wanted = sample.stamp
+            self._last_wanted = sample.stamp if self._holds(sample) else -math.inf
             if not self._engaged:
                 self._engaged = True
                 self._zero_pending = False  # released and retaken within one step: no zero needed
@@ -255,6 +259,11 @@ class Arbitrator:
         if self._deflected(sample):
             return True
         return self._toggled if self.config.engage.toggle else bool(sample.buttons & self.config.engage.buttons)
+
+    def _holds(self, sample: TeleopInput) -> bool:
+        """Control wanted in a way that lingers for hold_s: anything but the takeover button alone."""
+        return self._deflected(sample) or self._toggled or bool(sample.buttons & self.config.engage.buttons
+                                                                - {"takeover"})
 
     def _expire_hold(self, now: float) -> None:
         # The latest input still wanting control keeps it even past hold_s (a device reporting
