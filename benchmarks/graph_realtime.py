@@ -14,9 +14,14 @@ Arms (`--arm`):
 - realtime: 1 robot at 10 Hz on the wall clock, the learner fully asynchronous;
 - two_actors: the same with 2 robots (`--actors 2`) feeding the one learner;
 - hil: realtime with the scripted human driving a `sensor_msgs/Joy` into the teleop node;
-- lockstep: the config as shipped (lockstep, 1 update per step), snapshots against env steps.
+- lockstep: the config as shipped (lockstep, 1 update per step), a snapshot every 1,000 stored
+  transitions, success against env steps (`--steps`);
+- in_process: the same recipe (the shipped learner's feature views) in the in-process loop
+  (`training/gym_loop.py`, `benchmarks/pick_cube.py`'s setup), evaluated every 1,000 steps by
+  the same rule: the reference of `lockstep_step_ratio`.
 
     python benchmarks/graph_realtime.py --arm realtime --seed 0 --minutes 20   # one row
+    python benchmarks/graph_realtime.py --arm lockstep --seed 0 --steps 10000   # one row, against steps
     python benchmarks/graph_realtime.py --summary                               # rows -> summary
     python benchmarks/graph_realtime.py --quick                                 # a short run of the same
 
@@ -46,9 +51,11 @@ RESULTS = ROOT / "benchmarks" / "results"
 ROWS = RESULTS / "graph_realtime.jsonl"
 TASK = "arm_pick_cube"
 CONTROL_HZ = 10.0
-RECIPE_SETTINGS = {"feature_views": 1}
+RECIPE_SETTINGS = {"feature_views": 1, "bc_weight": 1.0}
 """Learner settings that changed the recipe between recorded rows, with the value rows that do not
 name them ran (they predate the setting)."""
+PERSON_SETTINGS = ("bc_weight",)
+"""Settings that act on a person's corrections only: part of the hil arm's recipe alone."""
 
 REALTIME = ["--set", "arm_sim.clock_mode=realtime", "--set", "arm_actor.sync_updates_per_step=0"]
 ARMS = {
@@ -56,14 +63,19 @@ ARMS = {
     "two_actors": [*REALTIME, "--actors", "2"],
     "hil": [*REALTIME, "--set", "robot_rl.nodes=[arm_sim, arm_actor, learner, teleop, scripted_human]",
             "--set", "teleop.device=joy", "--set", "scripted_human.task=arm_pick_cube"],
-    "lockstep": [],
+    "lockstep": ["--set", "learner.snapshot_every_transitions=1000"],
 }
+REALTIME_ARMS = ("realtime", "two_actors", "hil")
+STEP_ARMS = ("lockstep", "in_process")
+"""Arms judged against environment steps; in_process is not a graph (`run_in_process`)."""
+SNAPSHOT_TRANSITIONS = 1_000
+"""Steps between the lockstep graph's snapshots and the in-process loop's evaluations."""
 
 
-def run_arm(arm: str, seed: int, minutes: float, snapshot_s: float, run_dir: Path, eval_episodes: int = 50) -> dict:
-    """One `robot-rl train` of the arm for `minutes` of wall clock (its step budget at 10 Hz), then
-    the learner's snapshots evaluated."""
-    steps = int(minutes * 60 * CONTROL_HZ)
+def run_arm(arm: str, seed: int, steps: int, snapshot_s: float, run_dir: Path, eval_episodes: int = 50) -> dict:
+    """One `robot-rl train` of the arm for `steps` environment steps (in real time, minutes at 10 Hz),
+    then the learner's snapshots evaluated."""
+    minutes = steps / CONTROL_HZ / 60
     cmd = [sys.executable, "-m", "robot_rl.cli", "train", "--task", TASK, "--seed", str(seed), "--steps", str(steps),
            "--eval-episodes", "0", "--run-dir", str(run_dir), "--plain", "--status-period", "60",
            "--set", f"learner.snapshot_period_s={snapshot_s}", *ARMS[arm]]
@@ -98,23 +110,58 @@ def run_arm(arm: str, seed: int, minutes: float, snapshot_s: float, run_dir: Pat
             "intervention_steps": _intervention_steps(run_dir),
             "snapshots": snapshots, "minutes_to_90": first_reached(snapshots, 0.9, "minutes"),
             "steps_to_90": first_reached(snapshots, 0.9, "transitions"),
-            "recipe": recipe(), "date": time.strftime("%Y-%m-%d"), "commit": _commit()}
+            "recipe": arm_recipe(arm, shipped_settings()), "date": time.strftime("%Y-%m-%d"), "commit": _commit()}
 
 
-def recipe() -> str:
-    """The shipped task config's learner recipe, e.g. "learner.feature_views=4"."""
+def run_in_process(seed: int, steps: int, eval_episodes: int = 50) -> dict:
+    """The in-process loop with the shipped learner's recipe, evaluated every SNAPSHOT_TRANSITIONS steps."""
+    import dataclasses
+
+    import yaml
+    from pick_cube import ENV_ID, config_for
+
+    from robot_rl.tasks import expert_for_env
+    from robot_rl.training.gym_loop import Trainer
+
+    learner = yaml.safe_load((ROOT / "config" / f"{TASK}.yaml").read_text())["learner"]["ros__parameters"]
+    config = dataclasses.replace(config_for(seed, steps, False, SNAPSHOT_TRANSITIONS, eval_episodes),
+                                 feature_views=learner["feature_views"], feature_jitter=learner["feature_jitter"])
+    started = time.time()
+    snapshots: list[dict] = []
+
+    def log(row: dict) -> None:
+        snapshots.append({"minutes": round((time.time() - started) / 60, 2), "transitions": row["steps"],
+                          "success": row["success_rate"]})
+        print(json.dumps(snapshots[-1]), flush=True)
+
+    Trainer(config, expert=expert_for_env(ENV_ID), log=log).run()
+    return {"arm": "in_process", "seed": seed, "steps_budget": steps, "wall_s": round(time.time() - started, 1),
+            "env_steps": steps, "snapshots": snapshots, "minutes_to_90": first_reached(snapshots, 0.9, "minutes"),
+            "steps_to_90": first_reached(snapshots, 0.9, "transitions"),
+            "recipe": arm_recipe("in_process", shipped_settings()),
+            "date": time.strftime("%Y-%m-%d"), "commit": _commit()}
+
+
+def shipped_settings() -> dict:
+    """The shipped task config's values of RECIPE_SETTINGS."""
     import yaml
 
     learner = yaml.safe_load((ROOT / "config" / f"{TASK}.yaml").read_text())["learner"]["ros__parameters"]
-    return recipe_name({k: learner.get(k, v) for k, v in RECIPE_SETTINGS.items()})
+    return {k: learner.get(k, v) for k, v in RECIPE_SETTINGS.items()}
 
 
 def recipe_name(settings: dict) -> str:
     return ",".join(f"learner.{k}={v}" for k, v in settings.items())
 
 
+def arm_recipe(arm: str, settings: dict) -> str:
+    """The recipe an arm ran, e.g. "learner.feature_views=4" (the hil arm also names its person settings)."""
+    return recipe_name({k: v for k, v in settings.items() if arm == "hil" or k not in PERSON_SETTINGS})
+
+
 def row_recipe(row: dict) -> str:
-    return row.get("recipe") or recipe_name(RECIPE_SETTINGS)
+    named = dict(item.removeprefix("learner.").split("=", 1) for item in row.get("recipe", "").split(",") if item)
+    return arm_recipe(row["arm"], {**RECIPE_SETTINGS, **named})
 
 
 def evaluate_snapshots(run_dir: Path, started: float, episodes: int = 50) -> list[dict]:
@@ -149,12 +196,15 @@ def _commit() -> str:
     return done.stdout.strip()
 
 
-def summarize(rows: list[dict], current: str) -> dict:
-    """The `current` recipe's figures, then each earlier recipe's under `earlier_recipes`."""
-    summary = summarize_recipe([r for r in rows if row_recipe(r) == current])
-    summary["recipe"] = current
-    summary["earlier_recipes"] = {name: summarize_recipe([r for r in rows if row_recipe(r) == name])
-                                  for name in dict.fromkeys(map(row_recipe, rows)) if name != current}
+def summarize(rows: list[dict], shipped: dict) -> dict:
+    """The figures of the rows that ran the `shipped` settings, then each earlier recipe's under
+    `earlier_recipes`."""
+    current = [r for r in rows if row_recipe(r) == arm_recipe(r["arm"], shipped)]
+    summary = summarize_recipe(current)
+    summary["recipe"] = recipe_name(shipped)
+    earlier = [r for r in rows if r not in current]
+    summary["earlier_recipes"] = {name: summarize_recipe([r for r in earlier if row_recipe(r) == name])
+                                  for name in dict.fromkeys(map(row_recipe, earlier))}
     return summary
 
 
@@ -171,8 +221,13 @@ def summarize_recipe(rows: list[dict]) -> dict:
         values = [r["minutes_to_90"] if r["minutes_to_90"] is not None else r["wall_s"] / 60 for r in runs]
         return round(statistics.median(values), 2), sum(r["minutes_to_90"] is not None for r in runs), len(runs)
 
+    def median_steps(arm: str) -> tuple[float | None, int, int]:
+        runs = by_arm.get(arm, [])
+        values = [r["steps_to_90"] if r["steps_to_90"] is not None else r["env_steps"] for r in runs]
+        return (statistics.median(values) if runs else None), sum(r["steps_to_90"] is not None for r in runs), len(runs)
+
     summary: dict = {"rows": len(rows)}
-    for arm in ARMS:
+    for arm in REALTIME_ARMS:
         minutes, reached, seeds = median_minutes(arm)
         summary[f"{arm}_wall_min_to_90"] = minutes
         summary[f"{arm}_seeds_reaching_90"] = f"{reached}/{seeds}"
@@ -181,12 +236,21 @@ def summarize_recipe(rows: list[dict]) -> dict:
     summary["two_actor_time_ratio"] = round(double / single, 2) if single and double else None
     summary["hil_wall_min_to_90"] = summary.pop("hil_wall_min_to_90")
     summary["hil_intervention_steps"] = [r["intervention_steps"] for r in by_arm.get("hil", [])]
-    summary["lost_transitions"] = sum(r["lost_transitions"] for r in rows)
-    summary["duplicate_transitions"] = sum(r["duplicate_transitions"] for r in rows)
-    latencies = [r["act_latency_ms_p99"] for r in rows if r["arm"] != "lockstep" and r["act_latency_ms_p99"]]
+    for arm in STEP_ARMS:
+        steps, reached, seeds = median_steps(arm)
+        summary[f"{arm}_steps_to_90"] = steps
+        summary[f"{arm}_seeds_reaching_90"] = f"{reached}/{seeds}"
+    graph, loop = summary["lockstep_steps_to_90"], summary["in_process_steps_to_90"]
+    summary["lockstep_step_ratio"] = round(graph / loop, 2) if graph and loop else None
+    graph_rows = [r for r in rows if r["arm"] != "in_process"]
+    summary["lost_transitions"] = sum(r["lost_transitions"] for r in graph_rows)
+    summary["duplicate_transitions"] = sum(r["duplicate_transitions"] for r in graph_rows)
+    latencies = [r["act_latency_ms_p99"] for r in rows if r["arm"] in REALTIME_ARMS and r["act_latency_ms_p99"]]
     summary["act_latency_p99_ms"] = max(latencies) if latencies else None
-    summary["learner_updates_per_s"] = {arm: [r["learner_updates_per_s"] for r in runs] for arm, runs in by_arm.items()}
-    summary["not_measured"] = [name for name in ("wide_wall_min_to_90", "lockstep_step_ratio", "car_first_lap_min")]
+    summary["learner_updates_per_s"] = {arm: [r["learner_updates_per_s"] for r in runs] for arm, runs in by_arm.items()
+                                        if arm != "in_process"}
+    summary["not_measured"] = [name for name in ("wide_wall_min_to_90", "lockstep_step_ratio", "car_first_lap_min")
+                               if summary.get(name) is None]
     return summary
 
 
@@ -196,46 +260,59 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, (ax, by_steps) = plt.subplots(1, 2, figsize=(13, 4.5))
     for row in rows:
-        points = row["snapshots"]
-        ax.plot([p["minutes"] for p in points], [p["success"] for p in points], marker="o",
-                label=f"{row['arm']} seed {row['seed']} ({row_recipe(row)})")
-    ax.axhline(0.9, color="grey", linestyle="--", linewidth=1)
+        points, steps = row["snapshots"], row["arm"] in STEP_ARMS
+        (by_steps if steps else ax).plot([p["transitions" if steps else "minutes"] for p in points],
+                                         [p["success"] for p in points], marker="o",
+                                         label=f"{row['arm']} seed {row['seed']} ({row_recipe(row)})")
     ax.set_xlabel("wall-clock minutes since `robot-rl train` started")
-    ax.set_ylabel("success, 50 eval-split episodes")
     ax.set_title("pixel pick-cube through the ROS 2 graph, real time")
-    ax.legend(fontsize=7)
+    by_steps.set_xlabel("environment steps")
+    by_steps.set_title("lockstep graph against the in-process loop")
+    for axis in (ax, by_steps):
+        axis.axhline(0.9, color="grey", linestyle="--", linewidth=1)
+        axis.set_ylabel("success, 50 eval-split episodes")
+        axis.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--arm", choices=list(ARMS), default="realtime")
+    parser.add_argument("--arm", choices=[*ARMS, "in_process"], default="realtime")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--minutes", type=float, default=20.0, help="wall-clock budget of the run")
+    parser.add_argument("--minutes", type=float, default=20.0, help="wall-clock budget of a real-time run")
+    parser.add_argument("--steps", type=int, default=10_000, help="step budget of a lockstep or in_process run")
     parser.add_argument("--snapshot-s", type=float, default=120.0, help="seconds between the learner's snapshots")
     parser.add_argument("--summary", action="store_true", help="summarize the recorded rows instead of running")
     parser.add_argument("--quick", action="store_true",
-                        help="a 1.5-minute run of the arm, snapshots every 30 s judged on 5 episodes, not recorded")
+                        help="a 1.5-minute (lockstep, in_process: 2,000-step) run of the arm, snapshots judged on 5 "
+                        "episodes, not recorded")
     args = parser.parse_args()
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.setdefault("ROS_LOCALHOST_ONLY", "1")
     if args.summary:
         rows = [json.loads(line) for line in ROWS.read_text().splitlines() if line.strip()]
-        summary = summarize(rows, recipe())
+        summary = summarize(rows, shipped_settings())
         (RESULTS / "graph_realtime.json").write_text(json.dumps(summary, indent=2))
         plot(rows, RESULTS / "graph_realtime.png")
         print(json.dumps(summary), flush=True)
         return
+    # --quick: 1.5 minutes (or 2,000 steps), judged on 5 episodes, not recorded.
+    minutes, snapshot_s, episodes = (1.5, 30.0, 5) if args.quick else (args.minutes, args.snapshot_s, 50)
+    steps = 2_000 if args.quick else args.steps
     with tempfile.TemporaryDirectory(prefix="graph_realtime-") as tmp:
-        if args.quick:
-            row = run_arm(args.arm, args.seed, 1.5, 30.0, Path(tmp) / "run", eval_episodes=5)
-            print(json.dumps(row), flush=True)
-            assert row["lost_transitions"] == 0 and row["snapshots"], row
-            return
-        row = run_arm(args.arm, args.seed, args.minutes, args.snapshot_s, Path(tmp) / "run")
+        if args.arm == "in_process":
+            row = run_in_process(args.seed, steps, episodes)
+        elif args.arm == "lockstep":
+            row = run_arm(args.arm, args.seed, steps, 0.0, Path(tmp) / "run", episodes)
+        else:
+            row = run_arm(args.arm, args.seed, int(minutes * 60 * CONTROL_HZ), snapshot_s, Path(tmp) / "run", episodes)
+    if args.quick:
+        print(json.dumps(row), flush=True)
+        assert row.get("lost_transitions", 0) == 0 and row["snapshots"], row
+        return
     RESULTS.mkdir(parents=True, exist_ok=True)
     with open(ROWS, "a") as f:
         f.write(json.dumps(row) + "\n")

@@ -98,7 +98,8 @@ def test_three_process_graph_delivers_everything_and_survives_garbage(tmp_path):
     # on the first policy (running free, it did in 3 s when the learner's first updates came late).
     supervisor, observer, _ = _start_graph(tmp_path, {"arm_actor.total_steps": 600,
                                                       "arm_actor.sync_updates_per_step": 1.0,
-                                                      "arm_actor.sync_slack_steps": 200})
+                                                      "arm_actor.sync_slack_steps": 200,
+                                                      "learner.snapshot_every_transitions": 200})
     try:
         observer.wait_for(lambda: observer.value("transitions_received", "learner") > 0, 90, "first transitions")
         garbage = _malformed_payloads()
@@ -119,6 +120,12 @@ def test_three_process_graph_delivers_everything_and_survives_garbage(tmp_path):
     assert learner["transitions_received"] == evaluation["transitions_sent"]  # none lost, none twice
     assert learner["rejected"] == len(_malformed_payloads())
     assert learner["policy_version"] >= 2 and evaluation["policy_version"] >= 2
+    # a pinned snapshot each time another 200 transitions were stored (success against steps, lockstep)
+    key = (tmp_path / "secret.key").read_bytes()
+    stored = [codec.decode(p.read_bytes(), expect_kind="policy", key=key).meta["transitions"]
+              for p in sorted((tmp_path / "snapshots").glob("*.policy"))]
+    assert len(stored) >= 2 and stored[0] >= 200, stored
+    assert [n // 200 for n in stored] == sorted(set(n // 200 for n in stored)), stored  # one per 200, in order
 
 
 def test_learner_killed_with_sigkill_resumes_and_loses_nothing(tmp_path):

@@ -7,6 +7,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import graph_realtime  # noqa: E402
 
+SHIPPED = {"feature_views": 4, "bc_weight": 0.0}
+
 
 def _row(arm, seed, successes, recipe=None, wall_s=960.0, lost=0):
     snapshots = [{"minutes": 2.0 * (i + 1), "transitions": 1200 * (i + 1), "success": s}
@@ -33,10 +35,50 @@ def test_summary_reports_the_current_recipe_and_keeps_earlier_ones_beside_it():
             _row("realtime", 2, [0.9, 0.95, 0.9], recipe=new),  # 2 min
             _row("two_actors", 0, [0.91, 0.93], recipe=new),
             _row("realtime", 0, [0.7, 0.8, 0.86], wall_s=1200.0, lost=1)]  # no recipe: it ran feature_views=1
-    summary = graph_realtime.summarize(rows, new)
-    assert summary["recipe"] == new and summary["rows"] == 4
+    summary = graph_realtime.summarize(rows, SHIPPED)
+    assert summary["recipe"] == "learner.feature_views=4,learner.bc_weight=0.0" and summary["rows"] == 4
     assert summary["wall_min_to_90"] == 4.0 and summary["realtime_seeds_reaching_90"] == "2/3"
     assert summary["two_actor_time_ratio"] == 0.5 and summary["lost_transitions"] == 0
     earlier = summary["earlier_recipes"]["learner.feature_views=1"]
     assert earlier["wall_min_to_90"] == 20.0 and earlier["realtime_seeds_reaching_90"] == "0/1"
     assert earlier["lost_transitions"] == 1
+
+
+def test_lockstep_step_ratio_divides_the_graphs_median_steps_by_the_in_process_loops():
+    new = "learner.feature_views=4"
+
+    def by_steps(arm, seed, successes, env_steps=10_000):
+        row = _row(arm, seed, successes, recipe=new)
+        row["snapshots"] = [{**p, "transitions": 1000 * (i + 1)} for i, p in enumerate(row["snapshots"])]
+        row.update(env_steps=env_steps, steps_to_90=graph_realtime.first_reached(row["snapshots"], 0.9, "transitions"))
+        return row
+
+    rows = [by_steps("lockstep", 0, [0.5, 0.8, 0.9, 0.95]),  # 3k
+            by_steps("lockstep", 1, [0.5, 0.7, 0.8, 0.85]),  # never: its 10k steps
+            by_steps("lockstep", 2, [0.9, 0.9]),  # 1k
+            by_steps("in_process", 0, [0.5, 0.9, 0.9]),  # 2k
+            by_steps("in_process", 1, [0.4, 0.6, 0.8, 0.9, 0.92]),  # 4k
+            by_steps("in_process", 2, [0.9, 0.6, 0.9, 0.9])]  # 3k: a lone 90 % does not count
+    for row in rows:
+        if row["arm"] == "in_process":  # not a graph: no transport ledger, no learner of its own
+            for key in ("lost_transitions", "duplicate_transitions", "act_latency_ms_p99", "learner_updates_per_s"):
+                del row[key]
+    rows.append(_row("realtime", 0, [0.9, 0.9], recipe=new))
+    summary = graph_realtime.summarize(rows, SHIPPED)
+    assert summary["lockstep_steps_to_90"] == 3000 and summary["lockstep_seeds_reaching_90"] == "2/3"
+    assert summary["in_process_steps_to_90"] == 3000 and summary["in_process_seeds_reaching_90"] == "3/3"
+    assert summary["lockstep_step_ratio"] == 1.0 and "lockstep_step_ratio" not in summary["not_measured"]
+    assert summary["wall_min_to_90"] == 2.0 and summary["lost_transitions"] == 0
+    assert set(summary["learner_updates_per_s"]) == {"lockstep", "realtime"}
+
+
+def test_a_person_setting_splits_the_hil_rows_only():
+    rows = [_row("realtime", 0, [0.9, 0.9], recipe="learner.feature_views=4"),  # bc_weight: no person, same recipe
+            _row("hil", 0, [0.2, 0.3], recipe="learner.feature_views=4"),  # ran before bc_weight was named: 1.0
+            _row("hil", 0, [0.9, 0.94], recipe="learner.feature_views=4,learner.bc_weight=0.0")]
+    summary = graph_realtime.summarize(rows, SHIPPED)
+    assert summary["wall_min_to_90"] == 2.0 and summary["hil_wall_min_to_90"] == 2.0
+    assert summary["hil_seeds_reaching_90"] == "1/1"
+    earlier = summary["earlier_recipes"]["learner.feature_views=4,learner.bc_weight=1.0"]
+    assert earlier["hil_seeds_reaching_90"] == "0/1" and earlier["rows"] == 1
+    assert graph_realtime.row_recipe(rows[0]) == graph_realtime.arm_recipe("realtime", SHIPPED)

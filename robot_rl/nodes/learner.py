@@ -54,6 +54,8 @@ PARAMS = [
     Param("checkpoint_period_s", 30.0, "Seconds between checkpoints.", 0.5, 86400.0),
     Param("snapshot_period_s", 0.0, "Seconds between policy snapshots (<run_dir>/snapshots/: the published policy "
           "payload of that moment, for evaluating success against time after the run; 0: none).", 0.0, 86400.0),
+    Param("snapshot_every_transitions", 0, "Stored transitions between policy snapshots (as snapshot_period_s, for "
+          "success against environment steps: lockstep runs; 0: none).", 0, 10**9),
     TORCH_THREADS,
 ]
 
@@ -185,6 +187,8 @@ class LearnerNode(Node):
 
         self.writer = SummaryWriter(str(Path(self.params["run_dir"]) / "tensorboard"))
         last_publish = last_checkpoint = last_rate = last_snapshot = time.monotonic()
+        every = self.params["snapshot_every_transitions"]
+        next_snapshot_at = (self.core.transitions_received // every + 1) * every if every else None
         updates_at_last_rate = self.core.agent.num_updates
         if self.core.agent.num_updates:
             self._publish_policy()
@@ -200,13 +204,16 @@ class LearnerNode(Node):
             else:
                 time.sleep(0.005)
             now = time.monotonic()
-            snapshot_due = 0 < self.params["snapshot_period_s"] <= now - last_snapshot
+            snapshot_due = 0 < self.params["snapshot_period_s"] <= now - last_snapshot or (
+                next_snapshot_at is not None and self.core.transitions_received >= next_snapshot_at)
             if (now - last_publish >= self.params["publish_period_s"] or snapshot_due) and self.core.agent.num_updates:
                 payload = self._publish_policy()
                 last_publish = now
                 if snapshot_due:
                     self._write_snapshot(payload)
                     last_snapshot = now
+                    if every:
+                        next_snapshot_at = (self.core.transitions_received // every + 1) * every
             if now - last_checkpoint >= self.params["checkpoint_period_s"]:
                 self._save_checkpoint()
                 last_checkpoint = now
