@@ -124,6 +124,20 @@ def test_policy_swap_versions_and_learner_sync(tmp_path):
         core.load_policy(codec.decode(payload))
 
 
+def test_an_actor_that_waits_for_the_learner_sends_its_part_batch_first(tmp_path):
+    # Held back, these could be the transitions the learner's warm-up still needs: both would wait forever.
+    config = ActorConfig(total_steps=0, batch_transitions=50, sync_updates_per_step=1.0, sync_slack_steps=3)
+    core = ActorCore(_task(horizon=100), config, Outbox(tmp_path / "outbox"))
+    _run_episode(core, [0, 0, 0, 0])  # 4 steps into an episode of 100: 3 transitions, a part batch
+    assert core.transitions_sent == 0
+    assert not core.waiting_for_learner() and core.transitions_sent == 0  # within the slack: keeps batching
+    core.step({"x": 0})
+    assert core.waiting_for_learner() and core.transitions_sent == 4
+    (_, data), = core.outbox.due(now=0.0)
+    assert len(codec.decode(data).arrays["reward"]) == 4
+    assert core.waiting_for_learner() and core.payloads_sent == 1  # waiting on: nothing more to send
+
+
 def test_a_policy_prepared_aside_is_adopted_only_if_still_newest(tmp_path):
     """The node builds weights on its loader thread while the robot acts; the swap re-checks, so a
     slower older payload never replaces a newer policy and bad tensors are a ValueError (counted and

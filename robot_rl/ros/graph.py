@@ -203,12 +203,11 @@ def _check_lockstep_sync(config: Mapping[str, Any]) -> None:
     learner = config.get("learner", {}).get("ros__parameters", {})
     if float(actor.get("sync_updates_per_step", 0.0)) <= 0 or not learner:
         return
-    slack, batch = int(actor.get("sync_slack_steps", 500)), int(actor.get("batch_transitions", 50))
+    slack = int(actor.get("sync_slack_steps", 500))
     warmup = int(learner.get("warmup_transitions", 256))
-    if slack // batch * batch < warmup:  # transitions the learner surely has when the actor starts waiting
-        raise ValueError(f"{name}.sync_slack_steps={slack} sends at least {slack // batch * batch} transitions in "
-                         f"batches of {batch} before waiting, fewer than learner.warmup_transitions={warmup}: "
-                         "actor and learner would wait for each other forever")
+    if slack < warmup:  # a waiting actor has sent all its slack steps' transitions, and no more
+        raise ValueError(f"{name}.sync_slack_steps={slack} is fewer than learner.warmup_transitions={warmup}: the "
+                         "actor would wait for updates the learner never starts; raise the slack or lower the warm-up")
 
 
 def params_file(specs: list[NodeSpec], path: str | os.PathLike) -> Path:

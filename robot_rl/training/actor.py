@@ -248,11 +248,16 @@ class ActorCore:
         return time.monotonic() - min(self._awaiting_reward.values()) < self.config.reward_wait_s
 
     def waiting_for_learner(self) -> bool:
-        """True while a training step must wait for the learner (see sync_updates_per_step)."""
+        """True while a training step must wait for the learner (see sync_updates_per_step). A
+        waiting actor holds nothing back: its part batch goes now, as the learner may need it to
+        finish its warm-up or to be allowed its next updates (max_update_ratio)."""
         ratio = self.config.sync_updates_per_step
         if ratio <= 0 or self.evaluating:
             return False
-        return (self.train_steps - self.config.sync_slack_steps) * ratio > self.learner_updates
+        waiting = (self.train_steps - self.config.sync_slack_steps) * ratio > self.learner_updates
+        if waiting and self._pending.fields.get("reward"):
+            self.flush()
+        return waiting
 
     # ---- episodes -----------------------------------------------------------------------------
 
