@@ -14,11 +14,12 @@ from robot_rl.transport.layout import transition_layout
 OBS, ACT = 3, 2
 
 
-def _core(warmup=4, max_update_ratio=0.0, updates_from="start", seed=0) -> OffPolicyCore:
+def _core(warmup=4, max_update_ratio=0.0, updates_from="start", seed=0, feature_views=1) -> OffPolicyCore:
     torch.manual_seed(seed)
     agent = SAC(OBS, ACT, SACConfig(hidden_dims=(8,), batch_size=4, utd_ratio=2), torch.device("cpu"))
     return OffPolicyCore(agent, lambda: ReplayBuffer(100, transition_layout(OBS, ACT)), np.random.default_rng(seed),
-                         warmup=warmup, max_update_ratio=max_update_ratio, updates_from=updates_from)
+                         warmup=warmup, max_update_ratio=max_update_ratio, updates_from=updates_from,
+                         feature_views=feature_views)
 
 
 def _rows(n: int, intervention=()) -> dict[str, np.ndarray]:
@@ -152,3 +153,5 @@ def test_one_view_stores_what_it_did_before():
     assert core.features(frames).shape == (2, core.agent.obs_dim)
     with pytest.raises(ValueError, match="feature_views >= 1"):
         _frozen_feature_core(views=0, jitter=0.0)
+    with pytest.raises(ValueError, match="learns from state vectors"):  # nothing to view twice
+        _core(feature_views=2)

@@ -165,9 +165,6 @@ class Trainer:
                 raise ValueError(f"encoder is for cameras {encoder.cameras} + state {encoder.state_dim}, env has "
                                  f"{self.cameras} + state {state_dim}")
         self.frozen = encoder is not None and encoder.frozen
-        if cfg.feature_views > 1 and not self.frozen:
-            raise ValueError(f"feature_views={cfg.feature_views} needs a frozen image encoder's features; "
-                             f"{cfg.env_id} trains {'its encoder' if self.cameras else 'on state vectors'}")
         flat_dim = state_dim if not self.cameras else 0
         self.agent = SAC(flat_dim, action_dim, cfg.sac, self.device,
                          encoder=encoder if encoder is not None and not self.frozen else None,

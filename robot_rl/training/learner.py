@@ -110,9 +110,6 @@ class LearnerCore:
         self.agent = SAC(config.obs_dim, config.action_dim, config.sac, self.device, policy_encoder=encoder)
         if config.initial_actor:
             self._load_initial_actor(config.initial_actor)
-        if config.feature_views > 1 and not config.cameras:
-            raise ValueError(f"feature_views={config.feature_views} is for pixel tasks (a frozen encoder's features); "
-                             "this task has no cameras")
         layout = transition_layout(config.feature_views * self.agent.obs_dim, config.action_dim)
         self.core = OffPolicyCore(self.agent, lambda: ReplayBuffer(config.buffer_capacity, layout),
                                   np.random.default_rng(config.seed), demo_fraction=config.demo_fraction,

@@ -63,6 +63,10 @@ class OffPolicyCore:
         if feature_views < 1 or feature_jitter < 0:
             raise ValueError(f"need feature_views >= 1 and feature_jitter >= 0, got {feature_views} and "
                              f"{feature_jitter}")
+        if feature_views > 1 and (agent.encoder is not None or agent.policy.network.encoder is None):
+            learns = "trains its encoder" if agent.encoder is not None else "learns from state vectors"
+            raise ValueError(f"feature_views={feature_views} needs a frozen image encoder's features (what the "
+                             f"memories store); this agent {learns}")
         self.feature_views, self.feature_jitter = feature_views, feature_jitter
         if updates_from not in ("start", "warmup"):
             raise ValueError(f"updates_from must be 'start' or 'warmup', got {updates_from!r}")
