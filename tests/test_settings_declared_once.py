@@ -32,7 +32,7 @@ NODE_ONLY = {
     "car_actor": {"policy_dir", "checkpoints", "reach_radius", "run_dir", "obs_slop_s", "reset_service",
                   "device"},
     "learner": {"task", "run_dir", "demos", "reward_model", "reward_goal", "lr", "publish_period_s",
-                "checkpoint_period_s", "snapshot_period_s"},
+                "checkpoint_period_s", "snapshot_period_s", "snapshot_every_transitions"},
     "reward": {"torch_threads", "diagnostics_period_s"},
     "arm_sim": {"clock_mode", "publish_images", "command_timeout_s", "republish_period_s", "randomization",
                 "randomization_split", "seed", "viewer"},
