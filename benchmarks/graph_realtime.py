@@ -28,9 +28,9 @@ Arms (`--arm`):
 Each run appends one row to benchmarks/results/graph_realtime.jsonl (a run of at most --minutes, so
 the set runs in pieces); `--summary` reads the rows, writes benchmarks/results/graph_realtime.json and
 graph_realtime.png (success against wall-clock minutes) and prints the summary as the last line.
-Every row names the learner recipe it ran (`RECIPE_SETTINGS` of the shipped task config); the
-summary's figures are the current recipe's, and each earlier recipe's stay beside them under
-`earlier_recipes`.
+Every row names the learner recipe it ran (`RECIPE_SETTINGS` of the shipped task config; settings
+that act on a person's corrections only in the hil arm's); the summary's figures are the current
+recipe's, and each earlier recipe's stay beside them under `earlier_recipes`.
 """
 
 from __future__ import annotations

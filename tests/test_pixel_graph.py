@@ -79,7 +79,7 @@ def test_recorded_episodes_load_as_pixel_demonstrations(tmp_path):
     stored = views.demos.storage["obs"][:3]
     np.testing.assert_allclose(stored[:, :2 * 4 + task.obs_dim], core.demos.storage["obs"][:3], rtol=1e-5, atol=1e-6)
     assert stored.shape[1] == 3 * (2 * 4 + task.obs_dim) and views.core.batch()["obs"].shape[1] == 2 * 4 + task.obs_dim
-    with pytest.raises(ValueError, match="feature_views=2 is for pixel tasks"):
+    with pytest.raises(ValueError, match="feature_views=2 needs a frozen image encoder"):
         LearnerCore(LearnerConfig(3, 2, feature_views=2), tmp_path / "run_state")
     with pytest.raises(ValueError, match="arm_lift"):
         demonstration_arrays(str(tmp_path / "rec.zarr"), get_task("arm_lift"))
