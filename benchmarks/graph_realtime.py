@@ -56,6 +56,8 @@ RECIPE_SETTINGS = {"feature_views": 1, "bc_weight": 1.0}
 name them ran (they predate the setting)."""
 PERSON_SETTINGS = ("bc_weight",)
 """Settings that act on a person's corrections only: part of the hil arm's recipe alone."""
+SNAPSHOT_TRANSITIONS = 1_000
+"""Steps between the lockstep graph's snapshots and the in-process loop's evaluations."""
 
 REALTIME = ["--set", "arm_sim.clock_mode=realtime", "--set", "arm_actor.sync_updates_per_step=0"]
 ARMS = {
@@ -63,13 +65,11 @@ ARMS = {
     "two_actors": [*REALTIME, "--actors", "2"],
     "hil": [*REALTIME, "--set", "robot_rl.nodes=[arm_sim, arm_actor, learner, teleop, scripted_human]",
             "--set", "teleop.device=joy", "--set", "scripted_human.task=arm_pick_cube"],
-    "lockstep": ["--set", "learner.snapshot_every_transitions=1000"],
+    "lockstep": ["--set", f"learner.snapshot_every_transitions={SNAPSHOT_TRANSITIONS}"],
 }
 REALTIME_ARMS = ("realtime", "two_actors", "hil")
 STEP_ARMS = ("lockstep", "in_process")
 """Arms judged against environment steps; in_process is not a graph (`run_in_process`)."""
-SNAPSHOT_TRANSITIONS = 1_000
-"""Steps between the lockstep graph's snapshots and the in-process loop's evaluations."""
 
 
 def run_arm(arm: str, seed: int, steps: int, snapshot_s: float, run_dir: Path, eval_episodes: int = 50) -> dict:
@@ -117,13 +117,12 @@ def run_in_process(seed: int, steps: int, eval_episodes: int = 50) -> dict:
     """The in-process loop with the shipped learner's recipe, evaluated every SNAPSHOT_TRANSITIONS steps."""
     import dataclasses
 
-    import yaml
     from pick_cube import ENV_ID, config_for
 
     from robot_rl.tasks import expert_for_env
     from robot_rl.training.gym_loop import Trainer
 
-    learner = yaml.safe_load((ROOT / "config" / f"{TASK}.yaml").read_text())["learner"]["ros__parameters"]
+    learner = shipped_learner()
     config = dataclasses.replace(config_for(seed, steps, False, SNAPSHOT_TRANSITIONS, eval_episodes),
                                  feature_views=learner["feature_views"], feature_jitter=learner["feature_jitter"])
     started = time.time()
@@ -142,11 +141,16 @@ def run_in_process(seed: int, steps: int, eval_episodes: int = 50) -> dict:
             "date": time.strftime("%Y-%m-%d"), "commit": _commit()}
 
 
-def shipped_settings() -> dict:
-    """The shipped task config's values of RECIPE_SETTINGS."""
+def shipped_learner() -> dict:
+    """The learner's parameters in the shipped task config."""
     import yaml
 
-    learner = yaml.safe_load((ROOT / "config" / f"{TASK}.yaml").read_text())["learner"]["ros__parameters"]
+    return yaml.safe_load((ROOT / "config" / f"{TASK}.yaml").read_text())["learner"]["ros__parameters"]
+
+
+def shipped_settings() -> dict:
+    """The shipped task config's values of RECIPE_SETTINGS."""
+    learner = shipped_learner()
     return {k: learner.get(k, v) for k, v in RECIPE_SETTINGS.items()}
 
 

@@ -188,7 +188,11 @@ class LearnerNode(Node):
         self.writer = SummaryWriter(str(Path(self.params["run_dir"]) / "tensorboard"))
         last_publish = last_checkpoint = last_rate = last_snapshot = time.monotonic()
         every = self.params["snapshot_every_transitions"]
-        next_snapshot_at = (self.core.transitions_received // every + 1) * every if every else None
+
+        def next_snapshot() -> int | None:  # the next multiple of `every` stored transitions
+            return (self.core.transitions_received // every + 1) * every if every else None
+
+        next_snapshot_at = next_snapshot()
         updates_at_last_rate = self.core.agent.num_updates
         if self.core.agent.num_updates:
             self._publish_policy()
@@ -212,8 +216,7 @@ class LearnerNode(Node):
                 if snapshot_due:
                     self._write_snapshot(payload)
                     last_snapshot = now
-                    if every:
-                        next_snapshot_at = (self.core.transitions_received // every + 1) * every
+                    next_snapshot_at = next_snapshot()
             if now - last_checkpoint >= self.params["checkpoint_period_s"]:
                 self._save_checkpoint()
                 last_checkpoint = now

@@ -255,8 +255,8 @@ class ActorCore:
         if ratio <= 0 or self.evaluating:
             return False
         waiting = (self.train_steps - self.config.sync_slack_steps) * ratio > self.learner_updates
-        if waiting and self._pending.fields.get("reward"):
-            self.flush()
+        if waiting:
+            self.flush()  # a no-op when nothing is pending
         return waiting
 
     # ---- episodes -----------------------------------------------------------------------------
