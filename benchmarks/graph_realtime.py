@@ -1,5 +1,5 @@
 """The product as users run it: `robot-rl train` graphs (simulator, actor(s), learner as separate
-processes) learning pixel pick-cube in real time, success against wall-clock minutes.
+processes) learning pixel pick-cube, and the car from pixels, in real time, against wall-clock minutes.
 
 Each arm and seed is one `robot-rl train` command, timed from its start (demonstration generation
 included). During the run the learner writes a policy snapshot every `--snapshot-s` seconds
@@ -18,16 +18,24 @@ Arms (`--arm`):
   transitions, success against env steps (`--steps`);
 - in_process: the same recipe (the shipped learner's feature views) in the in-process loop
   (`training/gym_loop.py`, `benchmarks/pick_cube.py`'s setup), evaluated every 1,000 steps by
-  the same rule: the reference of `lockstep_step_ratio`.
+  the same rule: the reference of `lockstep_step_ratio`;
+- car: `robot-rl train --task car_race` at 20 Hz on the wall clock, the learner asynchronous with
+  `benchmarks/car_race.py`'s CPU learner (`CAR_LEARNER`), practising on the held-out track 7.
+  `car_first_lap_min` is the wall clock from the command's start to the car's first clean lap in
+  its own practice (the actor's lap timer, as car_race.py's `first_lap_steps`); each snapshot and
+  the final policy drive one timed lap on each of car_race.py's 20 eval-split draws, against the
+  scripted expert on the same draws (`car_lap_time_ratio`, medians with failed laps infinitely slow).
 
     python benchmarks/graph_realtime.py --arm realtime --seed 0 --minutes 20   # one row
     python benchmarks/graph_realtime.py --arm lockstep --seed 0 --steps 10000   # one row, against steps
+    python benchmarks/graph_realtime.py --arm car --seed 0 --minutes 10         # one car row
     python benchmarks/graph_realtime.py --summary                               # rows -> summary
     python benchmarks/graph_realtime.py --quick                                 # a short run of the same
 
 Each run appends one row to benchmarks/results/graph_realtime.jsonl (a run of at most --minutes, so
 the set runs in pieces); `--summary` reads the rows, writes benchmarks/results/graph_realtime.json and
-graph_realtime.png (success against wall-clock minutes) and prints the summary as the last line.
+graph_realtime.png (success against wall-clock minutes and steps, the car's clean laps against
+minutes) and prints the summary as the last line.
 Every row names the learner recipe it ran (`RECIPE_SETTINGS` of the shipped task config; settings
 that act on a person's corrections only in the hil arm's); the summary's figures are the current
 recipe's, and each earlier recipe's stay beside them under `earlier_recipes`.
@@ -59,6 +67,11 @@ PERSON_SETTINGS = ("bc_weight",)
 SNAPSHOT_TRANSITIONS = 1_000
 """Steps between the lockstep graph's snapshots and the in-process loop's evaluations."""
 
+CAR_TASK, CAR_HZ = "car_race", 20.0
+CAR_LEARNER = ["--set", "learner.num_critics=2", "--set", "learner.utd_ratio=1", "--set", "learner.batch_size=256"]
+"""benchmarks/car_race.py's CPU learner (`--sac cpu`): FastRLAP's shipped 10 critics at UTD 8 and batch 512
+take about 0.3 s per update on this 2-core CPU."""
+
 REALTIME = ["--set", "arm_sim.clock_mode=realtime", "--set", "arm_actor.sync_updates_per_step=0"]
 ARMS = {
     "realtime": REALTIME,
@@ -66,17 +79,24 @@ ARMS = {
     "hil": [*REALTIME, "--set", "robot_rl.nodes=[arm_sim, arm_actor, learner, teleop, scripted_human]",
             "--set", "teleop.device=joy", "--set", "scripted_human.task=arm_pick_cube"],
     "lockstep": ["--set", f"learner.snapshot_every_transitions={SNAPSHOT_TRANSITIONS}"],
+    "car": ["--set", "car_sim.clock_mode=realtime", "--set", "car_actor.sync_updates_per_step=0", *CAR_LEARNER],
 }
 REALTIME_ARMS = ("realtime", "two_actors", "hil")
 STEP_ARMS = ("lockstep", "in_process")
 """Arms judged against environment steps; in_process is not a graph (`run_in_process`)."""
 
 
+def arm_task(arm: str) -> tuple[str, float]:
+    """The task an arm trains and its control rate."""
+    return (CAR_TASK, CAR_HZ) if arm == "car" else (TASK, CONTROL_HZ)
+
+
 def run_arm(arm: str, seed: int, steps: int, snapshot_s: float, run_dir: Path, eval_episodes: int = 50) -> dict:
-    """One `robot-rl train` of the arm for `steps` environment steps (in real time, minutes at 10 Hz),
-    then the learner's snapshots evaluated."""
-    minutes = steps / CONTROL_HZ / 60
-    cmd = [sys.executable, "-m", "robot_rl.cli", "train", "--task", TASK, "--seed", str(seed), "--steps", str(steps),
+    """One `robot-rl train` of the arm for `steps` environment steps (in real time, minutes at the task's
+    control rate), then the learner's snapshots evaluated."""
+    task, hz = arm_task(arm)
+    minutes = steps / hz / 60
+    cmd = [sys.executable, "-m", "robot_rl.cli", "train", "--task", task, "--seed", str(seed), "--steps", str(steps),
            "--eval-episodes", "0", "--run-dir", str(run_dir), "--plain", "--status-period", "60",
            "--set", f"learner.snapshot_period_s={snapshot_s}", *ARMS[arm]]
     started = time.time()
@@ -97,8 +117,13 @@ def run_arm(arm: str, seed: int, steps: int, snapshot_s: float, run_dir: Path, e
     ledgers = [json.loads(p.read_text()) for p in sorted(run_dir.glob("robot*/eval.json"))] or \
         [json.loads((run_dir / "eval.json").read_text())]
     sent = sum(r["transitions_sent"] for r in ledgers)
-    snapshots = evaluate_snapshots(run_dir, started, eval_episodes)
-    return {"arm": arm, "seed": seed, "minutes_budget": minutes, "exit_code": code, "wall_s": round(wall_s, 1),
+    if arm == "car":
+        snapshots = [car_snapshot(run_dir, path, started, eval_episodes)
+                     for path in sorted((run_dir / "snapshots").glob("*.policy"))]
+    else:
+        snapshots = evaluate_snapshots(run_dir, started, eval_episodes)
+    extra = car_results(run_dir, started, ledgers[0], eval_episodes) if arm == "car" else {}
+    return {**extra, "arm": arm, "seed": seed, "minutes_budget": minutes, "exit_code": code, "wall_s": round(wall_s, 1),
             "env_steps": sent, "transitions_sent": sent, "transitions_stored": learner["transitions_received"],
             "lost_transitions": sent - learner["transitions_received"],
             "duplicate_transitions": learner.get("duplicates", 0),
@@ -159,13 +184,50 @@ def recipe_name(settings: dict) -> str:
 
 
 def arm_recipe(arm: str, settings: dict) -> str:
-    """The recipe an arm ran, e.g. "learner.feature_views=4" (the hil arm also names its person settings)."""
+    """The recipe an arm ran, e.g. "learner.feature_views=4" (the hil arm also names its person settings;
+    the car, another task, its own learner settings)."""
+    if arm == "car":
+        return ",".join(CAR_LEARNER[1::2])
     return recipe_name({k: v for k, v in settings.items() if arm == "hil" or k not in PERSON_SETTINGS})
 
 
 def row_recipe(row: dict) -> str:
+    if row["arm"] == "car":
+        return row.get("recipe", "")
     named = dict(item.removeprefix("learner.").split("=", 1) for item in row.get("recipe", "").split(",") if item)
     return arm_recipe(row["arm"], {**RECIPE_SETTINGS, **named})
+
+
+def car_snapshot(run_dir: Path, path: Path, started: float, laps: int) -> dict:
+    """A car policy (snapshot or the final policy.policy) timed on car_race.py's eval draws."""
+    from car_race import EVAL_DRAWS
+
+    from robot_rl.training.evaluate import evaluate_graph_policy
+
+    result = evaluate_graph_policy(run_dir, path, CAR_TASK, laps, seed=EVAL_DRAWS[0], split="eval")
+    saved_s = int(path.name.split("-")[0]) / 1e9 if path.parent.name == "snapshots" else path.stat().st_mtime
+    return {"minutes": round((saved_s - started) / 60, 2), "version": result["policy_version"],
+            "transitions": result["transitions"], "success": result["clean_laps"] / laps,
+            "clean_laps": result["clean_laps"], "laps": laps, "median_lap_s": result["median_lap_s"],
+            "lap_times_s": result["lap_times_s"]}
+
+
+def car_results(run_dir: Path, started: float, ledger: dict, laps: int) -> dict:
+    """The car's first clean practice lap (wall clock since the command started), its final policy timed
+    on the eval draws, and the scripted expert on the same draws."""
+    from car_race import EVAL_DRAWS, expert_eval_laps
+
+    from robot_rl.training.car_race import lap_time_median
+
+    first = ledger["laps"][0] if ledger["laps"] else None
+    expert = expert_eval_laps(EVAL_DRAWS[:laps])
+    final = car_snapshot(run_dir, run_dir / "policy.policy", started, laps)
+    expert_median, final_median = lap_time_median(expert), final["median_lap_s"] or float("inf")
+    return {"first_lap_min": round((first[2] - started) / 60, 2) if first else None,
+            "first_lap_step": first[0] if first else None, "practice_laps": len(ledger["laps"]),
+            "best_practice_lap_s": ledger["best_lap_s"], "final": final,
+            "expert_lap_times_s": [None if t is None else round(t, 3) for t in expert],
+            "lap_time_ratio": round(final_median / expert_median, 3) if final_median < float("inf") else None}
 
 
 def evaluate_snapshots(run_dir: Path, started: float, episodes: int = 50) -> list[dict]:
@@ -253,6 +315,14 @@ def summarize_recipe(rows: list[dict]) -> dict:
     summary["act_latency_p99_ms"] = max(latencies) if latencies else None
     summary["learner_updates_per_s"] = {arm: [r["learner_updates_per_s"] for r in runs] for arm, runs in by_arm.items()
                                         if arm != "in_process"}
+    cars = by_arm.get("car", [])
+    summary["car_first_lap_min"] = round(statistics.median(
+        r["first_lap_min"] if r["first_lap_min"] is not None else r["wall_s"] / 60 for r in cars), 2) if cars else None
+    summary["car_seeds_lapping"] = f"{sum(r['first_lap_min'] is not None for r in cars)}/{len(cars)}"
+    ratios = [r["lap_time_ratio"] if r["lap_time_ratio"] is not None else float("inf") for r in cars]
+    ratio = statistics.median(ratios) if ratios else float("inf")
+    summary["car_lap_time_ratio"] = round(ratio, 3) if ratio < float("inf") else None
+    summary["car_failed_laps"] = [r["final"]["laps"] - r["final"]["clean_laps"] for r in cars]
     summary["not_measured"] = [name for name in ("wide_wall_min_to_90", "lockstep_step_ratio", "car_first_lap_min")
                                if summary.get(name) is None]
     return summary
@@ -264,19 +334,24 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, by_steps) = plt.subplots(1, 2, figsize=(13, 4.5))
+    fig, (ax, by_steps, car) = plt.subplots(1, 3, figsize=(19, 4.5))
     for row in rows:
         points, steps = row["snapshots"], row["arm"] in STEP_ARMS
-        (by_steps if steps else ax).plot([p["transitions" if steps else "minutes"] for p in points],
-                                         [p["success"] for p in points], marker="o",
-                                         label=f"{row['arm']} seed {row['seed']} ({row_recipe(row)})")
+        axis = car if row["arm"] == "car" else by_steps if steps else ax
+        label = f"{row['arm']} seed {row['seed']}" + ("" if row["arm"] == "car" else f" ({row_recipe(row)})")
+        axis.plot([p["transitions" if steps else "minutes"] for p in points], [p["success"] for p in points],
+                  marker="o", label=label)
+        if row["arm"] == "car" and row["first_lap_min"] is not None:
+            car.axvline(row["first_lap_min"], linestyle=":", color=axis.lines[-1].get_color())
     ax.set_xlabel("wall-clock minutes since `robot-rl train` started")
     ax.set_title("pixel pick-cube through the ROS 2 graph, real time")
     by_steps.set_xlabel("environment steps")
     by_steps.set_title("lockstep graph against the in-process loop")
-    for axis in (ax, by_steps):
+    car.set_xlabel("wall-clock minutes since `robot-rl train` started")
+    car.set_title("car, real time: clean timed laps (dotted: first practice lap)")
+    for axis in (ax, by_steps, car):
         axis.axhline(0.9, color="grey", linestyle="--", linewidth=1)
-        axis.set_ylabel("success, 50 eval-split episodes")
+        axis.set_ylabel("clean laps, 20 eval-split draws" if axis is car else "success, 50 eval-split episodes")
         axis.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path)
@@ -305,6 +380,8 @@ def main() -> None:
         return
     # --quick: 1.5 minutes (or 2,000 steps), judged on 5 episodes, not recorded.
     minutes, snapshot_s, episodes = (1.5, 30.0, 5) if args.quick else (args.minutes, args.snapshot_s, 50)
+    if args.arm == "car":  # timed laps, one per eval draw, instead of episodes
+        episodes = 4 if args.quick else 20
     steps = 2_000 if args.quick else args.steps
     with tempfile.TemporaryDirectory(prefix="graph_realtime-") as tmp:
         if args.arm == "in_process":
@@ -312,7 +389,8 @@ def main() -> None:
         elif args.arm == "lockstep":
             row = run_arm(args.arm, args.seed, steps, 0.0, Path(tmp) / "run", episodes)
         else:
-            row = run_arm(args.arm, args.seed, int(minutes * 60 * CONTROL_HZ), snapshot_s, Path(tmp) / "run", episodes)
+            row = run_arm(args.arm, args.seed, int(minutes * 60 * arm_task(args.arm)[1]), snapshot_s, Path(tmp) / "run",
+                          episodes)
     if args.quick:
         print(json.dumps(row), flush=True)
         assert row.get("lost_transitions", 0) == 0 and row["snapshots"], row

@@ -105,6 +105,16 @@ def test_evaluation_after_training_is_deterministic_and_not_recorded(tmp_path):
     assert core.eval_summary()["success_rate"] == 0.5
 
 
+def test_the_budgets_last_step_truncates_a_long_episode_so_the_run_sends_exactly_total_steps(tmp_path):
+    core = ActorCore(_task(horizon=1000), ActorConfig(total_steps=3, eval_episodes=0, batch_transitions=100),
+                     Outbox(tmp_path))
+    results = _run_episode(core, [0, 1, 2, 3])
+    assert [r.action is None for r in results] == [False, False, False, True]  # not the 1,000-step horizon
+    assert core.train_steps == core.transitions_sent == 3 and core.finished
+    batch = codec.decode(core.outbox.due(now=0.0)[0][1]).arrays
+    assert batch["truncated"].tolist() == [False, False, True] and not batch["terminated"].any()
+
+
 def test_policy_swap_versions_and_learner_sync(tmp_path):
     learner = LearnerCore(LearnerConfig(obs_dim=2, action_dim=1, warmup_transitions=1), tmp_path / "learner")
     config = ActorConfig(total_steps=0, sync_updates_per_step=1.0, sync_slack_steps=2)

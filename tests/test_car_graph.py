@@ -14,9 +14,10 @@ pytest.importorskip("rclpy")
 from robot_rl.agents.frame_stack_policy import load_frame_stack_policy  # noqa: E402
 from robot_rl.agents.iql import IQL, IQLConfig, encode_stack  # noqa: E402
 from robot_rl.envs.car_race import CarRaceEnv  # noqa: E402
+from robot_rl.ros.probe import fresh_domain_id  # noqa: E402
 from robot_rl.tasks import get_task  # noqa: E402
 from robot_rl.training.car_observer import CarObserver, load_checkpoints  # noqa: E402
-from robot_rl.ros.probe import fresh_domain_id  # noqa: E402
+from robot_rl.training.evaluate import evaluate_saved  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -75,10 +76,16 @@ def test_car_trains_through_ros_with_autonomous_practice(tmp_path, policy_dir):
         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     result = json.loads((run_dir / "eval.json").read_text())
-    assert result["train_steps"] >= 300 and result["episodes"] == 1 and result["transitions_acked_all"]
+    assert result["train_steps"] == 300 and result["episodes"] == 1 and result["transitions_acked_all"]
     assert result["policy_version"] >= 1  # the learner's policies reached the car actor
     # An untrained actor crashes or gets stuck: the car backed out on its own and practice went on.
     assert result["events"]["crash"] + result["events"]["stuck"] >= 1
     summary = json.loads((run_dir / "learner_summary.json").read_text())
     assert summary["transitions_received"] == result["transitions_sent"] and summary["rejected"] == 0
     assert summary["updates"] > 50 and summary["online_size"] >= 300
+    # `robot-rl eval` times the run's last policy on the track and encoder the run's nodes used.
+    timed = evaluate_saved(run_dir, episodes=2, seed=5000, max_s=5.0)
+    assert timed["kind"] == "graph_run" and timed["task"] == "car_race" and timed["track_seed"] == 7
+    assert timed["policy_version"] >= 1 and timed["laps"] == 2 and len(timed["lap_times_s"]) == 2
+    assert timed["clean_laps"] == sum(t is not None for t in timed["lap_times_s"])  # 5 s: no lap of ~10 s fits
+    assert timed["clean_laps"] == 0 and timed["median_lap_s"] is None

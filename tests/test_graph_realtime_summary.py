@@ -82,3 +82,22 @@ def test_a_person_setting_splits_the_hil_rows_only():
     earlier = summary["earlier_recipes"]["learner.feature_views=4,learner.bc_weight=1.0"]
     assert earlier["hil_seeds_reaching_90"] == "0/1" and earlier["rows"] == 1
     assert graph_realtime.row_recipe(rows[0]) == graph_realtime.arm_recipe("realtime", SHIPPED)
+
+
+def test_the_car_counts_its_first_practice_lap_and_its_final_laps_against_the_expert():
+    recipe = graph_realtime.arm_recipe("car", SHIPPED)
+
+    def car(seed, first_lap_min, ratio, clean_laps=20):
+        row = _row("car", seed, [0.5, 1.0], recipe=recipe, wall_s=600.0)
+        row.update(first_lap_min=first_lap_min, lap_time_ratio=ratio, final={"laps": 20, "clean_laps": clean_laps})
+        return row
+
+    rows = [car(0, 3.0, 1.2), car(1, None, None, clean_laps=0), car(2, 4.5, 1.1)]  # seed 1: never lapped
+    summary = graph_realtime.summarize(rows, SHIPPED)
+    assert recipe == "learner.num_critics=2,learner.utd_ratio=1,learner.batch_size=256"
+    assert summary["rows"] == 3 and not summary["earlier_recipes"]  # the car's recipe is not pick-cube's
+    assert summary["car_first_lap_min"] == 4.5 and summary["car_seeds_lapping"] == "2/3"  # seed 1: its 10 min
+    assert summary["car_lap_time_ratio"] == 1.2 and summary["car_failed_laps"] == [0, 20, 0]
+    assert "car_first_lap_min" not in summary["not_measured"] and summary["lost_transitions"] == 0
+    rows[0]["lap_time_ratio"] = None  # two of three seeds fail their laps: the median is infinitely slow
+    assert graph_realtime.summarize(rows, SHIPPED)["car_lap_time_ratio"] is None

@@ -299,8 +299,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"robot_rl: evaluation success rate {result['success_rate'] * 100:.1f}% over {result['episodes']} "
               f"episodes (policy v{result['policy_version']}, {result['train_steps']} training steps)", flush=True)
         if "laps" in result:
-            print(f"robot_rl: {len(result['laps'])} clean laps, first at step {result['first_lap_step']}, best "
-                  f"{result['best_lap_s']} s", flush=True)
+            best = (f", first at step {result['first_lap_step']}, best {result['best_lap_s']:.2f} s"
+                    if result["laps"] else "")
+            print(f"robot_rl: {len(result['laps'])} clean laps{best}", flush=True)
         print(json.dumps(result), flush=True)
         if not result.get("transitions_acked_all", True):
             code = code or 3

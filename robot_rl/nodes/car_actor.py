@@ -19,7 +19,8 @@ episode that reaches the task's step limit is truncated and the next one starts 
 the car is (no resets: FastRLAP never teleports).
 
 After `total_steps` training steps and `eval_episodes` deterministic episodes it writes
-`<run_dir>/eval.json` (laps and lap times included) once the learner has every transition, and exits.
+`<run_dir>/eval.json` (laps included: training step, lap time and the wall clock at the line) once the
+learner has every transition, and exits.
 """
 
 from __future__ import annotations
@@ -132,11 +133,13 @@ class CarActorNode(Node):
         self.driving_from = -1
         self.practice_event: tuple[str, int] | None = None  # (crash | stuck, stamp) not yet acted on
         self.after_recovery = False
-        self.laps: list[tuple[int, float]] = []
+        self.laps: list[tuple[int, float, float | None]] = []  # (training step, lap s, wall clock at the line)
         self.events = {"crash": 0, "stuck": 0, "time_limit": 0}
         if self.practice_path.exists():
             practice = json.loads(self.practice_path.read_text())
-            self.laps = [(int(step), float(lap_s)) for step, lap_s in practice["laps"]]
+            # Runs saved before laps carried their wall-clock time have two entries per lap.
+            self.laps = [(int(lap[0]), float(lap[1]), float(lap[2]) if len(lap) > 2 else None)
+                         for lap in practice["laps"]]
             self.events.update({k: int(v) for k, v in practice["events"].items()})
             self.get_logger().info(f"continuing from {outbox_dir}: {self.core.train_steps} training steps, "
                                    f"{len(self.laps)} laps")
@@ -254,7 +257,7 @@ class CarActorNode(Node):
             self.after_recovery, self.previous_action = False, np.zeros(2, np.float32)
         state = self.observer.state(frame, sensors, stamp * 1e-9, self.previous_action, event)
         if state["lap_time"] is not None and not self.core.evaluating:
-            self.laps.append((self.core.train_steps + 1, float(state["lap_time"])))
+            self.laps.append((self.core.train_steps + 1, float(state["lap_time"]), time.time()))
             self._save_practice()
         if event == "stuck":
             self.core.label("reset")  # being slow is not a terminal state: truncated
@@ -295,7 +298,7 @@ class CarActorNode(Node):
     def summary(self) -> dict:
         return {**self.core.eval_summary(), "laps": self.laps, "events": self.events,
                 "first_lap_step": self.laps[0][0] if self.laps else None,
-                "best_lap_s": min((t for _, t in self.laps), default=None),
+                "best_lap_s": min((lap[1] for lap in self.laps), default=None),
                 "transitions_sent": self.core.transitions_sent}
 
     def _finish(self, drained: bool) -> None:

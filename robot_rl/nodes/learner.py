@@ -39,6 +39,10 @@ from robot_rl.training.learner import LearnerConfig, LearnerCore
 from robot_rl.transport import codec
 from robot_rl.transport.secret import SECRET_FILE, ensure_run_secret
 
+UPDATE_RATE_WINDOW_S = 10.0
+"""Seconds over which updates/s is measured: transitions arrive in batches (the car's 50 steps every
+2.5 s) and the learner catches up in bursts, so a 1 s window mostly read 0 or a burst."""
+
 PARAMS = [
     Param("task", "arm_lift", "Task name (decides observation and action sizes).", choices=task_names()),
     Param("run_dir", "runs/default", "Directory for checkpoints, the transition journal and TensorBoard logs."),
@@ -220,7 +224,7 @@ class LearnerNode(Node):
             if now - last_checkpoint >= self.params["checkpoint_period_s"]:
                 self._save_checkpoint()
                 last_checkpoint = now
-            if now - last_rate >= 1.0:
+            if now - last_rate >= UPDATE_RATE_WINDOW_S:
                 n = self.core.agent.num_updates
                 self.stats["updates_per_s"] = (n - updates_at_last_rate) / (now - last_rate)
                 updates_at_last_rate, last_rate = n, now

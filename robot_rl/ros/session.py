@@ -200,8 +200,9 @@ class Monitor:
                      f"success(last20) {a.get('success_rate_last20', '-')}  "
                      f"interventions(last20) {a.get('intervention_rate_last20', '-')}  {person}")
             if "laps" in a:  # the car: practice instead of interventions
+                best = f" (best {float(a['best_lap_s']):.2f} s)" if a["laps"] != "0" and "best_lap_s" in a else ""
                 phase = (f"step {a.get('train_steps', 0)}/{self.total_steps}  episode {a.get('episodes', 0)}  "
-                         f"laps {a['laps']} (best {a.get('best_lap_s', '-')} s)  crashes {a.get('crashes', 0)}  "
+                         f"laps {a['laps']}{best}  crashes {a.get('crashes', 0)}  "
                          f"stuck {a.get('stuck', 0)}{'  recovering' if a.get('recovering') == 'True' else ''}")
         if len(self.robots) > 1:  # a fleet: each robot's progress instead of the newest actor's
             phase = "  ".join(

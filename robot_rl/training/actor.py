@@ -353,7 +353,12 @@ class ActorCore:
             episode.steps += 1
             episode.ret += reward
             self.last_reward, self.last_success = reward, success
-            truncated = not terminated and (episode.steps >= self.max_episode_steps or label is not None)
+            # The training budget's last step truncates the episode in progress (the car's run for
+            # thousands of steps): `total_steps` is the number of transitions sent, exactly.
+            budget_spent = (not episode.evaluation and bool(self.config.total_steps)
+                            and self.train_steps + 1 >= self.config.total_steps)
+            truncated = not terminated and (episode.steps >= self.max_episode_steps or label is not None
+                                            or budget_spent)
             if not episode.evaluation:
                 # A person's label, or the task's own success where it ends the episode (the sim knows).
                 success_label = {"success": True, "failure": False}.get(label, True if terminated else None)

@@ -6,7 +6,7 @@ What it recognises at `--policy PATH`:
   included), on the Gymnasium environment it was trained on (or `--env` / `--env-kwargs`);
 * a graph run (`robot-rl train`): the learner's last published policy (`policy.policy`, else its
   newest snapshot), signed with the run's key, on the task's simulated environment, each
-  observation built as the graph's actor builds it;
+  observation built as the graph's actor builds it (the car: timed laps, as its shipped policy);
 * a shipped policy directory: the juggling PPO policy (`card.json` task quad_juggle: juggling
   trials) or the car's frame-stack policy (task car_race: one timed lap per randomization draw).
 
@@ -55,7 +55,7 @@ def evaluate_saved(path: str | Path, *, episodes: int = 50, seed: int = 10_000, 
     if env_id is not None:
         raise ValueError(f"--env applies to train --env runs; {path} is a {kind.replace('_', ' ')} (use --task)")
     if kind == "graph_run":
-        return _evaluate_graph_run(path, episodes, seed, task, split or "eval")
+        return _evaluate_graph_run(path, episodes, seed, task, split or "eval", max_s)
     if kind == "juggle":
         return _evaluate_juggle(path, episodes, seed, split or "eval", max_s or 600.0)
     return _evaluate_car(path, episodes, seed, split or "eval", max_s or 90.0)
@@ -104,18 +104,20 @@ def _has_parameter(env_id: str, name: str) -> bool:
     return name in inspect.signature(creator).parameters
 
 
-def _evaluate_graph_run(run: Path, episodes: int, seed: int, task_name: str | None, split: str) -> dict[str, Any]:
+def _evaluate_graph_run(run: Path, episodes: int, seed: int, task_name: str | None, split: str,
+                        max_s: float | None) -> dict[str, Any]:
     source = run / GRAPH_POLICY
     if not source.is_file():
         source = sorted((run / "snapshots").glob("*.policy"))[-1]
-    return evaluate_graph_policy(run, source, _graph_task(run, task_name), episodes, seed, split)
+    return evaluate_graph_policy(run, source, _graph_task(run, task_name), episodes, seed, split, max_s)
 
 
 def evaluate_graph_policy(run: Path, source: Path, task_name: str, episodes: int = 50, seed: int = 10_000,
-                          split: str = "eval") -> dict[str, Any]:
+                          split: str = "eval", max_s: float | None = None) -> dict[str, Any]:
     """A policy payload of graph run `run` (`source`: its policy.policy or a snapshot, signed with the run's
-    key) on the task's simulated environment in randomization split `split`: deterministic episodes whose
-    reset seeds come from `seed`, each observation built as the graph's actor builds it."""
+    key) on the task's simulated environment in randomization split `split`, each observation built as the
+    graph's actor builds it: an arm task's deterministic episodes whose reset seeds come from `seed`; the
+    car's timed laps, one per draw `seed`, `seed + 1`, ... (`max_s`, default 90 s, to make a lap)."""
     import gymnasium as gym
 
     import robot_rl.envs  # noqa: F401 - registers the environments
@@ -125,19 +127,21 @@ def evaluate_graph_policy(run: Path, source: Path, task_name: str, episodes: int
     from robot_rl.transport.secret import read_secret
 
     task = get_task(task_name)
-    if task.actor_node != "arm_actor":
-        raise ValueError(f"robot-rl eval runs arm tasks' graph runs; {task.name} is driven by {task.actor_node}")
+    if task.actor_node not in ("arm_actor", "car_actor"):
+        raise ValueError(f"robot-rl eval runs arm and car graph runs; {task.name} is driven by {task.actor_node}")
     payload = codec.decode(Path(source).read_bytes(), expect_kind="policy", key=read_secret(run / "secret.key"))
     policy = policy_from_payload(payload, task)
+    pinned = {"policy": str(source), "kind": "graph_run", "task": task.name, "policy_version": payload.meta["version"],
+              "transitions": payload.meta.get("transitions")}
+    if task.actor_node == "car_actor":
+        return {**pinned, **_graph_car_laps(run, policy, task, episodes, seed, split, max_s or 90.0)}
     kwargs: dict[str, Any] = {"image_size": task.image_size} if task.cameras else {}
     if _has_parameter(task.env_id, "randomization_split"):
         kwargs["randomization_split"] = split
     result = evaluate_policy(lambda obs, info: policy.act(actor_view(obs, info, task), True),
                              gym.make(task.env_id, **kwargs), episodes, seed)
-    return {"policy": str(source), "kind": "graph_run", "task": task.name, "env_id": task.env_id, "env_kwargs": kwargs,
-            "policy_version": payload.meta["version"], "transitions": payload.meta.get("transitions"),
-            "episodes": episodes, **result, "rule": "deterministic policy; success = the environment's success "
-            "flag at any step"}
+    return {**pinned, "env_id": task.env_id, "env_kwargs": kwargs, "episodes": episodes, **result,
+            "rule": "deterministic policy; success = the environment's success flag at any step"}
 
 
 def evaluate_policy(act: Callable[[Any, Mapping], np.ndarray], env, episodes: int, seed: int) -> dict[str, Any]:
@@ -187,29 +191,63 @@ def _evaluate_juggle(directory: Path, trials: int, seed: int, split: str, max_s:
 
 
 def _evaluate_car(directory: Path, laps: int, seed: int, split: str, max_s: float) -> dict[str, Any]:
-    from robot_rl.agents.frame_stack_policy import FeatureStack, load_frame_stack_policy
-    from robot_rl.envs.car_race import CarRaceEnv
-    from robot_rl.training.car_race import CarTrainConfig, lap_time_median, timed_laps
+    from robot_rl.agents.frame_stack_policy import load_frame_stack_policy
+    from robot_rl.training.car_race import CarTrainConfig
 
     policy = load_frame_stack_policy(directory)
     config = CarTrainConfig()
-    env = CarRaceEnv(track_seed=config.track_seed, boundary=config.boundary, image_size=policy.image_size,
-                     frame_stack=policy.frame_stack, randomization_split=split,
-                     action_rate_limit=config.sac.action_rate_limit)
-    stack = FeatureStack(policy.frame_stack)
+    return {"policy": str(directory), "kind": "car",
+            **car_laps(policy, lambda observation: policy.act(observation, deterministic=True), laps, seed, split,
+                       max_s, track_seed=config.track_seed, boundary=config.boundary,
+                       action_rate_limit=config.sac.action_rate_limit)}
+
+
+def _graph_car_laps(run: Path, policy, task, laps: int, seed: int, split: str, max_s: float) -> dict[str, Any]:
+    """A graph run's car policy (over the frozen encoder features car_actor streams) timed on the track and
+    with the encoder its car_sim and car_actor ran (params.yaml)."""
+    from robot_rl.agents.frame_stack_policy import load_frame_stack_policy
+
+    params = yaml.safe_load((run / "params.yaml").read_text()) or {}
+
+    def node(name: str) -> dict:  # "/car_sim", or a fleet's "/robot0/car_sim"
+        return next((section.get("ros__parameters", {}) for key, section in params.items()
+                     if key.rsplit("/", 1)[-1] == name and isinstance(section, dict)), {})
+
+    sim, actor = node("car_sim"), node("car_actor")
+    if "policy_dir" not in actor or "track_seed" not in sim:
+        raise ValueError(f"{run / 'params.yaml'} names no car_actor.policy_dir or car_sim.track_seed")
+    frames = load_frame_stack_policy(actor["policy_dir"])
+    return car_laps(frames, lambda observation: policy.act(observation, True), laps, seed, split, max_s,
+                    track_seed=int(sim["track_seed"]), boundary=sim.get("boundary", "walls"),
+                    action_rate_limit=task.action_rate_limit)
+
+
+def car_laps(frames, act: Callable[[np.ndarray], np.ndarray], laps: int, seed: int, split: str, max_s: float, *,
+             track_seed: int, boundary: str, action_rate_limit: float) -> dict[str, Any]:
+    """One timed lap per randomization draw (reset seeds `seed`, `seed + 1`, ...) of `act` on the car_race
+    task's observation: the newest camera frame through the frozen encoder of frame-stack policy `frames`,
+    stacked, with the proprioception, as car_actor builds it."""
+    from robot_rl.agents.frame_stack_policy import FeatureStack
+    from robot_rl.envs.car_race import CarRaceEnv
+    from robot_rl.training.car_race import lap_time_median, timed_laps
+
+    env = CarRaceEnv(track_seed=track_seed, boundary=boundary, image_size=frames.image_size,
+                     frame_stack=frames.frame_stack, randomization_split=split, action_rate_limit=action_rate_limit)
+    stack = FeatureStack(frames.frame_stack)
 
     def drive(obs: dict, first: bool) -> np.ndarray:
         if first:
             stack.reset()
-        stack.push(policy.encode(obs["frames"][-1]))
-        return policy.act(policy.observation(stack.flat(), obs["state"]), deterministic=True)
+        stack.push(frames.encode(obs["frames"][-1]))
+        return act(frames.observation(stack.flat(), obs["state"]))
 
     try:
         times = timed_laps(env, drive, [seed + i for i in range(laps)], max_s)
     finally:
         env.close()
-    finished = [t for t in times if t is not None]
-    return {"policy": str(directory), "kind": "car", "split": split, "track_seed": config.track_seed,
-            "laps": laps, "clean_laps": len(finished), "lap_times_s": times,
-            "median_lap_s": median if np.isfinite(median := lap_time_median(times)) else None, "rule": "one timed lap per randomization draw from the start "
-            f"line; a crash, a stuck car or {max_s:g} s without a lap is a failed lap (infinitely slow in the median)"}
+    median = lap_time_median(times)
+    return {"split": split, "track_seed": track_seed, "laps": laps, "clean_laps": sum(t is not None for t in times),
+            "lap_times_s": [None if t is None else round(t, 3) for t in times],
+            "median_lap_s": round(median, 3) if np.isfinite(median) else None,
+            "rule": "one timed lap per randomization draw from the start line; a crash, a stuck car or "
+            f"{max_s:g} s without a lap is a failed lap (infinitely slow in the median)"}
