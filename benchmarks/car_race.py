@@ -204,7 +204,8 @@ def main() -> None:
     parser.add_argument("--sac", default="cpu", choices=["cpu", "fastrlap"])
     parser.add_argument("--stop-at-target", action="store_true", help="end a pretrained run at a training lap within 1.3x of expert_lap_s (its policy is timed then)")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--out", help="directory for the JSON and PNG (default benchmarks/results; --quick writes "
+                        "none unless given one)")
     args = parser.parse_args()
     seeds, steps, cap, warmup = args.seeds, args.steps, args.scratch_cap, 1024
     draws = EVAL_DRAWS
@@ -224,14 +225,17 @@ def main() -> None:
         for run in pool.map(run_arm, *zip(*jobs)):
             print(json.dumps({"run": {k: v for k, v in run.items() if k != "history"}}), flush=True)
             runs.append(run)
-    out = Path(args.out)
+    summary = summarize(runs, expert, expert_laps, args.arms) | {
+        "sac": args.sac, "steps": steps, "stopped_at_target": args.stop_at_target,
+        "wall_s": round(time.perf_counter() - started, 1)}
+    if args.quick and args.out is None:
+        print(json.dumps(summary))
+        return
+    out = Path(args.out or ROOT / "benchmarks" / "results")
     out.mkdir(parents=True, exist_ok=True)
     name = "car_race_quick" if args.quick else "car_race" if args.arms == ["pretrained", "scratch"] else \
         "car_race_" + "_".join(args.arms)
     plot(runs, expert, out / f"{name}.png")
-    summary = summarize(runs, expert, expert_laps, args.arms) | {
-        "sac": args.sac, "steps": steps, "stopped_at_target": args.stop_at_target,
-        "wall_s": round(time.perf_counter() - started, 1)}
     (out / f"{name}.json").write_text(json.dumps({"summary": summary, "runs": runs}, indent=1) + "\n")
     print(json.dumps(summary))
 

@@ -117,11 +117,7 @@ def run_arm(arm: str, seed: int, steps: int, snapshot_s: float, run_dir: Path, e
     ledgers = [json.loads(p.read_text()) for p in sorted(run_dir.glob("robot*/eval.json"))] or \
         [json.loads((run_dir / "eval.json").read_text())]
     sent = sum(r["transitions_sent"] for r in ledgers)
-    if arm == "car":
-        snapshots = [car_snapshot(run_dir, path, started, eval_episodes)
-                     for path in sorted((run_dir / "snapshots").glob("*.policy"))]
-    else:
-        snapshots = evaluate_snapshots(run_dir, started, eval_episodes)
+    snapshots = evaluate_snapshots(run_dir, started, eval_episodes, arm)
     extra = car_results(run_dir, started, ledgers[0], eval_episodes) if arm == "car" else {}
     return {**extra, "arm": arm, "seed": seed, "minutes_budget": minutes, "exit_code": code, "wall_s": round(wall_s, 1),
             "env_steps": sent, "transitions_sent": sent, "transitions_stored": learner["transitions_received"],
@@ -205,8 +201,7 @@ def car_snapshot(run_dir: Path, path: Path, started: float, laps: int) -> dict:
     from robot_rl.training.evaluate import evaluate_graph_policy
 
     result = evaluate_graph_policy(run_dir, path, CAR_TASK, laps, seed=EVAL_DRAWS[0], split="eval")
-    saved_s = int(path.name.split("-")[0]) / 1e9 if path.parent.name == "snapshots" else path.stat().st_mtime
-    return {"minutes": round((saved_s - started) / 60, 2), "version": result["policy_version"],
+    return {"minutes": saved_minutes(path, started), "version": result["policy_version"],
             "transitions": result["transitions"], "success": result["clean_laps"] / laps,
             "clean_laps": result["clean_laps"], "laps": laps, "median_lap_s": result["median_lap_s"],
             "lap_times_s": result["lap_times_s"]}
@@ -230,17 +225,24 @@ def car_results(run_dir: Path, started: float, ledger: dict, laps: int) -> dict:
             "lap_time_ratio": round(final_median / expert_median, 3) if final_median < float("inf") else None}
 
 
-def evaluate_snapshots(run_dir: Path, started: float, episodes: int = 50) -> list[dict]:
+def evaluate_snapshots(run_dir: Path, started: float, episodes: int, arm: str) -> list[dict]:
     """Every snapshot (one pinned policy version) on the eval split, the same draws for each."""
+    evaluate = car_snapshot if arm == "car" else pick_cube_snapshot
+    return [evaluate(run_dir, path, started, episodes) for path in sorted((run_dir / "snapshots").glob("*.policy"))]
+
+
+def saved_minutes(path: Path, started: float) -> float:
+    """Minutes from the command's start to a snapshot (its name starts with the wall time in ns) or a file."""
+    saved_s = int(path.name.split("-")[0]) / 1e9 if path.parent.name == "snapshots" else path.stat().st_mtime
+    return round((saved_s - started) / 60, 2)
+
+
+def pick_cube_snapshot(run_dir: Path, path: Path, started: float, episodes: int) -> dict:
     from robot_rl.training.evaluate import evaluate_graph_policy
 
-    out = []
-    for path in sorted((run_dir / "snapshots").glob("*.policy")):
-        result = evaluate_graph_policy(run_dir, path, TASK, episodes, seed=10_000, split="eval")
-        saved_ns = int(path.name.split("-")[0])
-        out.append({"minutes": round((saved_ns / 1e9 - started) / 60, 2), "version": result["policy_version"],
-                    "transitions": result["transitions"], "success": result["success_rate"]})
-    return out
+    result = evaluate_graph_policy(run_dir, path, TASK, episodes, seed=10_000, split="eval")
+    return {"minutes": saved_minutes(path, started), "version": result["policy_version"],
+            "transitions": result["transitions"], "success": result["success_rate"]}
 
 
 def first_reached(snapshots: list[dict], target: float, key: str) -> float | None:
