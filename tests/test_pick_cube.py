@@ -142,3 +142,22 @@ def test_snapshot_restores_scene_physics_and_actions_in_flight():
     np.testing.assert_allclose(replayed, expected, atol=1e-9)
     with pytest.raises(ValueError, match="snapshot"):
         other.sim.restore(snap["sim"][:-1])
+
+
+def test_the_cube_range_is_a_scene_option_within_the_sim_nodes_range(tmp_path):
+    from robot_rl.training.evaluate import node_params
+
+    positions = []
+    env = _env(cube_xy_range=0.15, observation="state")
+    for seed in range(40):
+        _, info = env.reset(seed=seed)
+        positions.append(info["state"]["cube_pos"][:2] - np.array([0.5, 0.0]))
+    env.close()
+    spread = np.abs(np.array(positions)).max(axis=0)
+    assert (spread > 0.1).all() and (spread <= 0.15).all()  # wider than arm_pick_cube's 5 cm
+    with pytest.raises(ValueError, match=r"cube_xy_range must be in \[0.0, 0.2\]"):
+        _env(cube_xy_range=0.3)
+    # robot-rl eval reads the scenes a graph run trained in from its params.yaml (a fleet's first robot)
+    (tmp_path / "params.yaml").write_text("/robot0/arm_sim:\n  ros__parameters:\n    cube_xy_range: 0.15\n"
+                                          "/robot1/arm_sim:\n  ros__parameters:\n    cube_xy_range: 0.15\n")
+    assert node_params(tmp_path, "arm_sim") == {"cube_xy_range": 0.15} and node_params(tmp_path, "car_sim") == {}

@@ -17,7 +17,11 @@ def cmd_pretrain_encoder(args: argparse.Namespace) -> int:
     from robot_rl.training.pretrain_encoder import PretrainConfig, pretrain_and_save
 
     check_output(args.out, "encoder directory", overwrite=args.overwrite)
-    config = PretrainConfig(frames=args.frames, epochs=args.epochs, seed=args.seed)
+    from robot_rl.cli.gym import env_kwargs_arg
+
+    defaults = PretrainConfig()
+    config = PretrainConfig(frames=args.frames, epochs=args.epochs, seed=args.seed,
+                            env_kwargs={**defaults.env_kwargs, **env_kwargs_arg(args.env_kwargs)})
     metrics = pretrain_and_save(config, args.out)
     print(json.dumps(metrics))
     return 0
@@ -123,6 +127,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     pre.add_argument("--frames", type=at_least(1), default=30_000)
     pre.add_argument("--epochs", type=at_least(1), default=8)
     pre.add_argument("--seed", type=at_least(0), default=0)
+    pre.add_argument("--env-kwargs", metavar="JSON", help="scene options over the defaults (image_size 64, the "
+                     "pretrain randomization split), e.g. '{\"cube_xy_range\": 0.15}' for arm_pick_cube_wide")
     overwrite_flag(pre, "the encoder directory")
     pre.set_defaults(handler=cmd_pretrain_encoder)
     reward = sub.add_parser("reward", help="train or evaluate the local progress reward model (VLAC-style)")

@@ -21,6 +21,7 @@ import mujoco
 import numpy as np
 from gymnasium import spaces
 
+from robot_rl.config_fields import settings_of
 from robot_rl.envs.arm_sim import LIFT_OBS_DIM, ArmSim, ArmSimConfig, lift_observation, lift_success
 from robot_rl.envs.randomization import OPTIONAL_SPLITS, SPLITS, Randomization
 from robot_rl.resources import package_path
@@ -136,13 +137,16 @@ class ArmPickCubeEnv(gym.Env):
     Observation: Dict(front, wrist: uint8 (S, S, 3); state: PROPRIO_DIM float32), or with
     `observation="state"` the privileged lift observation + gripper command (`STATE_DIM`).
     Action: Box(-1, 1, (4,)) = (dx, dy, dz, gripper: > 0 close).
+    The cube starts anywhere in a square of half-width `cube_xy_range` [m] around its nominal place,
+    at any yaw (0.15: arm_pick_cube_wide's 30 x 30 cm).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
     def __init__(self, image_size: int = 64, randomization: str | Path | dict | bool | None = None,
                  randomization_split: str = "train", cameras: tuple[str, ...] = ("front", "wrist"),
-                 max_episode_steps: int = 60, observation: str = "pixels", render_mode: str | None = None):
+                 max_episode_steps: int = 60, observation: str = "pixels", render_mode: str | None = None,
+                 cube_xy_range: float = ArmSimConfig.cube_xy_range):
         super().__init__()
         if observation not in ("pixels", "state"):
             raise ValueError(f"observation must be 'pixels' or 'state', got {observation!r}")
@@ -151,7 +155,11 @@ class ArmPickCubeEnv(gym.Env):
                              f"got {randomization_split!r}")
         if max_episode_steps < 1:
             raise ValueError("max_episode_steps must be >= 1")
-        self.sim = ArmSim(ArmSimConfig(image_size=image_size, cameras=tuple(cameras), render=observation == "pixels"))
+        limits = settings_of(ArmSimConfig)["cube_xy_range"][1]  # the sim node's parameter range
+        if not limits.low <= cube_xy_range <= limits.high:
+            raise ValueError(f"cube_xy_range must be in [{limits.low}, {limits.high}] m, got {cube_xy_range}")
+        self.sim = ArmSim(ArmSimConfig(image_size=image_size, cameras=tuple(cameras), render=observation == "pixels",
+                                       cube_xy_range=cube_xy_range))
         self.randomizer = ArmRandomizer(self.sim)
         if randomization is False:
             self.randomization = None

@@ -95,6 +95,15 @@ def _graph_task(run: Path, task: str | None) -> str:
     return task or found
 
 
+def node_params(run: Path, name: str) -> dict[str, Any]:
+    """The parameters node `name` ran with in graph run `run` (params.yaml: "/car_sim", or a fleet's
+    "/robot0/car_sim", the first robot's); {} when it did not run."""
+    path = run / "params.yaml"
+    params = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+    return next((section.get("ros__parameters", {}) for key, section in params.items()
+                 if key.rsplit("/", 1)[-1] == name and isinstance(section, dict)), {})
+
+
 def _has_parameter(env_id: str, name: str) -> bool:
     import gymnasium as gym
 
@@ -138,6 +147,9 @@ def evaluate_graph_policy(run: Path, source: Path, task_name: str, episodes: int
     kwargs: dict[str, Any] = {"image_size": task.image_size} if task.cameras else {}
     if _has_parameter(task.env_id, "randomization_split"):
         kwargs["randomization_split"] = split
+    sim = node_params(run, "arm_sim")
+    if "cube_xy_range" in sim and _has_parameter(task.env_id, "cube_xy_range"):  # the scenes it trained in
+        kwargs["cube_xy_range"] = float(sim["cube_xy_range"])
     result = evaluate_policy(lambda obs, info: policy.act(actor_view(obs, info, task), True),
                              gym.make(task.env_id, **kwargs), episodes, seed)
     return {**pinned, "env_id": task.env_id, "env_kwargs": kwargs, "episodes": episodes, **result,
@@ -207,13 +219,7 @@ def _graph_car_laps(run: Path, policy, task, laps: int, seed: int, split: str, m
     with the encoder its car_sim and car_actor ran (params.yaml)."""
     from robot_rl.agents.frame_stack_policy import load_frame_stack_policy
 
-    params = yaml.safe_load((run / "params.yaml").read_text()) or {}
-
-    def node(name: str) -> dict:  # "/car_sim", or a fleet's "/robot0/car_sim"
-        return next((section.get("ros__parameters", {}) for key, section in params.items()
-                     if key.rsplit("/", 1)[-1] == name and isinstance(section, dict)), {})
-
-    sim, actor = node("car_sim"), node("car_actor")
+    sim, actor = node_params(run, "car_sim"), node_params(run, "car_actor")
     if "policy_dir" not in actor or "track_seed" not in sim:
         raise ValueError(f"{run / 'params.yaml'} names no car_actor.policy_dir or car_sim.track_seed")
     frames = load_frame_stack_policy(actor["policy_dir"])
