@@ -12,6 +12,8 @@ sent, `eval.json`) against what the learner stored.
 
 Arms (`--arm`):
 - realtime: 1 robot at 10 Hz on the wall clock, the learner fully asynchronous;
+- wide: the same on `arm_pick_cube_wide` (the cube anywhere in 30 x 30 cm at any yaw, its 20
+  demonstrations from that range, its encoder pretrained on it; snapshots judged on its range);
 - two_actors: the same with 2 robots (`--actors 2`) feeding the one learner;
 - hil: realtime with the scripted human driving a `sensor_msgs/Joy` into the teleop node;
 - lockstep: the config as shipped (lockstep, 1 update per step), a snapshot every 1,000 stored
@@ -28,6 +30,7 @@ Arms (`--arm`):
 
     python benchmarks/graph_realtime.py --arm realtime --seed 0 --minutes 20   # one row
     python benchmarks/graph_realtime.py --arm lockstep --seed 0 --steps 10000   # one row, against steps
+    python benchmarks/graph_realtime.py --arm wide --seed 0 --minutes 30        # one wide row
     python benchmarks/graph_realtime.py --arm car --seed 0 --minutes 10         # one car row
     python benchmarks/graph_realtime.py --summary                               # rows -> summary
     python benchmarks/graph_realtime.py --quick                                 # a short run of the same
@@ -58,6 +61,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 ROWS = RESULTS / "graph_realtime.jsonl"
 TASK = "arm_pick_cube"
+WIDE_TASK = "arm_pick_cube_wide"
+"""Its config (config/arm_pick_cube_wide.yaml) is arm_pick_cube's but for the cube's range and the encoder
+(tests/test_graph_realtime_summary.py), so both run the same learner recipe."""
 CONTROL_HZ = 10.0
 RECIPE_SETTINGS = {"feature_views": 1, "bc_weight": 1.0}
 """Learner settings that changed the recipe between recorded rows, with the value rows that do not
@@ -75,20 +81,21 @@ take about 0.3 s per update on this 2-core CPU."""
 REALTIME = ["--set", "arm_sim.clock_mode=realtime", "--set", "arm_actor.sync_updates_per_step=0"]
 ARMS = {
     "realtime": REALTIME,
+    "wide": REALTIME,
     "two_actors": [*REALTIME, "--actors", "2"],
     "hil": [*REALTIME, "--set", "robot_rl.nodes=[arm_sim, arm_actor, learner, teleop, scripted_human]",
             "--set", "teleop.device=joy", "--set", "scripted_human.task=arm_pick_cube"],
     "lockstep": ["--set", f"learner.snapshot_every_transitions={SNAPSHOT_TRANSITIONS}"],
     "car": ["--set", "car_sim.clock_mode=realtime", "--set", "car_actor.sync_updates_per_step=0", *CAR_LEARNER],
 }
-REALTIME_ARMS = ("realtime", "two_actors", "hil")
+REALTIME_ARMS = ("realtime", "wide", "two_actors", "hil")
 STEP_ARMS = ("lockstep", "in_process")
 """Arms judged against environment steps; in_process is not a graph (`run_in_process`)."""
 
 
 def arm_task(arm: str) -> tuple[str, float]:
     """The task an arm trains and its control rate."""
-    return (CAR_TASK, CAR_HZ) if arm == "car" else (TASK, CONTROL_HZ)
+    return (CAR_TASK, CAR_HZ) if arm == "car" else (WIDE_TASK if arm == "wide" else TASK, CONTROL_HZ)
 
 
 def run_arm(arm: str, seed: int, steps: int, snapshot_s: float, run_dir: Path, eval_episodes: int = 50) -> dict:
@@ -238,6 +245,7 @@ def saved_minutes(path: Path, started: float) -> float:
 
 
 def pick_cube_snapshot(run_dir: Path, path: Path, started: float, episodes: int) -> dict:
+    """A pick-cube snapshot's success in scenes of the run's own cube range (params.yaml: wide or not)."""
     from robot_rl.training.evaluate import evaluate_graph_policy
 
     result = evaluate_graph_policy(run_dir, path, TASK, episodes, seed=10_000, split="eval")

@@ -101,3 +101,25 @@ def test_the_car_counts_its_first_practice_lap_and_its_final_laps_against_the_ex
     assert "car_first_lap_min" not in summary["not_measured"] and summary["lost_transitions"] == 0
     rows[0]["lap_time_ratio"] = None  # two of three seeds fail their laps: the median is infinitely slow
     assert graph_realtime.summarize(rows, SHIPPED)["car_lap_time_ratio"] is None
+
+
+def test_the_wide_variant_is_summarized_apart_and_differs_from_pick_cube_only_in_its_scenes():
+    recipe = "learner.feature_views=4"
+    rows = [_row("realtime", 0, [0.9, 0.9], recipe=recipe), _row("wide", 0, [0.5, 0.9, 0.95], recipe=recipe),
+            _row("wide", 1, [0.9, 0.92], recipe=recipe), _row("wide", 2, [0.5, 0.6], recipe=recipe, wall_s=1800.0)]
+    summary = graph_realtime.summarize(rows, SHIPPED)
+    assert summary["wall_min_to_90"] == 2.0 and summary["realtime_seeds_reaching_90"] == "1/1"
+    assert summary["wide_wall_min_to_90"] == 4.0 and summary["wide_seeds_reaching_90"] == "2/3"
+    assert "wide_wall_min_to_90" not in summary["not_measured"]
+    assert graph_realtime.arm_task("wide") == ("arm_pick_cube_wide", 10.0)
+
+    import yaml  # the wide arm's rows are labelled with pick-cube's learner recipe: the configs must agree
+
+    def sections(task):
+        config = yaml.safe_load((graph_realtime.ROOT / "config" / f"{task}.yaml").read_text())
+        return {f"{node}.{key}": value for node, section in config.items()
+                for key, value in section["ros__parameters"].items()}
+
+    narrow, wide = sections("arm_pick_cube"), sections("arm_pick_cube_wide")
+    differ = {key for key in narrow.keys() | wide.keys() if narrow.get(key) != wide.get(key)}
+    assert differ == {"arm_sim.cube_xy_range", "learner.encoder"} and wide["arm_sim.cube_xy_range"] == 0.15
