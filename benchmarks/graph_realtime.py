@@ -227,7 +227,7 @@ def car_results(run_dir: Path, started: float, ledger: dict, laps: int) -> dict:
     expert_median, final_median = lap_time_median(expert), final["median_lap_s"] or float("inf")
     return {"first_lap_min": round((first[2] - started) / 60, 2) if first else None,
             "first_lap_step": first[0] if first else None, "practice_laps": len(ledger["laps"]),
-            "best_practice_lap_s": ledger["best_lap_s"], "final": final,
+            "best_practice_lap_s": ledger["best_lap_s"] and round(ledger["best_lap_s"], 3), "final": final,
             "expert_lap_times_s": [None if t is None else round(t, 3) for t in expert],
             "lap_time_ratio": round(final_median / expert_median, 3) if final_median < float("inf") else None}
 
