@@ -106,7 +106,7 @@ def run_arm(arm: str, seed: int, steps: int, snapshot_s: float, run_dir: Path, e
     cmd = [sys.executable, "-m", "robot_rl.cli", "train", "--task", task, "--seed", str(seed), "--steps", str(steps),
            "--eval-episodes", "0", "--run-dir", str(run_dir), "--plain", "--status-period", "60",
            "--set", f"learner.snapshot_period_s={snapshot_s}", *ARMS[arm]]
-    started = time.time()
+    started, commit = time.time(), _commit()  # the code this run ran, not the checkout at its end
     log = open(run_dir.with_suffix(".log"), "w")
     process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -138,7 +138,7 @@ def run_arm(arm: str, seed: int, steps: int, snapshot_s: float, run_dir: Path, e
             "intervention_steps": _intervention_steps(run_dir),
             "snapshots": snapshots, "minutes_to_90": first_reached(snapshots, 0.9, "minutes"),
             "steps_to_90": first_reached(snapshots, 0.9, "transitions"),
-            "recipe": arm_recipe(arm, shipped_settings()), "date": time.strftime("%Y-%m-%d"), "commit": _commit()}
+            "recipe": arm_recipe(arm, shipped_settings()), "date": time.strftime("%Y-%m-%d"), "commit": commit}
 
 
 def run_in_process(seed: int, steps: int, eval_episodes: int = 50) -> dict:
@@ -153,7 +153,7 @@ def run_in_process(seed: int, steps: int, eval_episodes: int = 50) -> dict:
     learner = shipped_learner()
     config = dataclasses.replace(config_for(seed, steps, False, SNAPSHOT_TRANSITIONS, eval_episodes),
                                  feature_views=learner["feature_views"], feature_jitter=learner["feature_jitter"])
-    started = time.time()
+    started, commit = time.time(), _commit()
     snapshots: list[dict] = []
 
     def log(row: dict) -> None:
@@ -166,7 +166,7 @@ def run_in_process(seed: int, steps: int, eval_episodes: int = 50) -> dict:
             "env_steps": steps, "snapshots": snapshots, "minutes_to_90": first_reached(snapshots, 0.9, "minutes"),
             "steps_to_90": first_reached(snapshots, 0.9, "transitions"),
             "recipe": arm_recipe("in_process", shipped_settings()),
-            "date": time.strftime("%Y-%m-%d"), "commit": _commit()}
+            "date": time.strftime("%Y-%m-%d"), "commit": commit}
 
 
 def shipped_learner() -> dict:
