@@ -15,6 +15,8 @@ Arms (`--arm`):
 - wide: the same on `arm_pick_cube_wide` (the cube anywhere in 30 x 30 cm at any yaw, its 20
   demonstrations from that range, its encoder pretrained on it; snapshots judged on its range);
 - two_actors: the same with 2 robots (`--actors 2`) feeding the one learner;
+- killed_actor: realtime with the actor SIGKILLed halfway through (the supervisor restarts it and
+  it goes on from its outbox): the transition ledger under a crash, not part of the time medians;
 - hil: realtime with the scripted human driving a `sensor_msgs/Joy` into the teleop node;
 - lockstep: the config as shipped (lockstep, 1 update per step), a snapshot every 1,000 stored
   transitions, success against env steps (`--steps`);
@@ -83,6 +85,7 @@ ARMS = {
     "realtime": REALTIME,
     "wide": REALTIME,
     "two_actors": [*REALTIME, "--actors", "2"],
+    "killed_actor": REALTIME,
     "hil": [*REALTIME, "--set", "robot_rl.nodes=[arm_sim, arm_actor, learner, teleop, scripted_human]",
             "--set", "teleop.device=joy", "--set", "scripted_human.task=arm_pick_cube"],
     "lockstep": ["--set", f"learner.snapshot_every_transitions={SNAPSHOT_TRANSITIONS}"],
@@ -109,13 +112,21 @@ def run_arm(arm: str, seed: int, steps: int, snapshot_s: float, run_dir: Path, e
     started, commit = time.time(), _commit()  # the code this run ran, not the checkout at its end
     log = open(run_dir.with_suffix(".log"), "w")
     process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    killed_at = None
     try:
+        if arm == "killed_actor":
+            try:
+                process.wait(timeout=minutes * 60 / 2)
+            except subprocess.TimeoutExpired:
+                kill_actor(run_dir)
+                killed_at = round((time.time() - started) / 60, 2)
         code = process.wait(timeout=minutes * 60 * 3 + 600)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGINT)
         code = process.wait(timeout=120)
     wall_s = time.time() - started
     log.close()
+    restarts = run_dir.with_suffix(".log").read_text().count("; restarting")
     if not (run_dir / "learner_summary.json").is_file():  # the run never trained: say why, not a missing file
         tail = run_dir.with_suffix(".log").read_text()[-3000:]
         raise SystemExit(f"graph_realtime: `robot-rl train` ended with exit code {code} and no learner summary; "
@@ -135,10 +146,28 @@ def run_arm(arm: str, seed: int, steps: int, snapshot_s: float, run_dir: Path, e
             "act_latency_ms_p99": max((r.get("act_latency_ms_p99", 0) for r in ledgers
                                        if isinstance(r.get("act_latency_ms_p99"), float)), default=None),
             "missed_periods": sum(r.get("missed_periods", 0) for r in ledgers),
-            "intervention_steps": _intervention_steps(run_dir),
+            "intervention_steps": _intervention_steps(run_dir), "actor_killed_at_min": killed_at,
+            "node_restarts": restarts,
             "snapshots": snapshots, "minutes_to_90": first_reached(snapshots, 0.9, "minutes"),
             "steps_to_90": first_reached(snapshots, 0.9, "transitions"),
             "recipe": arm_recipe(arm, shipped_settings()), "date": time.strftime("%Y-%m-%d"), "commit": commit}
+
+
+def kill_actor(run_dir: Path) -> int:
+    """SIGKILLs the arm_actor node of the run in `run_dir` (the process started with its params file);
+    returns its pid."""
+    from robot_rl.ros.node_kinds import NODE_KINDS
+
+    wanted = {NODE_KINDS["arm_actor"].module, str(run_dir / "params.yaml")}
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = set((proc / "cmdline").read_bytes().decode(errors="replace").split("\0"))
+        except OSError:  # not a process, or one that just ended
+            continue
+        if proc.name.isdigit() and wanted <= argv:
+            os.kill(int(proc.name), signal.SIGKILL)
+            return int(proc.name)
+    raise RuntimeError(f"no arm_actor process of {run_dir} to kill")
 
 
 def run_in_process(seed: int, steps: int, eval_episodes: int = 50) -> dict:
@@ -325,6 +354,9 @@ def summarize_recipe(rows: list[dict]) -> dict:
     summary["act_latency_p99_ms"] = max(latencies) if latencies else None
     summary["learner_updates_per_s"] = {arm: [r["learner_updates_per_s"] for r in runs] for arm, runs in by_arm.items()
                                         if arm != "in_process"}
+    summary["killed_actor_runs"] = [{key: r.get(key) for key in ("seed", "actor_killed_at_min", "node_restarts",
+                                                                 "lost_transitions", "duplicate_transitions")}
+                                    for r in by_arm.get("killed_actor", [])]
     cars = by_arm.get("car", [])
     summary["car_first_lap_min"] = round(statistics.median(
         r["first_lap_min"] if r["first_lap_min"] is not None else r["wall_s"] / 60 for r in cars), 2) if cars else None

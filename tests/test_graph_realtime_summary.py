@@ -3,6 +3,8 @@
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import graph_realtime  # noqa: E402
@@ -123,3 +125,37 @@ def test_the_wide_variant_is_summarized_apart_and_differs_from_pick_cube_only_in
     narrow, wide = sections("arm_pick_cube"), sections("arm_pick_cube_wide")
     differ = {key for key in narrow.keys() | wide.keys() if narrow.get(key) != wide.get(key)}
     assert differ == {"arm_sim.cube_xy_range", "learner.encoder"} and wide["arm_sim.cube_xy_range"] == 0.15
+
+
+def test_a_killed_actor_run_counts_in_the_ledger_not_in_the_time_medians():
+    recipe = "learner.feature_views=4"
+    killed = _row("killed_actor", 0, [0.2, 0.3], recipe=recipe, lost=0)
+    killed.update(actor_killed_at_min=3.0, node_restarts=1, duplicate_transitions=0)
+    rows = [_row("realtime", 0, [0.9, 0.9], recipe=recipe), killed]
+    summary = graph_realtime.summarize(rows, SHIPPED)
+    assert summary["wall_min_to_90"] == 2.0 and summary["realtime_seeds_reaching_90"] == "1/1"
+    assert summary["killed_actor_runs"] == [{"seed": 0, "actor_killed_at_min": 3.0, "node_restarts": 1,
+                                             "lost_transitions": 0, "duplicate_transitions": 0}]
+    killed["lost_transitions"] = 2
+    assert graph_realtime.summarize(rows, SHIPPED)["lost_transitions"] == 2
+
+
+def test_kill_actor_kills_only_the_actor_of_that_run(tmp_path):
+    import signal
+    import subprocess
+
+    def fake_node(run):  # a process whose command line reads as a node's: module and params file
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "robot_rl.nodes.arm_actor",
+                                 str(run / "params.yaml")])
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    ours, other = fake_node(tmp_path / "a"), fake_node(tmp_path / "b")
+    try:
+        assert graph_realtime.kill_actor(tmp_path / "a") == ours.pid
+        assert ours.wait(timeout=10) == -signal.SIGKILL and other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+    with pytest.raises(RuntimeError, match="no arm_actor process"):
+        graph_realtime.kill_actor(tmp_path / "a")
