@@ -9,7 +9,7 @@ from pathlib import Path
 
 from robot_rl.cli.args import at_least, overwrite_flag, parse_settings
 from robot_rl.cli.gym import checked_fields
-from robot_rl.outputs import atomic_path, check_output
+from robot_rl.outputs import UserError, atomic_path, check_output
 
 
 def cmd_pretrain_encoder(args: argparse.Namespace) -> int:
@@ -17,11 +17,17 @@ def cmd_pretrain_encoder(args: argparse.Namespace) -> int:
     from robot_rl.training.pretrain_encoder import PretrainConfig, pretrain_and_save
 
     check_output(args.out, "encoder directory", overwrite=args.overwrite)
+    import gymnasium as gym
+
     from robot_rl.cli.gym import env_kwargs_arg
 
     defaults = PretrainConfig()
     config = PretrainConfig(frames=args.frames, epochs=args.epochs, seed=args.seed,
                             env_kwargs={**defaults.env_kwargs, **env_kwargs_arg(args.env_kwargs)})
+    try:  # a mistyped or out-of-range scene option fails here, not after minutes of rendering
+        gym.make(config.env_id, **config.env_kwargs).close()
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"--env-kwargs: {config.env_id} refuses {config.env_kwargs}: {exc}") from None
     metrics = pretrain_and_save(config, args.out)
     print(json.dumps(metrics))
     return 0
