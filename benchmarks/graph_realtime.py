@@ -367,6 +367,10 @@ def summarize_recipe(rows: list[dict]) -> dict:
     summary["car_failed_laps"] = [r["final"]["laps"] - r["final"]["clean_laps"] for r in cars]
     summary["not_measured"] = [name for name in ("wide_wall_min_to_90", "lockstep_step_ratio", "car_first_lap_min")
                                if summary.get(name) is None]
+    seeds = {"wall_min_to_90": "realtime", "wide_wall_min_to_90": "wide", "two_actor_time_ratio": "two_actors",
+             "hil_wall_min_to_90": "hil", "lockstep_step_ratio": "lockstep", "car_first_lap_min": "car"}
+    summary["fewer_than_3_seeds"] = [f"{key} ({len(by_arm.get(arm, []))} of 3)" for key, arm in seeds.items()
+                                     if summary.get(key) is not None and len(by_arm.get(arm, [])) < 3]
     return summary
 
 

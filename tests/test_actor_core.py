@@ -115,6 +115,15 @@ def test_the_budgets_last_step_truncates_a_long_episode_so_the_run_sends_exactly
     assert batch["truncated"].tolist() == [False, False, True] and not batch["terminated"].any()
 
 
+def test_a_restart_resumes_with_as_many_steps_counted_as_transitions_sent(tmp_path):
+    config = ActorConfig(total_steps=0, batch_transitions=2)
+    core = ActorCore(_task(horizon=100), config, Outbox(tmp_path / "outbox"), progress_path=tmp_path / "progress.json")
+    _run_episode(core, [0, 0, 0, 0])  # 3 steps: the batch of 2 flushed from inside the second step
+    restarted = ActorCore(_task(horizon=100), config, Outbox(tmp_path / "outbox"),
+                          progress_path=tmp_path / "progress.json")
+    assert restarted.transitions_sent == 2 and restarted.train_steps == 2  # the third was never sent: redone
+
+
 def test_policy_swap_versions_and_learner_sync(tmp_path):
     learner = LearnerCore(LearnerConfig(obs_dim=2, action_dim=1, warmup_transitions=1), tmp_path / "learner")
     config = ActorConfig(total_steps=0, sync_updates_per_step=1.0, sync_slack_steps=2)

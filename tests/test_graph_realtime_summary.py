@@ -113,6 +113,7 @@ def test_the_wide_variant_is_summarized_apart_and_differs_from_pick_cube_only_in
     assert summary["wall_min_to_90"] == 2.0 and summary["realtime_seeds_reaching_90"] == "1/1"
     assert summary["wide_wall_min_to_90"] == 4.0 and summary["wide_seeds_reaching_90"] == "2/3"
     assert "wide_wall_min_to_90" not in summary["not_measured"]
+    assert summary["fewer_than_3_seeds"] == ["wall_min_to_90 (1 of 3)"]  # one realtime row: not yet a median of 3
     assert graph_realtime.arm_task("wide") == ("arm_pick_cube_wide", 10.0)
 
     import yaml  # the wide arm's rows are labelled with pick-cube's learner recipe: the configs must agree

@@ -362,9 +362,11 @@ class ActorCore:
             if not episode.evaluation:
                 # A person's label, or the task's own success where it ends the episode (the sim knows).
                 success_label = {"success": True, "failure": False}.get(label, True if terminated else None)
+                # Counted before it is recorded: a full batch flushes (and saves the progress a restart
+                # resumes from) inside _record, and the step counter must include the step it sent.
+                self.train_steps += 1
                 self._record(self._prev, reward, obs, terminated, truncated, success_label,
                              stamp_ns if learned else None)
-                self.train_steps += 1
             if terminated or truncated:
                 episode.success = success
                 return StepResult(None, self._end_episode(obs))
