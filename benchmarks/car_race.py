@@ -163,13 +163,13 @@ def _median_first_lap(runs: list[dict]) -> float | None:
 
 def summarize(runs: list[dict], expert: float, expert_laps: list[float | None], arms: list[str]) -> dict:
     """The benchmark's keys from its runs (see the module docstring)."""
-    from robot_rl.training.car_race import lap_time_median
+    from robot_rl.training.car_race import lap_time_median, lap_time_ratio
 
     by_arm = {arm: [r for r in runs if r["arm"] == arm] for arm in arms}
     pretrained = by_arm.get("pretrained", [])
     first_lap = _median_first_lap(pretrained) if pretrained and all(r["laps"] for r in pretrained) else None
     expert_median = lap_time_median(expert_laps)
-    ratio = statistics.median(lap_time_median(r["eval_laps_s"]) / expert_median
+    ratio = statistics.median(lap_time_ratio(r["eval_laps_s"], expert_laps)
                               for r in pretrained) if pretrained else float("inf")
     old_rule = [r["best_lap_s"] / expert if r["best_lap_s"] is not None else float("inf") for r in pretrained]
     old_ratio = statistics.median(old_rule) if old_rule else float("inf")

@@ -248,17 +248,17 @@ def car_results(run_dir: Path, started: float, ledger: dict, laps: int) -> dict:
     on the eval draws, and the scripted expert on the same draws."""
     from car_race import EVAL_DRAWS, expert_eval_laps
 
-    from robot_rl.training.car_race import lap_time_median
+    from robot_rl.training.car_race import lap_time_ratio
 
     first = ledger["laps"][0] if ledger["laps"] else None
     expert = expert_eval_laps(EVAL_DRAWS[:laps])
     final = car_snapshot(run_dir, run_dir / "policy.policy", started, laps)
-    expert_median, final_median = lap_time_median(expert), final["median_lap_s"] or float("inf")
+    ratio = lap_time_ratio(final["lap_times_s"], expert)
     return {"first_lap_min": round((first[2] - started) / 60, 2) if first else None,
             "first_lap_step": first[0] if first else None, "practice_laps": len(ledger["laps"]),
             "best_practice_lap_s": ledger["best_lap_s"] and round(ledger["best_lap_s"], 3), "final": final,
             "expert_lap_times_s": [None if t is None else round(t, 3) for t in expert],
-            "lap_time_ratio": round(final_median / expert_median, 3) if final_median < float("inf") else None}
+            "lap_time_ratio": round(ratio, 3) if ratio < float("inf") else None}
 
 
 def evaluate_snapshots(run_dir: Path, started: float, episodes: int, arm: str) -> list[dict]:

@@ -93,7 +93,7 @@ def test_scratch_arm_has_the_same_architecture_and_rejects_mismatched_policies(p
 
 def test_laps_are_timed_per_draw_the_same_way_for_any_driver():
     from robot_rl.envs.car_race import CarRaceEnv
-    from robot_rl.training.car_race import lap_time_median, timed_laps
+    from robot_rl.training.car_race import lap_time_median, lap_time_ratio, timed_laps
 
     env = CarRaceEnv(track_seed=7, render=False, randomization_split="eval")
     try:
@@ -105,6 +105,8 @@ def test_laps_are_timed_per_draw_the_same_way_for_any_driver():
         env.close()
     assert into_the_wall == [None]
     assert lap_time_median([10.0, None, 12.0]) == 12.0 and lap_time_median([10.0, None]) == float("inf")
+    assert lap_time_ratio([11.0, 12.0, None], [10.0, 10.0, None]) == 1.2  # failures count on both sides
+    assert lap_time_ratio([11.0, None], [10.0, 10.0]) == float("inf")
 
 
 def test_the_trained_policy_is_timed_on_its_own_env_and_frame_stack(pretrained):

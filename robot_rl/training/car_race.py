@@ -37,7 +37,7 @@ from robot_rl.envs.car_race import STATE_DIM, CarRaceEnv
 from robot_rl.training.off_policy import OffPolicyCore
 from robot_rl.transport.layout import transition_layout
 
-__all__ = ["CarTrainConfig", "CarTrainer", "fastrlap_sac", "timed_laps", "lap_time_median"]
+__all__ = ["CarTrainConfig", "CarTrainer", "fastrlap_sac", "timed_laps", "lap_time_median", "lap_time_ratio"]
 
 DEFAULT_POLICY = "policies/car_race_iql_64"
 
@@ -120,6 +120,12 @@ def timed_laps(env: CarRaceEnv, act: Callable[[dict[str, np.ndarray], bool], np.
 def lap_time_median(times: Sequence[float | None]) -> float:
     """Median lap time with every failed lap counted as infinitely slow (inf when half or more failed)."""
     return float(np.median([t if t is not None else np.inf for t in times]))
+
+
+def lap_time_ratio(times: Sequence[float | None], reference: Sequence[float | None]) -> float:
+    """A driver's median lap over a reference driver's on the same draws (`lap_time_median` both): inf when
+    half or more of the driver's laps failed."""
+    return lap_time_median(times) / lap_time_median(reference)
 
 
 class CarTrainer:
