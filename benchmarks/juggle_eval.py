@@ -4,7 +4,9 @@
 split = train ranges), each until the ball drops, the quadrotor crashes or 10 minutes of simulated
 time; then 10 trials with a 5 g ball (outside the training range; air drag matters for it); then
 10 trials on the held-out split (restitution, ball mass, thrust, motor lag, latency and sensor
-noise all beyond their training ranges).
+noise all beyond their training ranges); then 10 on the ``train_hard`` split (those parameters all
+at the hard end of their training ranges at once: inside what the policy trained on, and the
+nearest the training ranges come to the held-out plants).
 
 Counted as JuggleRL counts (`robot_rl/envs/juggle_task.py`): a true hit is a racket contact with
 the ball's centre inside the racket cylinder, a velocity jump, and at least 0.6 s after the last
@@ -51,13 +53,15 @@ def main() -> None:
     light = summarize(evaluate_policy(policy, args.trials, args.max_s, split="eval", seed=args.seed + 1,
                                       overrides={"ball_mass": 0.005}))
     heldout = summarize(evaluate_policy(policy, args.trials, args.max_s, split="heldout", seed=args.seed + 2))
-    for name, trials in (("training ranges", nominal), ("5 g ball", light), ("held-out plants", heldout)):
+    hard = summarize(evaluate_policy(policy, args.trials, args.max_s, split="train_hard", seed=args.seed + 3))
+    for name, trials in (("training ranges", nominal), ("5 g ball", light), ("held-out plants", heldout),
+                         ("hard end of the training ranges", hard)):
         print(f"{name}: true hits {trials['hits']} ({trials['hits_per_min']:.1f}/min, mean trial "
               f"{trials['mean_duration_s']:.0f} s, ended by {trials['ended_by']}), mean apex "
               f"{trials['mean_apex_above_contact_m']:.2f} m above the contact", flush=True)
     result = {"mean_hits": nominal["mean_hits"], "max_hits": nominal["max_hits"], "mean_hits_5g": light["mean_hits"],
               "max_hits_5g": light["max_hits"], "mean_hits_heldout": heldout["mean_hits"],
-              "max_hits_heldout": heldout["max_hits"],
+              "max_hits_heldout": heldout["max_hits"], "mean_hits_train_hard": hard["mean_hits"],
               "hits_per_min": round(nominal["hits_per_min"], 1), "hits_per_min_heldout": round(heldout["hits_per_min"], 1),
               "mean_trial_s": round(nominal["mean_duration_s"], 1),
               "mean_trial_s_heldout": round(heldout["mean_duration_s"], 1),
@@ -72,7 +76,8 @@ def main() -> None:
         card_path = Path(args.policy) / "card.json"
         card = json.loads(card_path.read_text())
         card["evaluation"] = {"benchmark": "benchmarks/juggle_eval.py", **result,
-                              "trials_training_ranges": nominal, "trials_5g_ball": light, "trials_heldout": heldout}
+                              "trials_training_ranges": nominal, "trials_5g_ball": light, "trials_heldout": heldout,
+                              "trials_train_hard": hard}
         card_path.write_text(json.dumps(card, indent=1))
     print(json.dumps(result))
 

@@ -13,7 +13,8 @@ import robot_rl.envs  # noqa: F401 - registers robot_rl/QuadJuggle-v0
 
 from robot_rl.envs.juggle_task import OBS_DIM, PRIVILEGED_DIM, JuggleConfig, JuggleRewardWeights, JuggleState, JuggleTask
 from robot_rl.envs.quad_juggle_physics import NOMINAL_PLANT, RolloutPhysics
-from robot_rl.envs.quad_juggle_vec import HOVER_ACTION, JuggleCore, QuadJuggleEnv, QuadJuggleGymVectorEnv, QuadJuggleVecEnv
+from robot_rl.envs.quad_juggle_vec import (DEFAULT_RANDOMIZATION, HOVER_ACTION, JuggleCore, QuadJuggleEnv,
+                                           QuadJuggleGymVectorEnv, QuadJuggleVecEnv)
 from robot_rl.envs.randomization import Randomization
 
 HOVER = np.array([HOVER_ACTION, 0.0, 0.0, 0.0])
@@ -203,6 +204,33 @@ def test_randomization_draws_the_yaml_ranges_per_pair():
     with pytest.raises(ValueError, match="unknown quadrotor randomization"):
         JuggleCore(RolloutPhysics(2, nthread=1), overrides={"ball_colour": 1.0})
     assert set(Randomization.load(core.randomization).parameters("eval")) <= set(NOMINAL_PLANT)
+
+
+def test_a_hard_fraction_draws_whole_plants_from_the_hard_end_of_the_training_ranges():
+    hard_split = Randomization.load(DEFAULT_RANDOMIZATION).distributions["train_hard"]
+    hard = JuggleCore(RolloutPhysics(64, nthread=1, model_variants=64), seed=1, hard_fraction=1.0)
+    hard.reset()
+    for name, dist in hard_split.items():
+        values = hard.latency if name == "action_latency_steps" else hard.plant[name]
+        if hasattr(dist, "low"):
+            assert dist.low <= values.min() and values.max() <= dist.high, name
+        else:
+            assert set(np.unique(values)) == {2}
+    # with 0.5 of the draws hard, every hard one is hard in all its per-pair parameters together
+    mixed = JuggleCore(RolloutPhysics(2000, nthread=1, model_variants=8), seed=2, hard_fraction=0.5)
+    mixed.reset()
+    slow = mixed.plant["motor_tau"] >= 0.03125
+    weak = mixed.plant["thrust_scale"] <= 0.95
+    lagged = mixed.latency == 2
+    assert 0.5 < slow.mean() < 0.7  # 0.5 hard + 0.5 x 0.25 of the uniform training draws
+    joint = (slow & weak & lagged).mean()
+    assert 0.45 < joint < 0.6  # 0.5 hard + 0.5 x (0.25 x 0.25 x 1/3) of the independent training draws
+    assert JuggleCore(RolloutPhysics(4, nthread=1), seed=2).hard_fraction == 0.0
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="hard_fraction must be in"):
+            JuggleCore(RolloutPhysics(2, nthread=1), hard_fraction=bad)
+    with pytest.raises(ValueError, match="train_hard"):
+        JuggleCore(RolloutPhysics(2, nthread=1), randomization={"train": {}, "eval": {}}, hard_fraction=0.5)
 
 
 def _physics(backend: str, n: int):

@@ -141,6 +141,33 @@ def test_the_quadrotor_heldout_split_lies_beyond_every_training_range_it_shifts(
     assert set(heldout) == set(train)
 
 
+def test_the_quadrotor_train_hard_split_is_the_hard_end_of_the_training_ranges_toward_heldout():
+    from robot_rl.resources import package_path
+
+    randomization = Randomization.load(package_path("sim/quad/randomization.yaml"))
+    rng = np.random.default_rng(0)
+    hard = randomization.sample_batch("train_hard", rng, 2_000)
+    heldout = randomization.sample_batch("heldout", rng, 2_000)
+    for name in hard:
+        dist = randomization.distributions["train"][name]
+        low, high = (dist.low, dist.high) if hasattr(dist, "low") else (min(dist.values), max(dist.values))
+        assert low <= hard[name].min() and hard[name].max() <= high, f"{name}: train_hard leaves the training range"
+        below = heldout[name].max() < low
+        edge = low if below else high
+        # the quarter of the training width nearest the held-out plants
+        assert np.all(np.abs(hard[name] - edge) <= 0.25 * (high - low) + 1e-9), name
+    unshifted = {"mass_scale", "inertia_scale", "quad_start_offset", "ball_start_offset"}
+    assert set(hard) == set(randomization.parameters("train")) - unshifted
+
+
+def test_train_hard_may_narrow_training_parameters_but_not_add_one():
+    spec = {"train": {"mass": {"uniform": [1.0, 2.0]}}, "eval": {},
+            "train_hard": {"mass": {"uniform": [1.75, 2.0]}}}
+    assert Randomization(spec).sample_batch("train_hard", np.random.default_rng(0), 4)["mass"].min() >= 1.75
+    with pytest.raises(ValueError, match="r.yaml: train_hard names colour, which train does not randomize"):
+        Randomization({**spec, "train_hard": {"colour": {"choice": [1, 2]}}}, source="r.yaml")
+
+
 def test_a_split_the_file_lacks_is_refused_except_pretrain(tmp_path):
     spec = {"train": {"mass": {"uniform": [1.0, 2.0]}}, "eval": {"mass": {"uniform": [1.0, 2.0]}}}
     randomization = Randomization(spec, source="r.yaml")

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from robot_rl.cli.args import at_least, overwrite_flag, parse_settings
+from robot_rl.cli.args import at_least, in_range, overwrite_flag, parse_settings
 from robot_rl.cli.gym import checked_fields
 from robot_rl.outputs import UserError, atomic_path, check_output
 
@@ -84,7 +84,8 @@ def cmd_juggle(args: argparse.Namespace) -> int:
     check_output(out, "policy directory", overwrite=args.overwrite)
     check_output(run_dir, "run directory", overwrite=args.overwrite)
     config = replace(JuggleTrainConfig(), num_envs=args.num_envs, iterations=args.iterations, seed=args.seed,
-                     device=args.device, physics=args.physics, time_budget_s=args.time_budget_min * 60.0)
+                     device=args.device, physics=args.physics, time_budget_s=args.time_budget_min * 60.0,
+                     hard_fraction=args.hard_fraction)
     card = train_juggling(config, out, run_dir)
     print(json.dumps(card.get("evaluation_during_training", {})))
     return 0
@@ -164,6 +165,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     jtrain.add_argument("--iterations", type=at_least(1), default=1500)
     jtrain.add_argument("--time-budget-min", type=at_least(0.0, float), default=0.0, help="stop after this many minutes (0: none)")
     jtrain.add_argument("--seed", type=at_least(0), default=0)
+    jtrain.add_argument("--hard-fraction", type=in_range(0.0, 1.0), default=0.0,
+                        help="share of training plants from the randomization's train_hard split (every parameter "
+                             "at the hard end of its training range at once)")
     overwrite_flag(jtrain, "the policy and run directories (retraining a shipped policy too)")
     jtrain.add_argument("--device", default="auto")
     jtrain.add_argument("--physics", default="auto", choices=["auto", "rollout", "warp"],
@@ -174,8 +178,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     jeval.add_argument("--max-s", type=at_least(0.02, float), default=600.0, help="simulated length limit of a trial [s]")
     jeval.add_argument("--ball-mass", type=at_least(1e-4, float), help="fix the ball mass [kg] (e.g. 0.005)")
     jeval.add_argument("--seed", type=at_least(0), default=1000)
-    jeval.add_argument("--split", default="eval", choices=["eval", "heldout"],
-                       help="plants from the training ranges (eval) or beyond them (heldout; sim/quad/randomization.yaml)")
+    jeval.add_argument("--split", default="eval", choices=["eval", "train_hard", "heldout"],
+                       help="plants from the training ranges (eval), their hard end (train_hard) or beyond them "
+                            "(heldout; sim/quad/randomization.yaml)")
     juggle.set_defaults(handler=cmd_juggle)
     car = sub.add_parser("car", help="race car (FastRLAP): IQL pretraining on prior driving, online RL, no ROS")
     car_sub = car.add_subparsers(dest="action", required=True)

@@ -79,6 +79,10 @@ class JuggleCore:
         overrides: parameters fixed for every draw (e.g. ``{"ball_mass": 0.005}``).
         seed: seed of the draws and the noise.
         auto_reset: reset finished pairs inside :meth:`step` (vector envs) or leave them to the caller.
+        hard_fraction: share of draws (each episode's, each shared model variant's) taken from the
+            ``train_hard`` split instead of ``split``, all its parameters together: independent
+            uniform draws rarely put every parameter near the hard end of its range at once, and a
+            policy trained so fails there (benchmarks/juggle_eval.py's ``mean_hits_train_hard``).
         variant_refresh_steps: with shared models (:class:`RolloutPhysics`), one variant is redrawn
             every this many steps (all of 64 about once per training episode; the pairs on it see
             the change mid-episode, like periodic re-randomization); 0: never.
@@ -87,7 +91,7 @@ class JuggleCore:
     def __init__(self, physics: RolloutPhysics | SimPhysics, config: JuggleConfig | None = None,
                  randomization: str | os.PathLike | Mapping | Randomization | None = DEFAULT_RANDOMIZATION,
                  split: str = "train", overrides: Mapping[str, Any] | None = None, seed: int = 0,
-                 auto_reset: bool = True, variant_refresh_steps: int = 10) -> None:
+                 auto_reset: bool = True, variant_refresh_steps: int = 10, hard_fraction: float = 0.0) -> None:
         self.physics = physics
         self.n = physics.n
         self.config = config if config is not None else JuggleConfig()
@@ -96,6 +100,13 @@ class JuggleCore:
         if self.randomization is not None:
             _check_plant_names(self.randomization.parameters(split))
         self.split = split
+        if not 0.0 <= hard_fraction <= 1.0:
+            raise ValueError(f"hard_fraction must be in [0, 1], got {hard_fraction}")
+        if hard_fraction > 0.0:
+            if self.randomization is None:
+                raise ValueError("hard_fraction needs a randomization with a train_hard split")
+            _check_plant_names(self.randomization.parameters("train_hard"))
+        self.hard_fraction = float(hard_fraction)
         self.overrides = dict(overrides or {})
         _check_plant_names(self.overrides)
         self.rng = np.random.default_rng(seed)
@@ -114,10 +125,15 @@ class JuggleCore:
                 self._redraw_variant(variant)
 
     def _draw(self, k: int) -> dict[str, np.ndarray]:
-        """``k`` draws of every plant parameter: nominal, then the split's, then the overrides."""
+        """``k`` draws of every plant parameter: nominal, then the split's (a ``hard_fraction`` of
+        them from ``train_hard``), then the overrides."""
         values = {name: np.array([np.asarray(v, dtype=np.float64)] * k) for name, v in NOMINAL_PLANT.items()}
         if self.randomization is not None:
             values.update(self.randomization.sample_batch(self.split, self.rng, k))
+            if self.hard_fraction > 0.0:
+                hard = self.rng.random(k) < self.hard_fraction
+                for name, v in self.randomization.sample_batch("train_hard", self.rng, int(hard.sum())).items():
+                    values[name][hard] = v
         for name, v in self.overrides.items():
             values[name] = np.array([np.asarray(v, dtype=np.float64)] * k)
         return values
@@ -253,7 +269,7 @@ device is a GPU and MuJoCo Warp is installed, else rollout."""
 
 def _make_core(num_envs: int, config: JuggleConfig | None, sim_config: QuadJuggleConfig | None,
                randomization, split: str, overrides, seed: int, nthread: int | None, auto_reset: bool,
-               physics: str = "rollout", device: str = "cpu") -> JuggleCore:
+               physics: str = "rollout", device: str = "cpu", hard_fraction: float = 0.0) -> JuggleCore:
     sim_config = sim_config if sim_config is not None else QuadJuggleConfig()
     if config is not None and abs(config.policy_hz - sim_config.policy_hz) > 1e-9:
         raise ValueError(f"task policy_hz {config.policy_hz} != simulator policy_hz {sim_config.policy_hz}")
@@ -269,7 +285,8 @@ def _make_core(num_envs: int, config: JuggleConfig | None, sim_config: QuadJuggl
         backend: BatchedPhysics = WarpPhysics(num_envs, sim_config, _warp_device(device))
     else:
         backend = RolloutPhysics(num_envs, sim_config, nthread)
-    return JuggleCore(backend, config, randomization, split, overrides, seed, auto_reset)
+    return JuggleCore(backend, config, randomization, split, overrides, seed, auto_reset,
+                      hard_fraction=hard_fraction)
 
 
 def _warp_device(device: str) -> str | None:
@@ -298,12 +315,12 @@ class QuadJuggleVecEnv:
                  sim_config: QuadJuggleConfig | None = None,
                  randomization: str | os.PathLike | Mapping | Randomization | None = DEFAULT_RANDOMIZATION,
                  split: str = "train", overrides: Mapping[str, Any] | None = None, seed: int = 0,
-                 nthread: int | None = None, physics: str = "auto") -> None:
+                 nthread: int | None = None, physics: str = "auto", hard_fraction: float = 0.0) -> None:
         import torch
 
         self._torch = torch
         self.core = _make_core(num_envs, config, sim_config, randomization, split, overrides, seed, nthread, True,
-                               physics, device)
+                               physics, device, hard_fraction)
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.max_episode_length = self.core.config.max_episode_steps

@@ -52,8 +52,10 @@ __all__ = [
 #: Required sections of a randomization file.
 SPLITS: tuple[str, ...] = ("train", "eval")
 #: Optional sections: ``pretrain`` falls back to ``train`` when a file lacks it; ``heldout``
-#: (plants beyond the training ranges, for transfer) must be written to be used.
-OPTIONAL_SPLITS: tuple[str, ...] = ("pretrain", "heldout")
+#: (plants beyond the training ranges, for transfer) and ``train_hard`` (the harder end of the
+#: training ranges, drawn jointly for a fraction of training episodes; it may only narrow
+#: parameters that ``train`` lists) must be written to be used.
+OPTIONAL_SPLITS: tuple[str, ...] = ("pretrain", "heldout", "train_hard")
 
 Value = float | str | np.ndarray
 
@@ -235,6 +237,10 @@ class Randomization:
             self.distributions[split] = {
                 str(name): parse_distribution(f"{source}: {split}.{name}", dist) for name, dist in params.items()
             }
+        foreign = sorted(set(self.distributions.get("train_hard", {})) - set(self.distributions["train"]))
+        if foreign:
+            raise ValueError(f"{source}: train_hard names {', '.join(foreign)}, which train does not randomize "
+                             "(train_hard narrows training ranges; it cannot add parameters)")
 
     @classmethod
     def load(cls, source: str | os.PathLike | Mapping[str, Any] | Randomization) -> Randomization:

@@ -194,8 +194,8 @@ def _evaluate_juggle(directory: Path, trials: int, seed: int, split: str, max_s:
     from robot_rl.training.juggle import evaluate_policy as juggling_trials
     from robot_rl.training.juggle import summarize
 
-    if split not in ("eval", "heldout"):
-        raise ValueError(f"juggling evaluates on the eval or heldout split, not {split!r}")
+    if split not in ("eval", "train_hard", "heldout"):
+        raise ValueError(f"juggling evaluates on the eval, train_hard or heldout split, not {split!r}")
     policy = DeployedPolicy.load(directory)
     summary = summarize(juggling_trials(policy, trials, max_s, split=split, seed=seed))
     return {"policy": str(directory), "kind": "juggle", "split": split, **summary,

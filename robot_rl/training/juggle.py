@@ -59,6 +59,9 @@ class JuggleTrainConfig:
     eval_max_s: float = 60.0
     """Simulated length limit of the evaluation trials during training [s] (the benchmark uses 600)."""
     randomization: str = str(DEFAULT_RANDOMIZATION)
+    hard_fraction: float = 0.0
+    """Share of training plants drawn from the randomization's ``train_hard`` split (every parameter
+    at the hard end of its training range at once) instead of ``train``; 0: ``train`` only."""
     task: JuggleConfig = field(default_factory=JuggleConfig)
     ppo: Any = field(default_factory=_juggle_ppo_defaults)
 
@@ -140,7 +143,7 @@ def train_juggling(cfg: JuggleTrainConfig, out_dir: str | Path, run_dir: str | P
     run_dir = Path(run_dir) if run_dir is not None else out_dir.parent / f"{out_dir.name}-run"
     run_dir.mkdir(parents=True, exist_ok=True)
     env = QuadJuggleVecEnv(cfg.num_envs, device=device, config=cfg.task, randomization=cfg.randomization,
-                           seed=cfg.seed, physics=cfg.physics)
+                           seed=cfg.seed, physics=cfg.physics, hard_fraction=cfg.hard_fraction)
     def progress(stats: dict[str, float]) -> None:
         if stats["iteration"] % 10 == 0:
             log(f"[juggle] iteration {stats['iteration']}  {json.dumps(_short(stats))}")
