@@ -111,6 +111,8 @@ BAD_INPUTS = [
     (["juggle", "eval", "--policy", "policy_nan", "--trials", "1"], "NaN"),
     (["juggle", "eval", "--policy", "policy_copy", "--trials", "0"], "--trials"),
     (["juggle", "eval", "--policy", "no_such_policy"], "no_such_policy"),
+    (["juggle", "train", "--out", "new_policy", "--hard-fraction", "1.5"], "--hard-fraction"),
+    (["juggle", "eval", "--policy", "policy_copy", "--split", "trian"], "--split"),
     (["car", "train", "--out", "existing_model"], "existing_model"),
     (["car", "train", "--out", "new_policy", "--policy", "no_such_policy"], "no_such_policy"),
     (["car", "train", "--out", "new_policy", "--set", "utd_rato=2"], "utd_rato"),
