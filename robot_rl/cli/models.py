@@ -178,6 +178,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     jeval.add_argument("--max-s", type=at_least(0.02, float), default=600.0, help="simulated length limit of a trial [s]")
     jeval.add_argument("--ball-mass", type=at_least(1e-4, float), help="fix the ball mass [kg] (e.g. 0.005)")
     jeval.add_argument("--seed", type=at_least(0), default=1000)
+    # the literal of training.juggle.EVAL_SPLITS: importing it here would load MuJoCo for every command
     jeval.add_argument("--split", default="eval", choices=["eval", "train_hard", "heldout"],
                        help="plants from the training ranges (eval), their hard end (train_hard) or beyond them "
                             "(heldout; sim/quad/randomization.yaml)")

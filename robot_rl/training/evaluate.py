@@ -191,11 +191,11 @@ def actor_view(obs, info: Mapping, task) -> Any:
 
 def _evaluate_juggle(directory: Path, trials: int, seed: int, split: str, max_s: float) -> dict[str, Any]:
     from robot_rl.agents.ppo import DeployedPolicy
+    from robot_rl.training.juggle import EVAL_SPLITS, summarize
     from robot_rl.training.juggle import evaluate_policy as juggling_trials
-    from robot_rl.training.juggle import summarize
 
-    if split not in ("eval", "train_hard", "heldout"):
-        raise ValueError(f"juggling evaluates on the eval, train_hard or heldout split, not {split!r}")
+    if split not in EVAL_SPLITS:
+        raise ValueError(f"juggling evaluates on the {', '.join(EVAL_SPLITS)} split, not {split!r}")
     policy = DeployedPolicy.load(directory)
     summary = summarize(juggling_trials(policy, trials, max_s, split=split, seed=seed))
     return {"policy": str(directory), "kind": "juggle", "split": split, **summary,

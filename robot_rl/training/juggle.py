@@ -24,7 +24,10 @@ from robot_rl.envs.juggle_task import JuggleConfig
 from robot_rl.envs.quad_juggle_physics import RolloutPhysics
 from robot_rl.envs.quad_juggle_vec import DEFAULT_RANDOMIZATION, JuggleCore
 
-__all__ = ["JuggleTrainConfig", "TrialResult", "evaluate_policy", "train_juggling"]
+__all__ = ["EVAL_SPLITS", "JuggleTrainConfig", "TrialResult", "evaluate_policy", "train_juggling"]
+
+EVAL_SPLITS = ("eval", "train_hard", "heldout")
+"""Randomization splits a juggling policy is evaluated on: the training ranges, their hard end, beyond them."""
 
 
 def _juggle_ppo_defaults():
