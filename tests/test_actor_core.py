@@ -124,6 +124,40 @@ def test_a_restart_resumes_with_as_many_steps_counted_as_transitions_sent(tmp_pa
     assert restarted.transitions_sent == 2 and restarted.train_steps == 2  # the third was never sent: redone
 
 
+def _spilling_core(tmp_path):
+    """An actor as the nodes build it: every batch on disk, progress beside it."""
+    return ActorCore(_task(horizon=100), ActorConfig(total_steps=0, batch_transitions=2),
+                     Outbox(tmp_path / "outbox", max_memory_bytes=0), progress_path=tmp_path / "progress.json")
+
+
+def test_a_kill_between_the_outbox_and_the_progress_file_neither_redoes_nor_loses_a_step(tmp_path, monkeypatch):
+    # The batch reached the outbox (a restart sends it) but its progress was never written: the
+    # restart must count those steps as done, or it takes them again (a car run: 509 stored for 500).
+    core = _spilling_core(tmp_path)
+    _run_episode(core, [0, 0, 0])  # the first batch of 2, progress written
+
+    def kill(_core):
+        raise RuntimeError("SIGKILL")
+    monkeypatch.setattr(ActorCore, "_save_progress", kill)
+    core.step({"x": 0})
+    with pytest.raises(RuntimeError, match="SIGKILL"):
+        core.step({"x": 0})  # the second batch of 2 goes into the outbox, then the kill
+    monkeypatch.undo()
+    restarted = _spilling_core(tmp_path)
+    assert (restarted.transitions_sent, restarted.train_steps, restarted.payloads_sent) == (4, 4, 2)
+    assert sum(len(codec.decode(d).arrays["reward"]) for _, d in restarted.outbox.due(now=0.0)) == 4
+    restarted.outbox.ack(1)  # the newest acknowledged, the progress file behind: the newer of the two wins
+    assert _spilling_core(tmp_path).transitions_sent == 2
+
+
+def test_a_corrupt_newest_outbox_payload_is_refused_naming_the_outbox(tmp_path):
+    _run_episode(_spilling_core(tmp_path), [0, 0, 0])
+    (path,) = (tmp_path / "outbox").glob("*.payload")
+    path.write_bytes(path.read_bytes()[:20])
+    with pytest.raises(ValueError, match="outbox.*newest payload is unreadable"):
+        _spilling_core(tmp_path)
+
+
 def test_policy_swap_versions_and_learner_sync(tmp_path):
     learner = LearnerCore(LearnerConfig(obs_dim=2, action_dim=1, warmup_transitions=1), tmp_path / "learner")
     config = ActorConfig(total_steps=0, sync_updates_per_step=1.0, sync_slack_steps=2)

@@ -145,7 +145,8 @@ class _Pending:
 
 class ActorCore:
     """`progress_path`: a JSON file of the PROGRESS_COUNTERS, rewritten atomically each time a batch
-    goes into the outbox and read back at start, so a restarted actor (crash, SIGKILL, `--resume`)
+    goes into the outbox (the batch carries the same counters; a restart takes the newer of the two)
+    and read back at start, so a restarted actor (crash, SIGKILL, `--resume`)
     continues its step and episode counters where its last batch left them: the steps of a batch
     not yet made are taken again, and no episode index is used twice. Evaluation, when the steps
     are done, starts again from its first episode."""
@@ -193,18 +194,35 @@ class ActorCore:
         self.learned_rewards_received = 0
         self.late_rewards_sent = 0
         self.progress_path = Path(progress_path) if progress_path is not None else None
-        if self.progress_path is not None and self.progress_path.exists():
+        if self.progress_path is not None:
             self._restore_progress()
 
     def _restore_progress(self) -> None:
-        saved = json.loads(self.progress_path.read_text())
+        saved = json.loads(self.progress_path.read_text()) if self.progress_path.exists() else None
+        # A payload is the commit point: it carries the counters after it, because a kill between
+        # putting it in the outbox and rewriting the progress file would otherwise leave a restart
+        # counting its steps again while the outbox still sends them (transitions stored twice).
+        newest = self.outbox.newest()
+        if newest is not None:
+            try:
+                committed = codec.decode(newest, expect_kind=TRANSITIONS, key=self.key).meta.get("progress")
+            except codec.PayloadError as exc:
+                raise ValueError(f"actor outbox {self.outbox.spill_dir}: its newest payload is unreadable "
+                                 f"({exc}); the actor cannot tell what it already sent") from exc
+            if committed is not None and (saved is None or committed["payloads_sent"] > saved["payloads_sent"]):
+                saved = committed
+        if saved is None:
+            return
         for name in PROGRESS_COUNTERS:
             setattr(self, name, int(saved[name]))
         self.evaluating = bool(self.config.total_steps) and self.train_steps >= self.config.total_steps
 
+    def _progress(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in PROGRESS_COUNTERS}
+
     def _save_progress(self) -> None:
         if self.progress_path is not None:
-            atomic_write_text(self.progress_path, json.dumps({name: getattr(self, name) for name in PROGRESS_COUNTERS}))
+            atomic_write_text(self.progress_path, json.dumps(self._progress()))
 
     # ---- policy -------------------------------------------------------------------------------
 
@@ -542,13 +560,15 @@ class ActorCore:
             self.late_rewards_sent += int(arrays["reward_late"].sum())
         self._stamp_rows, self._awaiting_reward, self._flush_due = {}, {}, False
         seq = self.outbox.allocate_seq()
+        progress = self._progress() | {"transitions_sent": self.transitions_sent + n,
+                                        "payloads_sent": self.payloads_sent + 1}
         payload = codec.encode(TRANSITIONS, arrays, {
             "actor_id": self.config.actor_id, "seq": seq, "task": self.task.name,
             "policy_version": self.policy_version, "episodes": self._pending.episodes, "sent_at": time.time(),
+            "progress": progress,
         }, key=self.key)
         self.outbox.put(seq, payload)
-        self.transitions_sent += n
-        self.payloads_sent += 1
+        self.transitions_sent, self.payloads_sent = progress["transitions_sent"], progress["payloads_sent"]
         self._pending = _Pending()
         self._save_progress()
 

@@ -60,6 +60,13 @@ class Outbox:
         self.memory_bytes += len(payload)
         self._spill_oldest()
 
+    def newest(self) -> bytes | None:
+        """The unacknowledged payload of the highest sequence number, or None when all are acknowledged."""
+        if not self._pending:
+            return None
+        entry = self._pending[max(self._pending)]
+        return entry.payload if entry.payload is not None else self._spill_path(entry.seq).read_bytes()
+
     def ack(self, seq: int) -> bool:
         entry = self._pending.pop(seq, None)
         if entry is None:
