@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import gymnasium as gym
 import numpy as np
@@ -16,6 +17,7 @@ from robot_rl.envs.quad_juggle_physics import NOMINAL_PLANT, RolloutPhysics
 from robot_rl.envs.quad_juggle_vec import (DEFAULT_RANDOMIZATION, HOVER_ACTION, JuggleCore, QuadJuggleEnv,
                                            QuadJuggleGymVectorEnv, QuadJuggleVecEnv)
 from robot_rl.envs.randomization import Randomization
+from robot_rl.resources import package_path
 
 HOVER = np.array([HOVER_ACTION, 0.0, 0.0, 0.0])
 
@@ -204,6 +206,20 @@ def test_randomization_draws_the_yaml_ranges_per_pair():
     with pytest.raises(ValueError, match="unknown quadrotor randomization"):
         JuggleCore(RolloutPhysics(2, nthread=1), overrides={"ball_colour": 1.0})
     assert set(Randomization.load(core.randomization).parameters("eval")) <= set(NOMINAL_PLANT)
+
+
+def test_juggle_eval_fixes_plant_parameters_from_the_command_line(capsys):
+    from robot_rl.cli import main
+
+    assert main(["juggle", "eval", "--policy", str(package_path("policies/quad_juggle")), "--trials", "1",
+                 "--max-s", "0.5", "--split", "train_hard", "--plant", "restitution=0.7",
+                 "--plant", "ball_start_offset=0,0,0.8", "--plant", "action_latency_steps=2"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["split"] == "train_hard" and printed["trials"] == 1
+    assert printed["fixed_plant"] == {"restitution": 0.7, "ball_start_offset": [0.0, 0.0, 0.8],
+                                      "action_latency_steps": 2.0}
+    with pytest.raises(ValueError, match="restitution must be in"):
+        JuggleCore(RolloutPhysics(2, nthread=1), overrides={"restitution": 1.4})
 
 
 def test_a_hard_fraction_draws_whole_plants_from_the_hard_end_of_the_training_ranges():

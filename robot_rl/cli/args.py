@@ -22,6 +22,19 @@ def parse_settings(items: list[str]) -> dict:
     return out
 
 
+def name_equals_numbers(text: str) -> tuple[str, float | list[float]]:
+    """An argparse type: NAME=VALUE with a number or comma-separated numbers (`restitution=0.7`,
+    `ball_start_offset=0,0,0.8`); the name is checked by whoever takes it."""
+    name, sep, value = text.partition("=")
+    try:
+        numbers = [float(v) for v in value.split(",")]
+    except ValueError:
+        numbers = []
+    if not (sep and name) or not numbers:
+        raise argparse.ArgumentTypeError(f"expected NAME=NUMBER or NAME=N1,N2,..., got {text!r}")
+    return name, numbers[0] if len(numbers) == 1 else numbers
+
+
 def at_least(minimum: int | float, kind: type = int):
     """An argparse type: a number of `kind` no smaller than `minimum` (a negative count, a zero
     trial length ... are refused at parse time with the flag named)."""

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from robot_rl.cli.args import at_least, in_range, overwrite_flag, parse_settings
+from robot_rl.cli.args import at_least, in_range, name_equals_numbers, overwrite_flag, parse_settings
 from robot_rl.cli.gym import checked_fields
 from robot_rl.outputs import UserError, atomic_path, check_output
 
@@ -74,10 +74,10 @@ def cmd_juggle(args: argparse.Namespace) -> int:
         from robot_rl.agents.ppo import DeployedPolicy
 
         policy = DeployedPolicy.load(args.policy)
-        overrides = {"ball_mass": args.ball_mass} if args.ball_mass else None
+        overrides = dict(args.plant) | ({"ball_mass": args.ball_mass} if args.ball_mass else {})
         summary = summarize(evaluate_policy(policy, args.trials, args.max_s, split=args.split, overrides=overrides,
                                             seed=args.seed))
-        print(json.dumps(summary))
+        print(json.dumps({"split": args.split, "fixed_plant": overrides, **summary}))
         return 0
     out = Path(args.out)
     run_dir = Path(args.run_dir) if args.run_dir else out.parent / f"{out.name}-run"
@@ -177,6 +177,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     jeval.add_argument("--trials", type=at_least(1), default=10)
     jeval.add_argument("--max-s", type=at_least(0.02, float), default=600.0, help="simulated length limit of a trial [s]")
     jeval.add_argument("--ball-mass", type=at_least(1e-4, float), help="fix the ball mass [kg] (e.g. 0.005)")
+    jeval.add_argument("--plant", type=name_equals_numbers, action="append", default=[], metavar="NAME=VALUE",
+                       help="fix a plant parameter in every trial (repeatable; names as in "
+                            "sim/quad/randomization.yaml, e.g. --plant restitution=0.7 --plant action_latency_steps=2)")
     jeval.add_argument("--seed", type=at_least(0), default=1000)
     # the literal of training.juggle.EVAL_SPLITS: importing it here would load MuJoCo for every command
     jeval.add_argument("--split", default="eval", choices=["eval", "train_hard", "heldout"],

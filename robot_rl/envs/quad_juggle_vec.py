@@ -63,6 +63,26 @@ def _check_plant_names(names) -> None:
         raise ValueError(f"unknown quadrotor randomization parameter(s) {unknown}; known: {sorted(NOMINAL_PLANT)}")
 
 
+_POSITIVE = ("ball_mass", "mass_scale", "inertia_scale", "thrust_scale", "motor_tau")
+_NON_NEGATIVE = ("position_noise", "velocity_noise", "rate_noise")
+
+
+def check_plant_overrides(overrides: Mapping[str, Any]) -> None:
+    """Refuses a fixed plant parameter no simulation can run (a typo, a non-physical value, a wrong
+    size) naming it; whole latency steps are checked where they are drawn (``JuggleCore.reset``)."""
+    _check_plant_names(overrides)
+    for name, value in overrides.items():
+        shape = np.shape(NOMINAL_PLANT[name])
+        v = np.asarray(value, dtype=np.float64)
+        if v.shape != shape or not np.all(np.isfinite(v)):
+            raise ValueError(f"plant parameter {name} takes {shape[0] if shape else 1} finite number(s), got {value!r}")
+        if (name in _POSITIVE and not np.all(v > 0)) or (name in _NON_NEGATIVE and not np.all(v >= 0)):
+            raise ValueError(f"plant parameter {name} must be {'positive' if name in _POSITIVE else '>= 0'}, "
+                             f"got {value!r}")
+        if name == "restitution" and not 0.0 <= float(v) <= 1.0:
+            raise ValueError(f"plant parameter restitution must be in [0, 1], got {value!r}")
+
+
 # --------------------------------------------------------------------------- the environment core
 
 
@@ -108,7 +128,7 @@ class JuggleCore:
             _check_plant_names(self.randomization.parameters("train_hard"))
         self.hard_fraction = float(hard_fraction)
         self.overrides = dict(overrides or {})
-        _check_plant_names(self.overrides)
+        check_plant_overrides(self.overrides)
         self.rng = np.random.default_rng(seed)
         self.auto_reset = auto_reset
         self.plant = {name: np.array([np.asarray(v, dtype=np.float64)] * self.n) for name, v in NOMINAL_PLANT.items()}
