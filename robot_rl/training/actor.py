@@ -12,7 +12,6 @@ ends), so a person can still throw it away with "rerecord" during the reset.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -25,8 +24,8 @@ import numpy as np
 from robot_rl.agents.policy import Policy, PolicySpec
 from robot_rl.config_fields import setting
 from robot_rl.data.episodes import EpisodeWriter
-from robot_rl.outputs import atomic_write_text
 from robot_rl.tasks import State, TaskSpec
+from robot_rl.training.actor_progress import PROGRESS_COUNTERS, committed_progress, save_progress
 from robot_rl.transport import codec
 from robot_rl.transport.kinds import ACK, POLICY, TRANSITIONS
 from robot_rl.transport.layout import TRANSITION_FIELDS, stack_transitions
@@ -34,10 +33,6 @@ from robot_rl.transport.outbox import Outbox
 
 LABELS = ("success", "failure", "reset", "rerecord")
 """Episode labels a person can give through teleop/event (see ActorCore.label)."""
-
-PROGRESS_COUNTERS = ("train_steps", "episode_index", "transitions_sent", "payloads_sent")
-"""What a restarted actor continues from (see ActorCore's `progress_path`)."""
-
 
 @dataclass
 class ActorConfig:
@@ -145,8 +140,8 @@ class _Pending:
 
 class ActorCore:
     """`progress_path`: a JSON file of the PROGRESS_COUNTERS, rewritten atomically each time a batch
-    goes into the outbox (the batch carries the same counters; a restart takes the newer of the two)
-    and read back at start, so a restarted actor (crash, SIGKILL, `--resume`)
+    goes into the outbox and read back at start (with the batch's own copy: actor_progress.py), so a
+    restarted actor (crash, SIGKILL, `--resume`)
     continues its step and episode counters where its last batch left them: the steps of a batch
     not yet made are taken again, and no episode index is used twice. Evaluation, when the steps
     are done, starts again from its first episode."""
@@ -198,31 +193,18 @@ class ActorCore:
             self._restore_progress()
 
     def _restore_progress(self) -> None:
-        saved = json.loads(self.progress_path.read_text()) if self.progress_path.exists() else None
-        # A payload is the commit point: it carries the counters after it, because a kill between
-        # putting it in the outbox and rewriting the progress file would otherwise leave a restart
-        # counting its steps again while the outbox still sends them (transitions stored twice).
-        newest = self.outbox.newest()
-        if newest is not None:
-            try:
-                committed = codec.decode(newest, expect_kind=TRANSITIONS, key=self.key).meta.get("progress")
-            except codec.PayloadError as exc:
-                raise ValueError(f"actor outbox {self.outbox.spill_dir}: its newest payload is unreadable "
-                                 f"({exc}); the actor cannot tell what it already sent") from exc
-            if committed is not None and (saved is None or committed["payloads_sent"] > saved["payloads_sent"]):
-                saved = committed
-        if saved is None:
-            return
-        for name in PROGRESS_COUNTERS:
-            setattr(self, name, int(saved[name]))
-        self.evaluating = bool(self.config.total_steps) and self.train_steps >= self.config.total_steps
+        saved = committed_progress(self.progress_path, self.outbox, self.key)
+        if saved is not None:
+            for name, value in saved.items():
+                setattr(self, name, value)
+            self.evaluating = bool(self.config.total_steps) and self.train_steps >= self.config.total_steps
 
     def _progress(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in PROGRESS_COUNTERS}
 
     def _save_progress(self) -> None:
         if self.progress_path is not None:
-            atomic_write_text(self.progress_path, json.dumps(self._progress()))
+            save_progress(self.progress_path, self._progress())
 
     # ---- policy -------------------------------------------------------------------------------
 
