@@ -15,7 +15,11 @@ the policy's own states (HG-DAgger). Each run stops at its first evaluation at >
 train in `--jobs` worker processes with one torch thread each.
 
     python benchmarks/hil_pick_cube.py [--seeds 0 1 2] [--steps 20000] [--demos 3] [--bc-weight 1]
-                                       [--jobs 2] [--quick]
+                                       [--jobs 2] [--quick] [--wide]
+
+`--wide` runs all three arms on the wide variant (config/arm_pick_cube_wide.yaml: the cube anywhere
+in 30 x 30 cm at any yaw, the encoder pretrained on that range), where the policy reaches states
+the expert's own episodes rarely visit, which is where corrections should matter.
 
 A third arm, `demos_matched`, is the fair control: no human, but as offline data the same number
 of expert transitions the human arm of the same seed had received when it first reached 90 % (all
@@ -82,12 +86,12 @@ def plot(curves: dict[str, dict[int, list[dict]]], path: Path) -> None:
 
 
 def train_arm(run: tuple[str, int, int], steps: int, eval_every: int, eval_episodes: int, demos: int,
-              bc_weight: float) -> list[dict]:
+              bc_weight: float, wide: bool) -> list[dict]:
     """One training run of one arm ("with" or "without" the scripted human, or "demos_matched" with
     that many expert transitions up front); its learning curve."""
     arm, seed, up_front = run
     torch.set_num_threads(1)
-    base = config_for(seed, steps, False, eval_every, eval_episodes)
+    base = config_for(seed, steps, False, eval_every, eval_episodes, wide)
     config = replace(base, interventions=arm == "with", stop_success_rate=TARGET, demo_episodes=demos,
                      correction_transitions=up_front, sac=replace(base.sac, bc_weight=bc_weight))
     trainer = Trainer(config, expert=expert_for_env(ENV_ID),
@@ -105,6 +109,8 @@ def main() -> None:
                         help="behaviour cloning of intervention rows (SACConfig.bc_weight)")
     parser.add_argument("--jobs", type=int, default=2, help="runs trained at once, one process and thread each")
     parser.add_argument("--quick", action="store_true", help="one seed, 2k steps, 10 evaluation episodes")
+    parser.add_argument("--wide", action="store_true",
+                        help="the arm_pick_cube_wide variant: the cube anywhere in 30 x 30 cm at any yaw")
     parser.add_argument("--out", default=".", help="directory for the PNG")
     args = parser.parse_args()
     seeds = args.seeds[:1] if args.quick else args.seeds
@@ -112,7 +118,7 @@ def main() -> None:
     eval_episodes = 10 if args.quick else 50
     start = time.perf_counter()
     settings = dict(steps=steps, eval_every=eval_every, eval_episodes=eval_episodes, demos=args.demos,
-                    bc_weight=args.bc_weight)
+                    bc_weight=args.bc_weight, wide=args.wide)
     curves: dict[str, dict[int, list[dict]]] = {"without": {}, "with": {}, "demos_matched": {}}
     # One run per worker process, one torch thread each: the runs are independent and a
     # single small-batch update does not keep two cores busy.
@@ -130,7 +136,7 @@ def main() -> None:
     reached = {arm: [steps_to_target(rows, cap) for rows in by_seed.values()] for arm, by_seed in curves.items()}
     finished = {arm: sum(s < cap for s in values) for arm, values in reached.items()}
     medians = {arm: statistics.median(values) for arm, values in reached.items()}
-    png = Path(args.out) / "hil_pick_cube.png"
+    png = Path(args.out) / f"hil_pick_cube{'_wide' if args.wide else ''}.png"
     plot(curves, png)
     print(json.dumps({"step_ratio": round(medians["with"] / medians["without"], 3),
                       "step_ratio_vs_demos_matched": round(medians["with"] / medians["demos_matched"], 3),
@@ -141,7 +147,7 @@ def main() -> None:
                       "median_with": medians["with"], "median_without": medians["without"],
                       "median_demos_matched": medians["demos_matched"],
                       "never_reached_counts_as": cap, "seeds": seeds, "wall_s": round(time.perf_counter() - start, 1),
-                      "demos": args.demos, "bc_weight": args.bc_weight, "png": str(png),
+                      "demos": args.demos, "bc_weight": args.bc_weight, "wide": args.wide, "png": str(png),
                       "meets_target": medians["with"] <= 0.6 * medians["without"],
                       "meets_target_vs_demos_matched": medians["with"] <= 0.6 * medians["demos_matched"]}))
 
