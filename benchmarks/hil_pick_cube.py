@@ -136,6 +136,7 @@ def main() -> None:
     reached = {arm: [steps_to_target(rows, cap) for rows in by_seed.values()] for arm, by_seed in curves.items()}
     finished = {arm: sum(s < cap for s in values) for arm, values in reached.items()}
     medians = {arm: statistics.median(values) for arm, values in reached.items()}
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     png = Path(args.out) / f"hil_pick_cube{'_wide' if args.wide else ''}.png"
     plot(curves, png)
     print(json.dumps({"step_ratio": round(medians["with"] / medians["without"], 3),
