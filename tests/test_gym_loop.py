@@ -128,6 +128,19 @@ def test_missing_expert_is_a_clear_error():
         Trainer(_config(), expert=None)
 
 
+def test_a_paced_loop_uses_one_torch_thread_unless_told(monkeypatch):
+    import torch
+
+    chosen = []
+    monkeypatch.setattr(torch, "set_num_threads", chosen.append)  # the test process keeps its own
+    Trainer(_config(control_hz=30.0), expert=dot_expert)
+    Trainer(_config(control_hz=30.0, torch_threads=2), expert=dot_expert)
+    Trainer(_config(), expert=dot_expert)  # unpaced: torch's default, untouched
+    assert chosen == [1, 2]
+    with pytest.raises(ValueError, match="torch_threads must be in"):
+        Trainer(_config(torch_threads=-1), expert=dot_expert)
+
+
 def test_config_interventions_and_early_stop():
     trainer = Trainer(_config(interventions=True, demo_episodes=0, total_steps=90, eval_every=30,
                               stop_success_rate=0.0), expert=dot_expert)

@@ -110,6 +110,11 @@ class GymTrainConfig:
     device: str = "auto"
     control_hz: float = 0.0
     """Steps per second on the wall clock (a person in the loop needs one); 0: as fast as the machine goes."""
+    torch_threads: int = 0
+    """CPU threads for torch (1-256); 0: one when `control_hz` paces the loop, else torch's default. A
+    paced loop shares the cores with a person's view and whatever else runs, and OpenMP teams that
+    compete for cores stall each other: with 2 threads a paced run on a loaded 2-core machine ran
+    ten times slower than with 1 (the actor nodes' `torch_threads` is 1 for the same reason)."""
     adapter: AdapterConfig = field(default_factory=AdapterConfig)
     """How the environment's observations, actions and success map to the agent's (robot_rl.envs.canonical)."""
 
@@ -133,6 +138,11 @@ class Trainer:
                  person=None):
         self.config = cfg = config
         self.device = torch.device(resolve_device(cfg.device))
+        if not 0 <= cfg.torch_threads <= 256:
+            raise ValueError(f"torch_threads must be in [0, 256], got {cfg.torch_threads}")
+        threads = cfg.torch_threads or (1 if cfg.control_hz else 0)
+        if threads:
+            torch.set_num_threads(threads)
         self.rng = np.random.default_rng(cfg.seed)
         torch.manual_seed(cfg.seed)
         self.env = make_env(cfg)
