@@ -65,7 +65,7 @@ def steps_to_target(rows: list[dict], cap: int) -> int:
     return next((r["steps"] for r in rows if r["success_rate"] >= TARGET), cap)
 
 
-def plot(curves: dict[str, dict[int, list[dict]]], path: Path) -> None:
+def plot(curves: dict[str, dict[int, list[dict]]], path: Path, wide: bool) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -73,12 +73,12 @@ def plot(curves: dict[str, dict[int, list[dict]]], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for arm, style in (("without", "--"), ("with", "-"), ("demos_matched", ":")):
-        for seed, rows in curves[arm].items():
+        for seed, rows in curves.get(arm, {}).items():
             ax.plot([r["steps"] for r in rows], [100 * r["success_rate"] for r in rows], style, marker="o",
                     label=f"{arm} interventions, seed {seed}")
     ax.axhline(100 * TARGET, color="grey", linestyle=":", linewidth=1)
     ax.set(xlabel="environment steps", ylabel="evaluation success (%)", ylim=(-2, 102),
-           title="pixel pick-cube: scripted human in the loop vs. none")
+           title=f"pixel pick-cube{' (wide)' if wide else ''}: scripted human in the loop vs. none")
     ax.legend(loc="lower right", fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -112,7 +112,17 @@ def main() -> None:
     parser.add_argument("--wide", action="store_true",
                         help="the arm_pick_cube_wide variant: the cube anywhere in 30 x 30 cm at any yaw")
     parser.add_argument("--out", default=".", help="directory for the PNG")
+    parser.add_argument("--replot", metavar="JSONL", help="only redraw the PNG beside recorded rows (the JSON lines "
+                        "this script printed; with --wide for a wide run)")
     args = parser.parse_args()
+    if args.replot:
+        curves: dict[str, dict[int, list[dict]]] = {}
+        for line in Path(args.replot).read_text().splitlines():
+            row = json.loads(line)
+            if "arm" in row:
+                curves.setdefault(row["arm"], {}).setdefault(row["seed"], []).append(row)
+        plot(curves, Path(args.replot).with_suffix(".png"), args.wide)
+        return
     seeds = args.seeds[:1] if args.quick else args.seeds
     steps, eval_every = (2_000, 1_000) if args.quick else (args.steps, args.eval_every)
     eval_episodes = 10 if args.quick else 50
@@ -138,7 +148,7 @@ def main() -> None:
     medians = {arm: statistics.median(values) for arm, values in reached.items()}
     Path(args.out).mkdir(parents=True, exist_ok=True)
     png = Path(args.out) / f"hil_pick_cube{'_wide' if args.wide else ''}.png"
-    plot(curves, png)
+    plot(curves, png, args.wide)
     print(json.dumps({"step_ratio": round(medians["with"] / medians["without"], 3),
                       "step_ratio_vs_demos_matched": round(medians["with"] / medians["demos_matched"], 3),
                       "steps_to_90_with": reached["with"], "steps_to_90_without": reached["without"],
