@@ -112,6 +112,8 @@ BAD_INPUTS = [
     (["juggle", "eval", "--policy", "policy_copy", "--trials", "0"], "--trials"),
     (["juggle", "eval", "--policy", "no_such_policy"], "no_such_policy"),
     (["juggle", "train", "--out", "new_policy", "--hard-fraction", "1.5"], "--hard-fraction"),
+    (["juggle", "train", "--out", "new_policy", "--split", "heldot"], "--split"),
+    (["juggle", "train", "--out", "new_policy", "--plant", "restiution=0.7"], "restiution"),
     (["juggle", "eval", "--policy", "policy_copy", "--split", "trian"], "--split"),
     (["juggle", "eval", "--policy", "policy_copy", "--plant", "restitution"], "--plant"),
     (["juggle", "eval", "--policy", "policy_copy", "--trials", "1", "--plant", "restiution=0.7"], "restiution"),

@@ -222,6 +222,32 @@ def test_juggle_eval_fixes_plant_parameters_from_the_command_line(capsys):
         JuggleCore(RolloutPhysics(2, nthread=1), overrides={"restitution": 1.4})
 
 
+def test_juggle_training_draws_from_the_split_and_fixed_plant_it_is_given(tmp_path, monkeypatch):
+    # An oracle for held-out plants: trained and evaluated on that split (BENCHMARKS.md's ceiling row).
+    import robot_rl.training.juggle as juggle
+
+    built, evaluated = [], []
+    real_env, real_evaluate = QuadJuggleVecEnv.__init__, juggle.evaluate_policy
+
+    def env_init(self, *args, **kwargs):
+        built.append(kwargs)
+        real_env(self, *args, **kwargs)
+
+    def evaluate(*args, **kwargs):
+        evaluated.append(kwargs)
+        return real_evaluate(*args, **kwargs)
+    monkeypatch.setattr(QuadJuggleVecEnv, "__init__", env_init)
+    monkeypatch.setattr(juggle, "evaluate_policy", evaluate)
+    base = juggle.JuggleTrainConfig()
+    cfg = dataclasses.replace(base, num_envs=8, iterations=1, eval_every=1, eval_trials=1, eval_max_s=0.2,
+                              device="cpu", physics="rollout", split="heldout", overrides={"ball_mass": 0.05},
+                              ppo=dataclasses.replace(base.ppo, compile=False, num_steps_per_env=4))
+    card = juggle.train_juggling(cfg, tmp_path / "policy", log=lambda line: None)
+    assert (built[0]["split"], built[0]["overrides"]) == ("heldout", {"ball_mass": 0.05})
+    assert (evaluated[0]["split"], evaluated[0]["overrides"]) == ("heldout", {"ball_mass": 0.05})
+    assert card["train_config"]["split"] == "heldout" and (tmp_path / "policy" / "policy.safetensors").exists()
+
+
 def test_a_hard_fraction_draws_whole_plants_from_the_hard_end_of_the_training_ranges():
     hard_split = Randomization.load(DEFAULT_RANDOMIZATION).distributions["train_hard"]
     hard = JuggleCore(RolloutPhysics(64, nthread=1, model_variants=64), seed=1, hard_fraction=1.0)

@@ -79,13 +79,16 @@ def cmd_juggle(args: argparse.Namespace) -> int:
                                             seed=args.seed))
         print(json.dumps({"split": args.split, "fixed_plant": overrides, **summary}))
         return 0
+    from robot_rl.envs.quad_juggle_vec import check_plant_overrides
+
+    check_plant_overrides(dict(args.plant))  # before anything is written
     out = Path(args.out)
     run_dir = Path(args.run_dir) if args.run_dir else out.parent / f"{out.name}-run"
     check_output(out, "policy directory", overwrite=args.overwrite)
     check_output(run_dir, "run directory", overwrite=args.overwrite)
     config = replace(JuggleTrainConfig(), num_envs=args.num_envs, iterations=args.iterations, seed=args.seed,
                      device=args.device, physics=args.physics, time_budget_s=args.time_budget_min * 60.0,
-                     hard_fraction=args.hard_fraction)
+                     hard_fraction=args.hard_fraction, split=args.split, overrides=dict(args.plant))
     card = train_juggling(config, out, run_dir)
     print(json.dumps(card.get("evaluation_during_training", {})))
     return 0
@@ -168,6 +171,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     jtrain.add_argument("--hard-fraction", type=in_range(0.0, 1.0), default=0.0,
                         help="share of training plants from the randomization's train_hard split (every parameter "
                              "at the hard end of its training range at once)")
+    jtrain.add_argument("--split", default="train", choices=["train", "train_hard", "heldout"],
+                        help="randomization split to train (and evaluate while training) on; heldout trains an "
+                             "oracle for it, the ceiling of a policy trained on train")
+    jtrain.add_argument("--plant", type=name_equals_numbers, action="append", default=[], metavar="NAME=VALUE",
+                        help="fix a plant parameter in every training draw (repeatable; as juggle eval --plant)")
     overwrite_flag(jtrain, "the policy and run directories (retraining a shipped policy too)")
     jtrain.add_argument("--device", default="auto")
     jtrain.add_argument("--physics", default="auto", choices=["auto", "rollout", "warp"],

@@ -65,6 +65,11 @@ class JuggleTrainConfig:
     hard_fraction: float = 0.0
     """Share of training plants drawn from the randomization's ``train_hard`` split (every parameter
     at the hard end of its training range at once) instead of ``train``; 0: ``train`` only."""
+    split: str = "train"
+    """Randomization split training draws its plants from, and evaluates on while training. Another
+    one (``heldout``) trains an oracle for it: the most a policy trained on ``train`` could reach there."""
+    overrides: dict = field(default_factory=dict)
+    """Plant parameters fixed in every training and evaluation draw (names as in the randomization)."""
     task: JuggleConfig = field(default_factory=JuggleConfig)
     ppo: Any = field(default_factory=_juggle_ppo_defaults)
 
@@ -146,7 +151,8 @@ def train_juggling(cfg: JuggleTrainConfig, out_dir: str | Path, run_dir: str | P
     run_dir = Path(run_dir) if run_dir is not None else out_dir.parent / f"{out_dir.name}-run"
     run_dir.mkdir(parents=True, exist_ok=True)
     env = QuadJuggleVecEnv(cfg.num_envs, device=device, config=cfg.task, randomization=cfg.randomization,
-                           seed=cfg.seed, physics=cfg.physics, hard_fraction=cfg.hard_fraction)
+                           seed=cfg.seed, physics=cfg.physics, hard_fraction=cfg.hard_fraction, split=cfg.split,
+                           overrides=cfg.overrides)
     def progress(stats: dict[str, float]) -> None:
         if stats["iteration"] % 10 == 0:
             log(f"[juggle] iteration {stats['iteration']}  {json.dumps(_short(stats))}")
@@ -163,8 +169,8 @@ def train_juggling(cfg: JuggleTrainConfig, out_dir: str | Path, run_dir: str | P
             last = stats[-1]
             actor_critic = runner.alg.actor_critic
             policy = _inference_fn(actor_critic, device)
-            results = evaluate_policy(policy, cfg.eval_trials, cfg.eval_max_s, split="train", seed=cfg.seed + 1,
-                                      randomization=cfg.randomization, config=cfg.task)
+            results = evaluate_policy(policy, cfg.eval_trials, cfg.eval_max_s, split=cfg.split, seed=cfg.seed + 1,
+                                      randomization=cfg.randomization, config=cfg.task, overrides=cfg.overrides)
             summary = summarize(results)
             elapsed = time.monotonic() - started
             log(f"[juggle] iteration {start + len(stats)}  env steps {runner.total_env_steps}  "
