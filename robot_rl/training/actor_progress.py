@@ -30,11 +30,13 @@ def committed_progress(progress_path: Path, outbox: Outbox, key: bytes | None) -
     saved = json.loads(progress_path.read_text()) if progress_path.exists() else None
     newest = outbox.newest()
     if newest is not None:
+        seq, payload = newest
         try:
-            committed = codec.decode(newest, expect_kind=TRANSITIONS, key=key).meta.get("progress")
+            committed = codec.decode(payload, expect_kind=TRANSITIONS, key=key).meta.get("progress")
         except codec.PayloadError as exc:
-            raise ValueError(f"actor outbox {outbox.spill_dir}: its newest payload is unreadable ({exc}); "
-                             "the actor cannot tell what it already sent") from exc
+            raise ValueError(f"actor outbox {outbox.spill_dir}: its newest payload {outbox.spill_path(seq)} is "
+                             f"unreadable ({exc}), so the actor cannot tell what it already sent; move that file "
+                             "aside to continue without its transitions") from exc
         if committed is not None and (saved is None or committed["payloads_sent"] > saved["payloads_sent"]):
             saved = committed
     return None if saved is None else {name: int(saved[name]) for name in PROGRESS_COUNTERS}

@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from robot_rl.outputs import atomic_write_bytes, atomic_write_text
+
 
 @dataclass
 class _Pending:
@@ -50,9 +52,7 @@ class Outbox:
         """The next sequence number, persisted so a restarted actor never reuses one."""
         seq = self._next_seq
         self._next_seq += 1
-        tmp = self.spill_dir / "next_seq.tmp"
-        tmp.write_text(str(self._next_seq))
-        os.replace(tmp, self.spill_dir / "next_seq")
+        atomic_write_text(self.spill_dir / "next_seq", str(self._next_seq))
         return seq
 
     def put(self, seq: int, payload: bytes) -> None:
@@ -60,19 +60,20 @@ class Outbox:
         self.memory_bytes += len(payload)
         self._spill_oldest()
 
-    def newest(self) -> bytes | None:
-        """The unacknowledged payload of the highest sequence number, or None when all are acknowledged."""
+    def newest(self) -> tuple[int, bytes] | None:
+        """(sequence number, payload) of the unacknowledged payload with the highest sequence number,
+        or None when all are acknowledged."""
         if not self._pending:
             return None
         entry = self._pending[max(self._pending)]
-        return entry.payload if entry.payload is not None else self._spill_path(entry.seq).read_bytes()
+        return entry.seq, entry.payload if entry.payload is not None else self.spill_path(entry.seq).read_bytes()
 
     def ack(self, seq: int) -> bool:
         entry = self._pending.pop(seq, None)
         if entry is None:
             return False
         if entry.payload is None:
-            self._spill_path(seq).unlink(missing_ok=True)
+            self.spill_path(seq).unlink(missing_ok=True)
         else:
             self.memory_bytes -= entry.size
         return True
@@ -88,13 +89,13 @@ class Outbox:
             if entry.last_sent != float("-inf"):
                 self.resends += 1
             entry.last_sent = now
-            payload = entry.payload if entry.payload is not None else self._spill_path(seq).read_bytes()
+            payload = entry.payload if entry.payload is not None else self.spill_path(seq).read_bytes()
             out.append((seq, payload))
             if len(out) >= limit:
                 break
         return out
 
-    def _spill_path(self, seq: int) -> Path:
+    def spill_path(self, seq: int) -> Path:
         return self.spill_dir / f"{seq:012d}.payload"
 
     def _spill_oldest(self) -> None:
@@ -104,9 +105,8 @@ class Outbox:
             entry = self._pending[seq]
             if entry.payload is None:
                 continue
-            tmp = self._spill_path(seq).with_suffix(".tmp")
-            tmp.write_bytes(entry.payload)
-            os.replace(tmp, self._spill_path(seq))
+            # Synced before the rename: a power cut must not leave a truncated payload under its name.
+            atomic_write_bytes(self.spill_path(seq), entry.payload)
             entry.payload = None
             self.memory_bytes -= entry.size
 
