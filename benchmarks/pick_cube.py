@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 
 import robot_rl.envs  # noqa: F401 - registers the environments
 from robot_rl.agents.encoders import pretrained_config
@@ -36,22 +37,25 @@ from robot_rl.training.interventions import ScriptedIntervener
 
 ROOT = Path(__file__).resolve().parents[1]
 ENCODER = ROOT / "policies" / "encoders" / "arm_pick_cube_64"
-WIDE_ENCODER = ROOT / "policies" / "encoders" / "arm_pick_cube_wide_64"
-WIDE_CUBE_XY_RANGE = 0.15
-"""config/arm_pick_cube_wide.yaml's cube range (30 x 30 cm, any yaw) and the encoder pretrained on it."""
+WIDE_CONFIG = ROOT / "config" / "arm_pick_cube_wide.yaml"
+"""The wide variant's task config: its cube range (30 x 30 cm, any yaw) and the encoder pretrained on it."""
 ENV_ID = "robot_rl/ArmPickCube-v0"
 
 
 def config_for(seed: int, steps: int, state: bool, eval_every: int, eval_episodes: int,
                wide: bool = False) -> GymTrainConfig:
     """`wide`: the arm_pick_cube_wide variant (the cube anywhere in 30 x 30 cm, its own encoder)."""
-    scene = {"cube_xy_range": WIDE_CUBE_XY_RANGE} if wide else {}
+    encoder_dir, scene = ENCODER, {}
+    if wide:
+        wide_config = yaml.safe_load(WIDE_CONFIG.read_text())
+        scene = {"cube_xy_range": wide_config["arm_sim"]["ros__parameters"]["cube_xy_range"]}
+        encoder_dir = ROOT / wide_config["learner"]["ros__parameters"]["encoder"]
     env_kwargs = {"image_size": 64, "randomization_split": "train", **scene}
     if state:
         env_kwargs["observation"] = "state"
     sac = SACConfig(num_critics=2, utd_ratio=2, batch_size=256, discount=0.97, grasp_critic=True,
                     precision="auto", compile=False)
-    encoder = None if state else pretrained_config(WIDE_ENCODER if wide else ENCODER, state_dim=_state_dim(env_kwargs))
+    encoder = None if state else pretrained_config(encoder_dir, state_dim=_state_dim(env_kwargs))
     return GymTrainConfig(ENV_ID, env_kwargs=env_kwargs, eval_env_kwargs={"randomization_split": "eval", **scene},
                           total_steps=steps, seed=seed, sac=sac, encoder=encoder, demo_episodes=20,
                           demo_noise=0.1, warmup_steps=500, updates_per_step=1.0, eval_every=eval_every,
