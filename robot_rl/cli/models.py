@@ -131,6 +131,13 @@ def cmd_car(args: argparse.Namespace) -> int:
     return 0
 
 
+def plant_flag(parser: argparse.ArgumentParser, where: str) -> None:
+    """`--plant NAME=VALUE` (repeatable): a quadrotor plant parameter fixed in every `where`."""
+    parser.add_argument("--plant", type=name_equals_numbers, action="append", default=[], metavar="NAME=VALUE",
+                        help=f"fix a plant parameter in every {where} (repeatable; names as in "
+                             "sim/quad/randomization.yaml, e.g. --plant restitution=0.7 --plant action_latency_steps=2)")
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     pre = sub.add_parser("pretrain-encoder", help="pretrain the arm vision encoder on randomized sim images")
     pre.add_argument("--out", required=True, help="output directory (weights + card.json)")
@@ -174,8 +181,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     jtrain.add_argument("--split", default="train", choices=["train", "train_hard", "heldout"],
                         help="randomization split to train (and evaluate while training) on; heldout trains an "
                              "oracle for it, the ceiling of a policy trained on train")
-    jtrain.add_argument("--plant", type=name_equals_numbers, action="append", default=[], metavar="NAME=VALUE",
-                        help="fix a plant parameter in every training draw (repeatable; as juggle eval --plant)")
+    plant_flag(jtrain, "training draw")
     overwrite_flag(jtrain, "the policy and run directories (retraining a shipped policy too)")
     jtrain.add_argument("--device", default="auto")
     jtrain.add_argument("--physics", default="auto", choices=["auto", "rollout", "warp"],
@@ -185,9 +191,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     jeval.add_argument("--trials", type=at_least(1), default=10)
     jeval.add_argument("--max-s", type=at_least(0.02, float), default=600.0, help="simulated length limit of a trial [s]")
     jeval.add_argument("--ball-mass", type=at_least(1e-4, float), help="fix the ball mass [kg] (e.g. 0.005)")
-    jeval.add_argument("--plant", type=name_equals_numbers, action="append", default=[], metavar="NAME=VALUE",
-                       help="fix a plant parameter in every trial (repeatable; names as in "
-                            "sim/quad/randomization.yaml, e.g. --plant restitution=0.7 --plant action_latency_steps=2)")
+    plant_flag(jeval, "trial")
     jeval.add_argument("--seed", type=at_least(0), default=1000)
     # the literal of training.juggle.EVAL_SPLITS: importing it here would load MuJoCo for every command
     jeval.add_argument("--split", default="eval", choices=["eval", "train_hard", "heldout"],
