@@ -22,9 +22,12 @@ measured on CPU runs only, in this process, taking turns like the others): each 
 samples 256 from the contender's own replay memory, then one critic, actor and temperature step
 and the target update (`peers_<n>` in the JSON: each one's updates/s, version and what its update
 includes; `ratio_vs_best_peer_<n>`). PPO: one update round of our juggling PPO against rsl-rl-lib's
-PPO on the same rollout and network sizes (`ppo_peers.py`; `ppo_ratio_vs_rsl_rl`). `roofline_fraction_<n>`: our update's FLOPs (FlopCounterMode,
-eager, same math) times our updates/s over the throughput of its dominant matmul shape measured in
-the same run, dtype and thread count. CPUs differ (bf16 or not): ratios compare within one run.
+PPO on the same rollout and network sizes (`ppo_peers.py`; `ppo_ratio_vs_rsl_rl`).
+`roofline_fraction_<n>`: the time our update's matmuls need on their own (every op FlopCounterMode counts in one eager update, same math, each distinct shape,
+layout and dtype timed alone in the same run and thread count; `matmul_ms_per_update_<n>`) times our
+updates/s: the share of the update's time the machine's matmul speed for those shapes accounts for.
+`roofline_fraction_dominant_shape_<n>` keeps the first rule: FLOPs over the throughput of the largest
+shape alone. CPUs differ (bf16 or not): ratios compare within one run.
 
     python benchmarks/learner_throughput.py [--quick] [--device cuda]
 
@@ -240,8 +243,9 @@ def peer_figures(device: torch.device, precision: str, seconds: float) -> dict:
         measured = self_sampling_rates(contenders, seconds, device)
         eager, _ = sac_peers.ours(OBS_DIM, ACTION_DIM, critics, subsample, device, precision, False)
         flops = sac_peers.update_flops(eager)
+        matmul_s = sac_peers.matmul_seconds(eager, device)
         dtype = torch.bfloat16 if agent.precision == "bfloat16" else torch.float32
-        peak = sac_peers.matmul_flops_per_s(dtype, device, critics)
+        dominant = sac_peers.matmul_flops_per_s(dtype, device, critics)
         peers = {name: rate for name, rate in measured.items() if name != "ours"}
         result.update({
             f"peers_{critics}": {name: {"updates_per_s": round(measured[name], 2) if name in measured else None,
@@ -250,11 +254,17 @@ def peer_figures(device: torch.device, precision: str, seconds: float) -> dict:
             f"ratio_vs_best_peer_{critics}": round(measured["ours"] / max(peers.values()), 3) if peers else None,
             f"compiled_{critics}": agent.compiled,
             f"update_gflop_{critics}": round(flops / 1e9, 4),
-            f"matmul_gflop_per_s_{critics}": round(peak / 1e9, 1),
-            f"roofline_fraction_{critics}": round(flops * measured["ours"] / peak, 3)})
+            f"matmul_ms_per_update_{critics}": round(matmul_s * 1e3, 3),
+            f"matmul_gflop_per_s_{critics}": round(flops / matmul_s / 1e9, 1),
+            f"roofline_fraction_{critics}": round(matmul_s * measured["ours"], 3),
+            # The first rule (2026-11-25): every FLOP at the throughput of the largest shape alone.
+            f"matmul_gflop_per_s_dominant_shape_{critics}": round(dominant / 1e9, 1),
+            f"roofline_fraction_dominant_shape_{critics}": round(flops * measured["ours"] / dominant, 3)})
         print(f"{critics} critics: " + ", ".join(f"{name} {rate:.1f}/s" for name, rate in measured.items())
-              + f"; ours {flops / 1e9:.3f} GFLOP/update, matmul {peak / 1e9:.0f} GFLOP/s -> roofline "
-              f"{result[f'roofline_fraction_{critics}']:.2f}", flush=True)
+              + f"; ours {flops / 1e9:.3f} GFLOP/update, its matmuls alone {matmul_s * 1e3:.2f} ms "
+              f"({flops / matmul_s / 1e9:.0f} GFLOP/s) -> roofline {result[f'roofline_fraction_{critics}']:.2f} "
+              f"(dominant shape {dominant / 1e9:.0f} GFLOP/s: "
+              f"{result[f'roofline_fraction_dominant_shape_{critics}']:.2f})", flush=True)
     return result
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import time
+from collections import Counter
 from typing import Callable
 
 import numpy as np
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.data.replay import ReplayBuffer
@@ -156,8 +158,69 @@ def update_flops(update: Callable[[], object]) -> int:
     return int(counter.get_total_flops())
 
 
+class _CountedOps(TorchDispatchMode):
+    """Records every call of an op FlopCounterMode counts (matmuls, convolutions), with its arguments."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.overloadpacket in flop_registry:
+            self.calls.append((func, *_signature(args, kwargs)))
+        return func(*args, **kwargs)
+
+
+def _signature(args, kwargs) -> tuple:
+    """Tensors -> (size, stride, dtype, device) so a call can be replayed on fresh tensors of the same layout."""
+    def spec(value):
+        if isinstance(value, torch.Tensor):
+            return ("tensor", tuple(value.shape), tuple(value.stride()), value.dtype, value.device)
+        if isinstance(value, (list, tuple)):
+            return type(value)(spec(v) for v in value)
+        return value
+    return spec(tuple(args)), tuple(sorted((k, spec(v)) for k, v in kwargs.items()))
+
+
+def _materialize(value):
+    if isinstance(value, tuple) and value[:1] == ("tensor",):
+        _, size, stride, dtype, device = value
+        tensor = torch.empty_strided(size, stride, dtype=dtype, device=device)
+        return tensor.normal_() if dtype.is_floating_point else tensor.zero_()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_materialize(v) for v in value)
+    return value
+
+
+def matmul_seconds(update: Callable[[], object], device: torch.device, seconds_per_shape: float = 0.05) -> float:
+    """Seconds the matmuls (and convolutions) of one call of `update` need on their own: every op
+    FlopCounterMode counts is recorded (eager code; the backward's transposed operands included) and
+    each distinct call (op, shapes, strides, dtype) is timed alone on fresh tensors of that layout, with
+    this process's thread count. FLOPs of the update / this = the throughput the machine reaches for
+    those shapes, the update's roofline."""
+    with _CountedOps() as recorder:
+        update()
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    total = 0.0
+    for call, count in Counter(recorder.calls).items():
+        func, args, kwargs = call
+        args, kwargs = _materialize(args), dict(_materialize(kwargs))
+        for _ in range(3):
+            func(*args, **kwargs)
+        sync()
+        calls, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds_per_shape:
+            func(*args, **kwargs)
+            calls += 1
+        sync()
+        total += count * (time.perf_counter() - started) / calls
+    return total
+
+
 def matmul_flops_per_s(dtype: torch.dtype, device: torch.device, members: int, seconds: float = 1.0) -> float:
-    """Measured throughput of the update's dominant matmul shape: `members` stacked 256x256 layers on
+    """Measured throughput of the update's dominant matmul shape (the first roofline rule, kept beside
+    `matmul_seconds`'s): `members` stacked 256x256 layers on
     a batch of 256 (the ensemble's hidden layer), in `dtype`, with this process's thread count."""
     a = torch.randn(members, 256, 256, device=device, dtype=dtype)
     b = torch.randn(members, 256, 256, device=device, dtype=dtype)

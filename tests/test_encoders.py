@@ -143,24 +143,50 @@ def test_pixel_sac_with_grasp_critic_trains_encoder_and_exports_a_policy():
         policy.act({"state": obs["state"]})
 
 
-def test_compile_flag_matches_eager_math():
-    torch.manual_seed(0)
-    eager = SAC(3, 2, SACConfig(batch_size=8, hidden_dims=(8,), num_critics=3, critic_subsample=2))
-    compiled = SAC(3, 2, SACConfig(batch_size=8, hidden_dims=(8,), num_critics=3, critic_subsample=2, compile=True))
-    compiled.load_state_dict(eager.state_dict())
+def _flat_case():
     g = torch.Generator().manual_seed(1)
     batch = {"obs": torch.randn(8, 3, generator=g), "next_obs": torch.randn(8, 3, generator=g),
-             "action": torch.rand(8, 2, generator=g), "reward": torch.randn(8, generator=g), "terminated": torch.zeros(8)}
+             "action": torch.rand(8, 2, generator=g), "reward": torch.randn(8, generator=g),
+             "terminated": torch.zeros(8)}
+    return dict(obs_dim=3, action_dim=2, num_critics=3, critic_subsample=2, batch_size=8), {}, batch, 1
+
+
+def _pixel_grasp_case():
+    # Trainable encoder, grasp critic, two critic steps per actor step, imitation and gradient clipping.
+    enc = EncoderConfig(cameras=("front", "wrist"), image_size=16, num_layers=2, latent_dim=5, state_dim=2)
+    batch = {**_pixel_batch(8, seed=3), "intervention": torch.tensor([1, 0, 0, 1, 0, 0, 0, 1], dtype=torch.bool)}
+    config = dict(obs_dim=0, action_dim=3, grasp_critic=True, grasp_hidden_dims=(8,), batch_size=4, utd_ratio=2,
+                  bc_weight=1.0, max_grad_norm=0.5)
+    return config, {"encoder": enc}, batch, 2
+
+
+@pytest.mark.parametrize("case", [_flat_case, _pixel_grasp_case], ids=["flat", "pixels_grasp_utd2"])
+def test_the_compiled_training_step_is_one_graph_with_the_eager_math(case):
+    config, extra, batch, graphs = case()
+    obs_dim, action_dim = config.pop("obs_dim"), config.pop("action_dim")
+    torch.manual_seed(0)
+    eager = SAC(obs_dim, action_dim, SACConfig(hidden_dims=(8,), **config), **extra)
+    compiled = SAC(obs_dim, action_dim, SACConfig(hidden_dims=(8,), compile=True, **config), **extra)
+    compiled.load_state_dict(eager.state_dict())
     rng = torch.get_rng_state()
     eager.update(batch)
     torch.set_rng_state(rng)
     torch._dynamo.utils.counters.clear()
     compiled.update(batch)
-    for a, b in zip(eager.critic.parameters(), compiled.critic.parameters()):
+    named = lambda agent: [*agent.critic.parameters(), *agent.policy.network.parameters(), agent.log_alpha]  # noqa: E731
+    for a, b in zip(named(eager), named(compiled)):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
-    # The compiled path ran compiled: dynamo captured graphs and nothing fell back to eager.
+    # Both ran the optimizers' Adam: same moments, one step each (two critic steps with utd 2).
+    for opt_a, opt_b in ((eager.critic_optimizer, compiled.critic_optimizer),
+                         (eager.actor_optimizer, compiled.actor_optimizer)):
+        for state_a, state_b in zip(opt_a.state.values(), opt_b.state.values()):
+            assert float(state_a["step"]) == float(state_b["step"]) >= 1.0
+            torch.testing.assert_close(state_a["exp_avg"], state_b["exp_avg"], atol=1e-6, rtol=1e-4)
+    # The compiled path ran compiled: one graph per kind of step (critics only; critics then actor), each
+    # holding the losses, both backward passes, the optimizers and the target update; no graph break.
     assert compiled.compiled and not eager.compiled
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 3  # next actions, critic loss, actor loss
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+    assert not torch._dynamo.utils.counters["graph_break"]
 
 
 def test_pixel_grasp_checkpoint_resume_reproduces_the_next_update_exactly(tmp_path):

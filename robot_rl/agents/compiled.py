@@ -19,9 +19,12 @@ log = logging.getLogger(__name__)
 class CompiledMethods:
     """Calls `owner.<name>(*args)` through `torch.compile` while `active`; eager otherwise."""
 
-    def __init__(self, owner: Any, names: Sequence[str], device: torch.device, enabled: bool) -> None:
+    def __init__(self, owner: Any, names: Sequence[str], device: torch.device, enabled: bool,
+                 differentiates: bool = False) -> None:
         self.owner = owner
         self._compiled: dict[str, Any] = {}
+        # Methods that call torch.autograd.grad trace it into their graph instead of breaking there.
+        self._config = dict(trace_autograd_ops=True) if differentiates else {}
         if enabled:
             device_utils.remove_broken_compiled_kernels()
             mode = "reduce-overhead" if device.type == "cuda" else None  # CUDA graphs on GPU
@@ -38,7 +41,8 @@ class CompiledMethods:
         compiled = self._compiled.get(name)
         if compiled is not None:
             try:
-                return compiled(*args)
+                with torch._dynamo.config.patch(**self._config):
+                    return compiled(*args)
             except Exception as exc:  # noqa: BLE001 - any backend failure -> eager, same math
                 cause = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
                 log.warning("torch.compile of %s failed (%s: %s); running eagerly (same math, slower). If every run "
