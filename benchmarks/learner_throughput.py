@@ -204,7 +204,7 @@ def ours(pixels: bool, device: torch.device, precision: str, compile: bool) -> S
 
 PEER_INCLUDES = {
     "ours": "OffPolicyCore.update: sample 256 from ReplayBuffer, to tensors, SAC.update (critic, actor, temperature, "
-            "target); precision auto, torch.compile",
+            "target, their Adam steps); precision auto, torch.compile (one graph per training step)",
     "stable_baselines3": "SAC.train(gradient_steps=1): ReplayBuffer.sample(256), critic, actor, entropy coefficient, "
                          "polyak target; min over all critics",
     "torchrl": "TensorDictReplayBuffer.sample(256), SACLoss (REDQLoss 2 of 10), one backward, three Adam steps, "
