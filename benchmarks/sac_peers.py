@@ -60,12 +60,12 @@ def stable_baselines3(obs_dim: int, action_dim: int, critics: int, device: torch
                       batch: int = 256) -> Callable[[], object]:
     """stable-baselines3 SAC: `model.train(gradient_steps=1)` on its own ReplayBuffer (min over all critics)."""
     from stable_baselines3 import SAC as SB3SAC
-    from stable_baselines3.common.logger import configure
+    from stable_baselines3.common.logger import Logger
 
     model = SB3SAC("MlpPolicy", _box_env(obs_dim, action_dim), policy_kwargs={"net_arch": [256, 256],
                                                                               "n_critics": critics},
                    batch_size=batch, buffer_size=CAPACITY, learning_starts=0, device=device, seed=0)
-    model.set_logger(configure(None, []))
+    model.set_logger(Logger(None, []))  # no output (configure() would make a /tmp/SB3-<date> folder per model)
     _fill_sb3_buffer(model.replay_buffer, random_transitions(obs_dim, action_dim))
     return lambda: model.train(gradient_steps=1, batch_size=batch)
 
@@ -94,12 +94,12 @@ def sbx(obs_dim: int, action_dim: int, critics: int, batch: int = 256) -> Callab
     """sbx-rl's SAC (JAX; stable-baselines3's API): `model.train(gradient_steps=1)` on its own ReplayBuffer,
     min over all critics, on JAX's default device (the CPU here)."""
     from sbx import SAC as SbxSAC
-    from stable_baselines3.common.logger import configure
+    from stable_baselines3.common.logger import Logger
 
     model = SbxSAC("MlpPolicy", _box_env(obs_dim, action_dim), policy_kwargs={"net_arch": [256, 256],
                                                                               "n_critics": critics},
                    batch_size=batch, buffer_size=CAPACITY, learning_starts=0, seed=0)
-    model.set_logger(configure(None, []))
+    model.set_logger(Logger(None, []))  # no output (configure() would make a /tmp/SB3-<date> folder per model)
     _fill_sb3_buffer(model.replay_buffer, random_transitions(obs_dim, action_dim))
     return lambda: model.train(gradient_steps=1, batch_size=batch)
 

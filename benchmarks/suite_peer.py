@@ -91,6 +91,7 @@ def run_peer(seed: int, steps: int, eval_every: int, episodes: int) -> list[dict
     import gymnasium_robotics  # noqa: F401 - registers the suite's environments
     from stable_baselines3 import SAC
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.logger import Logger
 
     from robot_rl.envs.canonical import EnvAdapter
     from robot_rl.training.evaluate import evaluate_policy
@@ -126,6 +127,7 @@ def run_peer(seed: int, steps: int, eval_every: int, episodes: int) -> list[dict
 
     env = gym.make(env_id, **ENV_KWARGS)
     model = SAC("MultiInputPolicy", env, policy_kwargs={"net_arch": [256, 256]}, seed=seed, device="cpu")
+    model.set_logger(Logger(None, []))  # its default logger would leave a /tmp/SB3-<date> folder per run
     model.learn(total_timesteps=steps, callback=Checkpoints())
     evaluate(model)
     env.close()
