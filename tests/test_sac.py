@@ -143,6 +143,32 @@ def test_checkpoint_resume_reproduces_next_update_exactly(tmp_path):
     assert b.num_updates == 4
 
 
+def test_an_agent_loaded_from_a_live_agent_does_not_share_its_optimizer_moments():
+    config = SACConfig(batch_size=8, hidden_dims=(8,))
+    a = SAC(3, 2, config)
+    a.update(_batch(8))
+    b = SAC(3, 2, config)
+    b.load_state_dict(a.state_dict())  # in memory: no file in between
+    moments = [state["exp_avg"].clone() for state in a.critic_optimizer.state.values()]
+    b.update(_batch(8, seed=1))
+    b.update(_batch(8, seed=2))
+    assert [float(state["step"]) for state in a.critic_optimizer.state.values()] == [1.0] * len(moments)
+    assert [float(state["step"]) for state in b.critic_optimizer.state.values()] == [3.0] * len(moments)
+    for before, state in zip(moments, a.critic_optimizer.state.values()):
+        torch.testing.assert_close(state["exp_avg"], before, rtol=0, atol=0)
+
+
+def test_a_checkpoint_saved_before_the_first_update_resumes():
+    config = SACConfig(batch_size=8, hidden_dims=(8,))
+    fresh = SAC(3, 2, config).state_dict()
+    for name in ("actor_optimizer", "critic_optimizer", "temperature_optimizer"):
+        fresh[name]["state"] = {}  # what torch's Adam saves before its first step (checkpoints of older versions)
+    agent = SAC(3, 2, config)
+    agent.load_state_dict(fresh)
+    assert math.isfinite(agent.update(_batch(8))["critic_loss"])
+    assert all(float(state["step"]) == 1.0 for state in agent.critic_optimizer.state.values())
+
+
 def test_sac_solves_one_step_bandit():
     """Learning, not just running: reward -(a - 0.5)^2, one-step episodes."""
     torch.manual_seed(0)

@@ -126,10 +126,16 @@ def native_bf16(device: torch.device) -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def _adam(params, lr: float) -> torch.optim.Adam:
+def _fused_adam(device: torch.device) -> bool:
+    """Whether torch has a fused Adam kernel for `device` (CPU and CUDA)."""
+    return device.type in ("cpu", "cuda")
+
+
+def _adam(params, lr: float, device: torch.device) -> torch.optim.Adam:
     """An Adam optimizer with its moments allocated, in the layout `SAC._adam_step` updates."""
-    # fused: its checkpoints keep the step count beside the parameters, where `_adam_step` needs it.
-    optimizer = torch.optim.Adam(params, lr=lr, fused=True)
+    # fused (or capturable): checkpoints keep the step count beside the parameters, where `_adam_step` needs it.
+    kind = dict(fused=True) if _fused_adam(device) else dict(foreach=True, capturable=True)
+    optimizer = torch.optim.Adam(params, lr=lr, **kind)
     _allocate_moments(optimizer)
     return optimizer
 
@@ -206,9 +212,9 @@ class SAC:
         self.target_entropy = cfg.target_entropy if cfg.target_entropy is not None else -self.continuous_dim / 2.0
         # The optimizers hold the hyperparameters and moments (and checkpoint them); `_adam_step` applies
         # their update inside the training step, so the moments exist from the start.
-        self.actor_optimizer = _adam(self.actor.parameters(), cfg.actor_lr)
-        self.critic_optimizer = _adam(self._critic_parameters(), cfg.critic_lr)
-        self.temperature_optimizer = _adam([self.log_alpha], cfg.temperature_lr)
+        self.actor_optimizer = _adam(self.actor.parameters(), cfg.actor_lr, self.device)
+        self.critic_optimizer = _adam(self._critic_parameters(), cfg.critic_lr, self.device)
+        self.temperature_optimizer = _adam([self.log_alpha], cfg.temperature_lr, self.device)
         self.num_updates = 0
         self.precision = cfg.precision
         if self.precision == "auto":
@@ -426,16 +432,17 @@ class SAC:
     @torch.no_grad()
     def _adam_step(self, optimizer: torch.optim.Adam, params: list[torch.nn.Parameter], grads) -> None:
         """Clips `grads` (max_grad_norm, over this network) and applies `optimizer`'s Adam step with its
-        hyperparameters and state: torch's fused kernel in eager code, its foreach form (no host sync) under
-        torch.compile, which traces that into the training step's graph."""
+        hyperparameters and state: torch's fused kernel in eager code on CPU and CUDA, its foreach form
+        elsewhere and under torch.compile (capturable: no host sync), which traces it into the step's graph."""
         grads = list(grads)
         if self.config.max_grad_norm is not None:
             total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
             torch._foreach_mul_(grads, (self.config.max_grad_norm / (total + 1e-6)).clamp(max=1.0))
         group, states = optimizer.param_groups[0], [optimizer.state[p] for p in params]
         compiling = torch.compiler.is_compiling()
+        fused = not compiling and _fused_adam(self.device)
         adam(params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
-             [s["step"] for s in states], foreach=compiling, fused=not compiling, capturable=compiling,
+             [s["step"] for s in states], foreach=not fused, fused=fused, capturable=compiling,
              lr=group["lr"], beta1=group["betas"][0], beta2=group["betas"][1], weight_decay=group["weight_decay"],
              eps=group["eps"], amsgrad=False, maximize=False)
 
