@@ -21,7 +21,9 @@ and at 10 (ours and TorchRL's REDQLoss 2 of 10, stable-baselines3 and sbx-rl min
 measured on CPU runs only, in this process, taking turns like the others): each update
 samples 256 from the contender's own replay memory, then one critic, actor and temperature step
 and the target update (`peers_<n>` in the JSON: each one's updates/s, version and what its update
-includes; `ratio_vs_best_peer_<n>`). PPO: one update round of our juggling PPO against rsl-rl-lib's
+includes; `ratio_vs_best_peer_<n>`). Among the peers, `redq_reference` is SAC written as REDQ's and
+CleanRL's files write it, without the common reference's handicaps (only the subsampled target
+critics evaluated, critics frozen for the actor step). PPO: one update round of our juggling PPO against rsl-rl-lib's
 PPO on the same rollout and network sizes (`ppo_peers.py`; `ppo_ratio_vs_rsl_rl`).
 `roofline_fraction_<n>`: the time our update's matmuls need on their own (every op FlopCounterMode counts in one eager update, same math, each distinct shape,
 layout and dtype timed alone in the same run and thread count; `matmul_ms_per_update_<n>`) times our
@@ -211,6 +213,9 @@ PEER_INCLUDES = {
                "SoftUpdate",
     "sbx": "SAC.train(gradient_steps=1) (JAX, jit): ReplayBuffer.sample(256), critic, actor, entropy coefficient, "
            "polyak target; min over all critics",
+    "redq_reference": "sac_peers.redq_reference, written as REDQ/CleanRL do: numpy replay sample(256), Python loop "
+                      "over ReLU critics, only the subsampled target critics evaluated, critics frozen for the actor "
+                      "step, temperature step, polyak target; float32, eager",
 }
 
 
@@ -233,7 +238,9 @@ def peer_figures(device: torch.device, precision: str, seconds: float) -> dict:
         update, agent = sac_peers.ours(OBS_DIM, ACTION_DIM, critics, subsample, device, precision, True)
         contenders = {"ours": update}
         versions = {"ours": "this tree", "stable_baselines3": sac_peers.version("stable-baselines3"),
-                    "torchrl": sac_peers.version("torchrl"), "sbx": sac_peers.version("sbx-rl")}
+                    "torchrl": sac_peers.version("torchrl"), "sbx": sac_peers.version("sbx-rl"),
+                    "redq_reference": f"torch {torch.__version__}"}
+        contenders["redq_reference"] = sac_peers.redq_reference(OBS_DIM, ACTION_DIM, critics, subsample, device)
         if versions["stable_baselines3"]:
             contenders["stable_baselines3"] = sac_peers.stable_baselines3(OBS_DIM, ACTION_DIM, critics, device)
         if versions["torchrl"]:

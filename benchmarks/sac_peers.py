@@ -151,6 +151,77 @@ def torchrl(obs_dim: int, action_dim: int, critics: int, subsample: int | None, 
     return update
 
 
+def redq_reference(obs_dim: int, action_dim: int, critics: int, subsample: int | None, device: torch.device,
+                   batch: int = 256) -> Callable[[], object]:
+    """SAC written the way REDQ's and CleanRL's single files do it, without the handicaps of
+    learner_throughput's common reference: a numpy replay buffer (REDQ's), a Python loop over 256x256 ReLU
+    critics (their default), only the `subsample` target critics evaluated (all of them when None), the
+    critics frozen (`requires_grad_(False)`) for the actor step, float32, eager, torch's default Adam."""
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    def mlp(i: int, o: int) -> nn.Sequential:
+        return nn.Sequential(nn.Linear(i, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, o)).to(device)
+
+    qs = [mlp(obs_dim + action_dim, 1) for _ in range(critics)]
+    target_qs = [mlp(obs_dim + action_dim, 1) for _ in range(critics)]
+    for q, target_q in zip(qs, target_qs):
+        target_q.load_state_dict(q.state_dict())
+        target_q.requires_grad_(False)
+    actor = mlp(obs_dim, 2 * action_dim)
+    log_alpha = torch.zeros((), device=device, requires_grad=True)
+    q_params = [p for q in qs for p in q.parameters()]
+    q_opt, a_opt = torch.optim.Adam(q_params, 3e-4), torch.optim.Adam(actor.parameters(), 3e-4)
+    t_opt = torch.optim.Adam([log_alpha], 3e-4)
+    memory = random_transitions(obs_dim, action_dim)
+    rng = np.random.default_rng(0)
+
+    def pi(obs):
+        mean, log_std = actor(obs).chunk(2, -1)
+        log_std = -5.0 + 3.5 * (torch.tanh(log_std) + 1)  # CleanRL's bounded log-std
+        u = mean + log_std.exp() * torch.randn_like(mean)
+        a = torch.tanh(u)
+        log_prob = (-0.5 * ((u - mean) / log_std.exp()).pow(2) - log_std - 0.5 * np.log(2 * np.pi)
+                    - torch.log(1 - a.pow(2) + 1e-6)).sum(-1)
+        return a, log_prob
+
+    def update():
+        rows = rng.integers(0, CAPACITY, batch)
+        b = {k: torch.as_tensor(memory[k][rows], device=device) for k in ("obs", "action", "reward", "next_obs")}
+        terminated = torch.as_tensor(memory["terminated"][rows], dtype=torch.float32, device=device)
+        with torch.no_grad():
+            next_a, next_log_prob = pi(b["next_obs"])
+            members = rng.choice(critics, subsample, replace=False) if subsample else range(critics)
+            x = torch.cat([b["next_obs"], next_a], -1)
+            next_q = torch.stack([target_qs[i](x).squeeze(-1) for i in members]).min(0).values
+            target = b["reward"] + 0.99 * (1 - terminated) * (next_q - log_alpha.exp() * next_log_prob)
+        x = torch.cat([b["obs"], b["action"]], -1)
+        q_loss = sum(((q(x).squeeze(-1) - target) ** 2).mean() for q in qs)
+        q_opt.zero_grad()
+        q_loss.backward()
+        q_opt.step()
+        for q in qs:
+            q.requires_grad_(False)
+        a, log_prob = pi(b["obs"])
+        x = torch.cat([b["obs"], a], -1)
+        q_pi = torch.stack([q(x).squeeze(-1) for q in qs]).mean(0)
+        a_loss = (log_alpha.exp().detach() * log_prob - q_pi).mean()
+        a_opt.zero_grad()
+        a_loss.backward()
+        a_opt.step()
+        for q in qs:
+            q.requires_grad_(True)
+        t_loss = -(log_alpha.exp() * (log_prob.detach() - action_dim)).mean()
+        t_opt.zero_grad()
+        t_loss.backward()
+        t_opt.step()
+        with torch.no_grad():
+            for q, target_q in zip(qs, target_qs):
+                torch._foreach_lerp_(list(target_q.parameters()), list(q.parameters()), 0.005)
+    return update
+
+
 def update_flops(update: Callable[[], object]) -> int:
     """Floating-point operations of one call of `update` (torch's FlopCounterMode, eager code)."""
     with FlopCounterMode(display=False) as counter:
