@@ -6,6 +6,7 @@ cause and the cache to delete, visible in `active`) is the same everywhere.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, Sequence
 
@@ -24,7 +25,8 @@ class CompiledMethods:
         self.owner = owner
         self._compiled: dict[str, Any] = {}
         # Methods that call torch.autograd.grad trace it into their graph instead of breaking there.
-        self._config = dict(trace_autograd_ops=True) if differentiates else {}
+        self._config = (torch._dynamo.config.patch(trace_autograd_ops=True) if differentiates
+                        else contextlib.nullcontext())
         if enabled:
             device_utils.remove_broken_compiled_kernels()
             mode = "reduce-overhead" if device.type == "cuda" else None  # CUDA graphs on GPU
@@ -41,7 +43,7 @@ class CompiledMethods:
         compiled = self._compiled.get(name)
         if compiled is not None:
             try:
-                with torch._dynamo.config.patch(**self._config):
+                with self._config:
                     return compiled(*args)
             except Exception as exc:  # noqa: BLE001 - any backend failure -> eager, same math
                 cause = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)

@@ -140,10 +140,15 @@ def _adam(params, lr: float, device: torch.device) -> torch.optim.Adam:
     return optimizer
 
 
+def _parameters(optimizer: torch.optim.Optimizer) -> list[torch.nn.Parameter]:
+    """The parameters `optimizer` steps, in its order (its single group's)."""
+    return optimizer.param_groups[0]["params"]
+
+
 def _allocate_moments(optimizer: torch.optim.Adam) -> None:
     """Zero moments at step 0 for every parameter without any (a fresh optimizer, or a checkpoint saved
     before its first step)."""
-    for p in optimizer.param_groups[0]["params"]:
+    for p in _parameters(optimizer):
         if not optimizer.state.get(p):
             optimizer.state[p] = {"step": torch.zeros((), dtype=torch.float32, device=p.device),
                                   "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
@@ -390,8 +395,7 @@ class SAC:
         Returns the metrics stacked (critic loss, grasp loss, mean Q[, actor loss, temperature, entropy]).
         """
         loss, features, critic_loss, grasp_loss, q_mean = self._critic_losses(minibatch, self.target_members())
-        critic_parameters = self._critic_parameters()
-        self._adam_step(self.critic_optimizer, critic_parameters, torch.autograd.grad(loss, critic_parameters))
+        self._adam_step(self.critic_optimizer, torch.autograd.grad(loss, _parameters(self.critic_optimizer)))
         self.soft_update_targets()
         if not train_actor:
             return torch.stack([critic_loss, grasp_loss, q_mean])
@@ -399,11 +403,11 @@ class SAC:
         if self.config.bc_weight > 0 and "intervention" in minibatch:
             imitation = (minibatch["action"][:, :self.continuous_dim], minibatch["intervention"])
         actor_loss, log_prob = self.actor_loss(features, *imitation)
-        actor_parameters = list(self.actor.parameters())
         # One backward for both: the actor loss holds alpha constant, the temperature loss log pi.
-        grads = torch.autograd.grad(actor_loss + self.temperature_loss(log_prob), [*actor_parameters, self.log_alpha])
-        self._adam_step(self.actor_optimizer, actor_parameters, grads[:-1])
-        self._adam_step(self.temperature_optimizer, [self.log_alpha], grads[-1:])
+        grads = torch.autograd.grad(actor_loss + self.temperature_loss(log_prob),
+                                    [*_parameters(self.actor_optimizer), self.log_alpha])
+        self._adam_step(self.actor_optimizer, grads[:-1])
+        self._adam_step(self.temperature_optimizer, grads[-1:])
         return torch.stack([critic_loss, grasp_loss, q_mean, actor_loss.detach(), self.alpha.detach(),
                             -log_prob.mean()])
 
@@ -430,15 +434,17 @@ class SAC:
         return values
 
     @torch.no_grad()
-    def _adam_step(self, optimizer: torch.optim.Adam, params: list[torch.nn.Parameter], grads) -> None:
-        """Clips `grads` (max_grad_norm, over this network) and applies `optimizer`'s Adam step with its
-        hyperparameters and state: torch's fused kernel in eager code on CPU and CUDA, its foreach form
-        elsewhere and under torch.compile (capturable: no host sync), which traces it into the step's graph."""
+    def _adam_step(self, optimizer: torch.optim.Adam, grads) -> None:
+        """Clips `grads` (of `optimizer`'s parameters, in its order; max_grad_norm over this network, as
+        clip_grad_norm_ does) and applies `optimizer`'s Adam step with its hyperparameters and state: torch's
+        fused kernel in eager code on CPU and CUDA, its foreach form elsewhere and under torch.compile
+        (capturable: no host sync), which traces it into the step's graph."""
         grads = list(grads)
         if self.config.max_grad_norm is not None:
-            total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+            total = torch.nn.utils.get_total_norm(grads)
             torch._foreach_mul_(grads, (self.config.max_grad_norm / (total + 1e-6)).clamp(max=1.0))
-        group, states = optimizer.param_groups[0], [optimizer.state[p] for p in params]
+        group, params = optimizer.param_groups[0], _parameters(optimizer)
+        states = [optimizer.state[p] for p in params]
         compiling = torch.compiler.is_compiling()
         fused = not compiling and _fused_adam(self.device)
         adam(params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
