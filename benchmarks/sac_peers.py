@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.metadata
 import time
 from collections import Counter
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -243,11 +243,18 @@ class _CountedOps(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+class _TensorSpec(NamedTuple):
+    size: tuple
+    stride: tuple
+    dtype: torch.dtype
+    device: torch.device
+
+
 def _signature(args, kwargs) -> tuple:
-    """Tensors -> (size, stride, dtype, device) so a call can be replayed on fresh tensors of the same layout."""
+    """Tensors -> their _TensorSpec, so a call can be replayed on fresh tensors of the same layout."""
     def spec(value):
         if isinstance(value, torch.Tensor):
-            return ("tensor", tuple(value.shape), tuple(value.stride()), value.dtype, value.device)
+            return _TensorSpec(tuple(value.shape), tuple(value.stride()), value.dtype, value.device)
         if isinstance(value, (list, tuple)):
             return type(value)(spec(v) for v in value)
         return value
@@ -255,10 +262,9 @@ def _signature(args, kwargs) -> tuple:
 
 
 def _materialize(value):
-    if isinstance(value, tuple) and value[:1] == ("tensor",):
-        _, size, stride, dtype, device = value
-        tensor = torch.empty_strided(size, stride, dtype=dtype, device=device)
-        return tensor.normal_() if dtype.is_floating_point else tensor.zero_()
+    if isinstance(value, _TensorSpec):
+        tensor = torch.empty_strided(value.size, value.stride, dtype=value.dtype, device=value.device)
+        return tensor.normal_() if value.dtype.is_floating_point else tensor.zero_()
     if isinstance(value, (list, tuple)):
         return type(value)(_materialize(v) for v in value)
     return value
@@ -272,21 +278,25 @@ def matmul_seconds(update: Callable[[], object], device: torch.device, seconds_p
     those shapes, the update's roofline."""
     with _CountedOps() as recorder:
         update()
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     total = 0.0
-    for call, count in Counter(recorder.calls).items():
-        func, args, kwargs = call
+    for (func, args, kwargs), count in Counter(recorder.calls).items():
         args, kwargs = _materialize(args), dict(_materialize(kwargs))
-        for _ in range(3):
-            func(*args, **kwargs)
-        sync()
-        calls, started = 0, time.perf_counter()
-        while time.perf_counter() - started < seconds_per_shape:
-            func(*args, **kwargs)
-            calls += 1
-        sync()
-        total += count * (time.perf_counter() - started) / calls
+        total += count * _seconds_per_call(lambda: func(*args, **kwargs), device, seconds_per_shape)
     return total
+
+
+def _seconds_per_call(call: Callable[[], object], device: torch.device, seconds: float) -> float:
+    """Mean time of `call` run back to back for `seconds` after a few warm-up calls (CUDA synchronized)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(3):
+        call()
+    sync()
+    calls, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        call()
+        calls += 1
+    sync()
+    return (time.perf_counter() - started) / calls
 
 
 def matmul_flops_per_s(dtype: torch.dtype, device: torch.device, members: int, seconds: float = 1.0) -> float:
@@ -295,13 +305,4 @@ def matmul_flops_per_s(dtype: torch.dtype, device: torch.device, members: int, s
     a batch of 256 (the ensemble's hidden layer), in `dtype`, with this process's thread count."""
     a = torch.randn(members, 256, 256, device=device, dtype=dtype)
     b = torch.randn(members, 256, 256, device=device, dtype=dtype)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for _ in range(5):
-        torch.bmm(a, b)
-    sync()
-    calls, started = 0, time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        torch.bmm(a, b)
-        calls += 1
-    sync()
-    return 2 * members * 256 ** 3 * calls / (time.perf_counter() - started)
+    return 2 * members * 256 ** 3 / _seconds_per_call(lambda: torch.bmm(a, b), device, seconds)
