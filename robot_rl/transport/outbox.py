@@ -66,7 +66,7 @@ class Outbox:
         if not self._pending:
             return None
         entry = self._pending[max(self._pending)]
-        return entry.seq, entry.payload if entry.payload is not None else self.spill_path(entry.seq).read_bytes()
+        return entry.seq, self._payload(entry)
 
     def ack(self, seq: int) -> bool:
         entry = self._pending.pop(seq, None)
@@ -89,11 +89,14 @@ class Outbox:
             if entry.last_sent != float("-inf"):
                 self.resends += 1
             entry.last_sent = now
-            payload = entry.payload if entry.payload is not None else self.spill_path(seq).read_bytes()
-            out.append((seq, payload))
+            out.append((seq, self._payload(entry)))
             if len(out) >= limit:
                 break
         return out
+
+    def _payload(self, entry: _Pending) -> bytes:
+        """The entry's payload, from memory or from its spill file."""
+        return entry.payload if entry.payload is not None else self.spill_path(entry.seq).read_bytes()
 
     def spill_path(self, seq: int) -> Path:
         return self.spill_dir / f"{seq:012d}.payload"
