@@ -267,8 +267,9 @@ def record(topics: Iterable[str], out: str | os.PathLike, *, duration: float | N
     """Records until `duration` seconds have passed, `stop` is set, or SIGINT/SIGTERM (Ctrl-C) arrives
     (handled when called from the main thread); the file is always finished properly."""
     import rclpy
-    from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
+
+    from robot_rl.ros.node_utils import ResilientExecutor
 
     out = Path(out)
     if out.exists() and not overwrite:
@@ -286,7 +287,7 @@ def record(topics: Iterable[str], out: str | os.PathLike, *, duration: float | N
     node = recorder = None
     try:
         node = rclpy.create_node("robot_rl_record_bag", context=context, start_parameter_services=False)
-        executor = SingleThreadedExecutor(context=context)
+        executor = ResilientExecutor(context=context)
         executor.add_node(node)
         recorder = BagRecorder(node, out, topics, compression=compression)
         log(f"record-bag: recording {', '.join(recorder.wanted)} to {out}"

@@ -198,6 +198,31 @@ def reset_stamp(response: Any) -> int | None:
         return None
 
 
+class ResilientExecutor(SingleThreadedExecutor):
+    """A single-threaded executor that survives a message rclpy fails to take.
+
+    rclpy's take can raise while building the Python message (pybind11's "Unable to convert call
+    argument", seen under load in CI: ros2/rclpy#848); the stock executor then raises out of
+    `spin_once` and the node dies. Here that message is logged with its topic and counted as lost
+    (`lost_messages`), and the node goes on: the topics that must not lose data (transitions, acks,
+    policies) resend until acknowledged. Errors in callbacks still end the node.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lost_messages: dict[str, int] = {}
+        """Messages that could not be taken, per topic."""
+
+    def _take_subscription(self, sub):
+        try:
+            return super()._take_subscription(sub)
+        except RuntimeError as exc:  # rclpy's RCLError and pybind11's conversion errors are RuntimeErrors
+            lost = self.lost_messages[sub.topic_name] = self.lost_messages.get(sub.topic_name, 0) + 1
+            print(f"[robot_rl] lost a message on {sub.topic_name} (rclpy could not take it: {exc}); "
+                  f"{lost} lost on that topic so far", file=sys.stderr, flush=True)
+            return None
+
+
 def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> int:
     """Initialises rclpy, spins the node until Ctrl-C/SIGTERM or until it calls `request_shutdown`,
     and returns a process exit code (2 for refused parameters)."""
@@ -216,7 +241,7 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> int:
         node.request_shutdown = stop.set  # nodes end themselves (e.g. actor after evaluation)
         # Single-threaded on purpose: rclpy's MultiThreadedExecutor busy-polls its futures and
         # slowed a lockstep sim step from ~3 ms to ~50 ms; long work runs on the nodes' own threads.
-        executor = SingleThreadedExecutor()
+        executor = ResilientExecutor()
         executor.add_node(node)
         while rclpy.ok() and not stop.is_set():
             try:
