@@ -70,7 +70,7 @@ def test_a_compile_failure_falls_back_to_eager_with_one_warning_naming_the_cache
     from robot_rl import device as device_utils
     from robot_rl.agents import sac as sac_module
 
-    def failing_compile(fn, mode=None):
+    def failing_compile(fn, **how):
         def run(*args):
             raise RuntimeError("InductorError: kernel.so: invalid ELF header\nmore lines of compiler output")
         return run
@@ -88,3 +88,25 @@ def test_a_compile_failure_falls_back_to_eager_with_one_warning_naming_the_cache
     assert "invalid ELF header" in warnings[0] and str(tmp_path / "the-cache") in warnings[0]
     assert "more lines" not in warnings[0]
     assert agent.num_updates == 2 and not agent.compiled  # the fallback is visible, not silent
+
+
+def test_a_graph_with_an_op_the_cpp_wrapper_would_call_through_python_compiles_with_the_python_wrapper(caplog):
+    """`_foreach_norm` has no C kernel in torch 2.13; calling it from the C++ wrapper crashed a SAC step."""
+    import torch
+
+    from robot_rl.agents.compiled import CompiledMethods
+
+    class Clipped:
+        def norm(self, a, b):
+            return torch.nn.utils.get_total_norm([a * 2, b * 3])
+
+    owner = Clipped()
+    methods = CompiledMethods(owner, ("norm",), torch.device("cpu"), enabled=True)
+    a, b = torch.randn(5), torch.randn(7, 3)
+    # Generated afresh: a cache hit would skip the code generation this is about.
+    with caplog.at_level("INFO", logger="robot_rl.agents.compiled"), torch._inductor.config.patch(fx_graph_cache=False):
+        got = methods("norm", a, b)
+    torch.testing.assert_close(got, owner.norm(a, b))
+    assert methods.active
+    assert any("Python wrapper" in r.getMessage() for r in caplog.records)
+    assert not any("running eagerly" in r.getMessage() for r in caplog.records)

@@ -78,6 +78,12 @@ class EncoderConfig:
         return self.kind != "conv" if self.freeze is None else self.freeze
 
 
+def _generator(generator: torch.Generator | None) -> dict:
+    """`generator=` for torch's random functions, left out when None: torch.compile's C++ wrapper has no
+    kernel for their explicit-generator overloads, and None draws from the default generator either way."""
+    return {} if generator is None else {"generator": generator}
+
+
 def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | None = None) -> torch.Tensor:
     """DrQ augmentation: replicate-pad by `pad` and crop back at a random integer offset per sample.
 
@@ -89,7 +95,7 @@ def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | No
     if pad <= 0:
         return images
     b, _, h, w = images.shape
-    shift = torch.randint(0, 2 * pad + 1, (b, 2), device=images.device, generator=generator) - pad
+    shift = torch.randint(0, 2 * pad + 1, (b, 2), device=images.device, **_generator(generator)) - pad
     rows = (torch.arange(h, device=images.device) + shift[:, :1]).clamp_(0, h - 1)
     cols = (torch.arange(w, device=images.device) + shift[:, 1:]).clamp_(0, w - 1)
     sample = torch.arange(b, device=images.device).view(b, 1, 1)
@@ -108,7 +114,7 @@ def photometric_jitter(images: torch.Tensor, strength: float, num_cameras: int,
     if strength <= 0:
         return images
     b = images.shape[0]
-    draw = lambda *shape: torch.rand(*shape, 1, 1, device=images.device, generator=generator) * 2 - 1  # noqa: E731
+    draw = lambda *shape: torch.rand(*shape, 1, 1, device=images.device, **_generator(generator)) * 2 - 1  # noqa: E731
     brightness = 1 + strength * draw(b, num_cameras, 1)
     gain = 1 + 0.5 * strength * draw(b, num_cameras, 3)
     offset = 0.25 * strength * draw(b, num_cameras, 1)

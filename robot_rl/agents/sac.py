@@ -441,7 +441,9 @@ class SAC:
         (capturable: no host sync), which traces it into the step's graph."""
         grads = list(grads)
         if self.config.max_grad_norm is not None:
-            total = torch.nn.utils.get_total_norm(grads)
+            # Per-tensor norms, not get_total_norm's _foreach_norm: torch.compile's C++ wrapper (2.13) has no C
+            # kernel for that op, so a clipped step would be generated with the slower Python wrapper.
+            total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
             torch._foreach_mul_(grads, (self.config.max_grad_norm / (total + 1e-6)).clamp(max=1.0))
         group, params = optimizer.param_groups[0], _parameters(optimizer)
         states = [optimizer.state[p] for p in params]
