@@ -101,7 +101,7 @@ def test_a_graph_with_an_op_the_cpp_wrapper_would_call_through_python_compiles_w
             return torch.nn.utils.get_total_norm([a * 2, b * 3])
 
     owner = Clipped()
-    methods = CompiledMethods(owner, ("norm",), torch.device("cpu"), enabled=True)
+    methods = CompiledMethods(owner, ("norm",), torch.device("cpu"), enabled=True, differentiates=True)
     a, b = torch.randn(5), torch.randn(7, 3)
     # Generated afresh: a cache hit would skip the code generation this is about.
     with caplog.at_level("INFO", logger="robot_rl.agents.compiled"), torch._inductor.config.patch(fx_graph_cache=False):

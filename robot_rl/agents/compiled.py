@@ -2,8 +2,9 @@
 
 SAC and PPO compile their losses through this one class, so the fallback (logged once, naming the
 cause and the cache to delete, visible in `active`) is the same everywhere. On CPU the generated code
-is driven by inductor's C++ wrapper, unless a graph holds an op without a C kernel (then by its
-Python wrapper, which calls such ops safely).
+of methods that differentiate inside their graph (SAC's training step) is driven by inductor's C++
+wrapper, unless a graph holds an op without a C kernel (then by its Python wrapper, which calls such
+ops safely).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ class CompiledMethods:
         # Methods that call torch.autograd.grad trace it into their graph instead of breaking there.
         self._config = (torch._dynamo.config.patch(trace_autograd_ops=True) if differentiates
                         else contextlib.nullcontext())
-        self._cpp_wrapper = device.type == "cpu"
+        # Only where a call is the whole graph: a backward graph compiled lazily, at the first backward pass, would
+        # be generated outside the check for ops without a C kernel (`_refusing_python_fallbacks`).
+        self._cpp_wrapper = device.type == "cpu" and differentiates
         if enabled:
             device_utils.remove_broken_compiled_kernels()
             # Compiled code draws its random numbers as eager code does: same seed, same run.
