@@ -40,6 +40,8 @@ PARAMS = [
     Param("randomization", "sim/quad/randomization.yaml", "Randomization file of the training sim."),
     Param("device", "auto", "Torch device (auto: CUDA when present)."),
     Param("seed", 0, "Seed of the simulation and the networks.", 0, 2**31 - 1),
+    Param("compile", True, "torch.compile the PPO losses (false: eager, same math; the first policy then comes "
+                           "without the compile's tens of seconds on a CPU)."),
     Param("run_dir", "", "Checkpoint, exported policy, TensorBoard and the secret that signs policies ('' for none)."),
     TORCH_THREADS,
 ]
@@ -66,7 +68,7 @@ class PPOLearnerNode(Node):
                                         randomization=package_path(p["randomization"]), seed=p["seed"])
         except (FileNotFoundError, ValueError) as exc:
             raise ParameterError(str(exc)) from None
-        self.ppo_config = JuggleTrainConfig().ppo
+        self.ppo_config = dataclasses.replace(JuggleTrainConfig().ppo, compile=p["compile"])
         run_dir = Path(p["run_dir"]) if p["run_dir"] else None
         self.run_dir = run_dir
         self.key = ensure_run_secret(run_dir) if run_dir else None
