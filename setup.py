@@ -7,7 +7,7 @@ from setuptools import find_packages, setup
 
 PACKAGE = "robot_rl"
 NODES = ["arm_sim", "arm_actor", "learner", "camera", "arm", "quadrotor", "teleop", "scripted_human", "reward",
-         "quad_sim", "juggle_actor", "ppo_learner", "car_sim", "car", "car_actor", "session_view"]
+         "quad_sim", "juggle_actor", "ppo_learner", "car_sim", "car", "car_actor", "session_view", "env_sim", "env_actor"]
 DEPRECATED_NODES = ["sim", "actor"]  # robot_rl/ros/node_kinds.py: DEPRECATED_NODE_NAMES
 
 
@@ -61,6 +61,9 @@ setup(
         # established suites that install beside our pins and train through `robot-rl train --env` (README: which
         # others downgrade MuJoCo or numpy or clash with OpenCV)
         "suites": ["gymnasium-robotics==1.4.2"],
+        # HIL-SERL's Panda scenes (gym_hil/PandaPickCube-v0 ...); it pins MuJoCo below 3.9, which the test extra's
+        # mujoco-warp contradicts, so it lives in a venv of its own: `make gym-hil-env`, `make test-gym-hil`
+        "gym-hil": ["gym-hil==0.1.14"],
         # the Rerun view of sessions and recordings (--view rerun, robot-rl view); its viewer is ~500 MB
         "view": ["rerun-sdk==0.41.0"],
         # the tests drive the hardware adapters through their real libraries

@@ -6,11 +6,14 @@ the learner all read the task from here, so the three can never disagree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass, fields
 from functools import partial
 from typing import Callable
 
 import numpy as np
+
+from robot_rl.outputs import atomic_write_text
 
 State = dict[str, np.ndarray]
 
@@ -42,6 +45,11 @@ class TaskSpec:
     """Every executed action within this of the previous one (FastRLAP: 0.2); None: off."""
     actor_node: str = "arm_actor"
     """The node that builds this task's states from the robot's topics."""
+    terminated: Callable[[State], bool] | None = None
+    """The episode ends here as terminal (an environment's own `terminated`); None: success ends it where
+    `terminate_on_success` says so."""
+    truncated: Callable[[State], bool] | None = None
+    """The robot or environment cut the episode short here (bootstrapped); None: only the horizon does."""
 
     @property
     def frame_shapes(self) -> dict[str, tuple[int, int, int]]:
@@ -107,16 +115,73 @@ def _arm_push_cube_expert() -> Callable[..., np.ndarray]:
 _SIM_EXPERTS: dict[str, Callable[[], Callable[..., np.ndarray]]] = {"robot_rl/ArmPushCube-v0": _arm_push_cube_expert}
 
 
-def get_task(name: str) -> TaskSpec:
+ENV_TASK = "env"
+"""The task name of a graph that runs a Gymnasium environment (`robot-rl train --env ID --graph`): what the
+task is lives in the run's env task file (`env_task`), written by `ros/graph.py: prepare_run`."""
+
+
+@dataclass(frozen=True)
+class EnvTaskFile:
+    """One Gymnasium environment as a graph's task, written once per run and read by every node, so the
+    simulator, actor, learner and evaluation see the environment through the same adapter."""
+
+    env_id: str
+    env_kwargs: dict
+    adapter: dict
+    """The resolved `EnvAdapter` (JSON form), its state normalisation fitted before the graph starts."""
+    max_episode_steps: int
+    control_hz: float
+
+    def save(self, path) -> None:
+                atomic_write_text(path, json.dumps(asdict(self), indent=1))
+
+    @classmethod
+    def load(cls, path) -> "EnvTaskFile":
+        try:
+            data = json.loads(open(path).read())
+        except OSError as exc:
+            raise ValueError(f"env task file {path}: {exc.strerror}") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"env task file {path} is not JSON: {exc}") from None
+        names = {f.name for f in fields(cls)}
+        if not isinstance(data, dict) or set(data) != names:
+            raise ValueError(f"env task file {path} must hold exactly {sorted(names)}")
+        return cls(**data)
+
+    def make_adapter(self):
+        from robot_rl.envs.canonical import EnvAdapter
+
+        return EnvAdapter.from_json(self.adapter)
+
+    def task(self) -> TaskSpec:
+        """The TaskSpec the graph's nodes act on: the environment's normalised state and cameras, its own
+        reward, success, termination and truncation (carried on `env/outcome`, see ros/env_io.py)."""
+        adapter = self.make_adapter()
+        return TaskSpec(
+            name=f"{ENV_TASK}:{self.env_id}", obs_dim=adapter.state_dim, action_dim=adapter.action_dim,
+            max_episode_steps=self.max_episode_steps, control_hz=self.control_hz,
+            observation=lambda s: adapter.normalizer(s["state"]), reward=lambda s: float(s["reward"]),
+            success=lambda s: bool(s["success"]), terminate_on_success=False, expert=None, env_id=self.env_id,
+            cameras=adapter.cameras, image_size=adapter.image_size or 0, actor_node="env_actor",
+            terminated=lambda s: bool(s["terminated"]), truncated=lambda s: bool(s["truncated"]))
+
+
+def get_task(name: str, env_task: str = "") -> TaskSpec:
+    """The task `name`; the `env` task is the one described by the env task file `env_task`."""
+    if name == ENV_TASK:
+        if not env_task:
+            raise ValueError(f"task {ENV_TASK!r} is described by its env task file: set env_task (written by "
+                             "`robot-rl train --env ID --graph` into the run directory)")
+        return EnvTaskFile.load(env_task).task()
     try:
         factory = _TASKS[name]
     except KeyError:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(_TASKS))}") from None
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(task_names())}") from None
     return factory()
 
 
 def task_names() -> list[str]:
-    return sorted(_TASKS)
+    return sorted([*_TASKS, ENV_TASK])
 
 
 def expert_for_env(env_id: str) -> Callable[..., np.ndarray] | None:

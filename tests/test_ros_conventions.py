@@ -141,6 +141,8 @@ def test_nodes_run_from_the_installed_package_not_the_current_directory(tmp_path
 STARTABLE = {
     "arm_sim": [],
     "arm_actor": ["task:=arm_lift"],
+    "env_sim": ["env_task:={env_task}"],
+    "env_actor": ["env_task:={env_task}"],
     "learner": ["task:=arm_lift"],
     "scripted_human": [],
     "quad_sim": [],
@@ -157,13 +159,25 @@ STARTABLE = {
     "session_view": ["port:=0"],  # any free port: tests run side by side
 }
 TERMINAL_PARAMETER = {"teleop": "device_path", "car": "port"}
-WRITES_RUN_DIR = ("arm_actor", "learner", "ppo_learner", "juggle_actor", "car_actor")
+WRITES_RUN_DIR = ("arm_actor", "env_actor", "learner", "ppo_learner", "juggle_actor", "car_actor")
 STOP_LIMIT_S = 2.0
+
+
+def write_env_task(path: Path) -> None:
+    """An env task file (Gymnasium's own Pendulum) at `path`, for the env nodes to start on."""
+    from robot_rl.training.env_graph import ENV_TASK_FILE, prepare_env_task
+
+    assert path.name == ENV_TASK_FILE
+    prepare_env_task({"id": "Pendulum-v1", "statistics_steps": 50}, path.parent)
 
 
 @pytest.mark.parametrize("name", sorted(NODE_KINDS))  # a new node kind must say how it starts
 def test_every_node_stops_within_two_seconds_of_sigint(name, tmp_path):
-    params = [*STARTABLE[name], *([f"run_dir:={tmp_path}"] if name in WRITES_RUN_DIR else [])]
+    env_task = tmp_path / "env_task.json"
+    if name.startswith("env_"):
+        write_env_task(env_task)
+    params = [*(p.format(env_task=env_task) for p in STARTABLE[name]),
+              *([f"run_dir:={tmp_path}"] if name in WRITES_RUN_DIR else [])]
     terminal = None
     if name in TERMINAL_PARAMETER:
         terminal, device = pty.openpty()

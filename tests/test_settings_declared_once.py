@@ -16,44 +16,52 @@ pytest.importorskip("rclpy")
 from robot_rl.agents.sac import SACConfig  # noqa: E402
 from robot_rl.config_fields import config_from_params, settings_of  # noqa: E402
 from robot_rl.envs.arm_sim import ArmSimConfig  # noqa: E402
-from robot_rl.nodes import arm_actor, arm_sim, car_actor, learner, reward  # noqa: E402
+from robot_rl.nodes import arm_actor, arm_sim, car_actor, env_actor, env_sim, learner, reward  # noqa: E402
+from robot_rl.ros import actor_node, arm_io, env_io  # noqa: E402
 from robot_rl.rewards.online import RewardConfig  # noqa: E402
 from robot_rl.ros.link_params import LINK_PARAMS  # noqa: E402
 from robot_rl.ros.node_utils import TORCH_THREADS, params_from_dataclass  # noqa: E402
 from robot_rl.training.actor import ActorConfig  # noqa: E402
 from robot_rl.training.learner import LearnerConfig  # noqa: E402
 
-NODES = {"arm_actor": arm_actor, "car_actor": car_actor, "learner": learner, "reward": reward, "arm_sim": arm_sim}
-CONFIGS = {"arm_actor": (ActorConfig,), "car_actor": (ActorConfig,), "learner": (SACConfig, LearnerConfig),
-           "reward": (RewardConfig,), "arm_sim": (ArmSimConfig,)}
+NODES = {"arm_actor": arm_actor, "env_actor": env_actor, "car_actor": car_actor, "learner": learner, "reward": reward,
+         "arm_sim": arm_sim, "env_sim": env_sim}
+SOURCES = {"arm_actor": (actor_node, arm_io), "env_actor": (actor_node, env_io)}
+"""Modules whose source declares a node's parameters, where that is not the node's own module: both actor nodes are
+`ros/actor_node.py` over their robot's I/O."""
+CONFIGS = {"arm_actor": (ActorConfig,), "env_actor": (ActorConfig,), "car_actor": (ActorConfig,),
+           "learner": (SACConfig, LearnerConfig), "reward": (RewardConfig,), "arm_sim": (ArmSimConfig,), "env_sim": ()}
+ACTOR_NODE_ONLY = {"task", "mode", "record_path", "run_dir", "control_mode", "obs_slop_s", "max_obs_age_s",
+                   "reset_service", "teleop_timeout_s", "reward_source", "reset_time_s"}
 NODE_ONLY = {
-    "arm_actor": {"task", "mode", "record_path", "run_dir", "action_scale", "control_hz", "control_mode",
-                  "obs_slop_s", "max_obs_age_s", "reset_service", "teleop_timeout_s", "reward_source", "reset_time_s"},
+    "arm_actor": ACTOR_NODE_ONLY | {"action_scale", "control_hz"},
+    "env_actor": ACTOR_NODE_ONLY | {"env_task"},
     "car_actor": {"policy_dir", "checkpoints", "reach_radius", "run_dir", "obs_slop_s", "reset_service",
                   "device"},
-    "learner": {"task", "run_dir", "demos", "reward_model", "reward_goal", "lr", "publish_period_s",
+    "learner": {"task", "env_task", "run_dir", "demos", "reward_model", "reward_goal", "lr", "publish_period_s",
                 "checkpoint_period_s", "snapshot_period_s", "snapshot_every_transitions"},
     "reward": {"torch_threads", "diagnostics_period_s"},
     "arm_sim": {"clock_mode", "publish_images", "command_timeout_s", "republish_period_s", "randomization",
                 "randomization_split", "seed", "viewer"},
+    "env_sim": {"env_task", "clock_mode", "command_timeout_s", "republish_period_s", "seed"},
 }
 """The parameters a node declares by hand: none is a config field."""
-LINKED = {"arm_actor", "car_actor"}
+LINKED = {"arm_actor", "env_actor", "car_actor"}
 """Nodes that declare the learner link's parameters (robot_rl/ros/link_params.py)."""
 OWN_DEFAULTS = {"car_actor": {"actor_id", "total_steps", "eval_episodes"}, "learner": {"precision"}}
 """Settings whose node default is not the dataclass default."""
 
-def _hand_declared(module) -> list[str]:
-    """Names of the `Param("name", ...)` calls written in a module's source."""
-    tree = ast.parse(inspect.getsource(module))
-    return [call.args[0].value for call in ast.walk(tree)
+def _hand_declared(node: str) -> list[str]:
+    """Names of the `Param("name", ...)` calls written in the source of a node's modules."""
+    trees = [ast.parse(inspect.getsource(module)) for module in SOURCES.get(node, (NODES[node],))]
+    return [call.args[0].value for tree in trees for call in ast.walk(tree)
             if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "Param"
             and call.args and isinstance(call.args[0], ast.Constant)]
 
 
 @pytest.mark.parametrize("node", NODES)
 def test_a_node_declares_by_hand_only_its_own_parameters(node):
-    hand = _hand_declared(NODES[node])
+    hand = _hand_declared(node)
     assert sorted(hand) == sorted(NODE_ONLY[node]), "declare config fields with setting(...) on their dataclass"
     assert not {name for cls in CONFIGS[node] for name in settings_of(cls)} & set(hand)
 

@@ -22,8 +22,10 @@ from robot_rl.cli.args import (
     recording_path,
     replace_dataset,
 )
+from robot_rl.cli.env_section import env_section, task_cameras
 from robot_rl.cli.gym import cmd_record_env, cmd_train_env
 from robot_rl.outputs import UserError, atomic_write_text
+from robot_rl.ros.graph import ACTORS
 from robot_rl.ros.security import ENFORCEMENT_NOTE, init_keystore
 from robot_rl.ros.session import Monitor, check_resumable, claim_run_dir, run_graph
 from robot_rl.transport.secret import ensure_run_secret
@@ -132,10 +134,11 @@ def _person_overrides(args: argparse.Namespace, config: dict, robot: list[str]) 
     on the wall clock, the person's timing, and the person's view unless --view off."""
     device = args.teleop
     scripted = device == "scripted"
+    actor = next(n for n in robot if n in ACTORS)
     overrides = {"teleop.device": "joy" if scripted else device,
-                 "arm_actor.reset_time_s": args.reset_time_s, "arm_actor.sync_updates_per_step": 0.0}
-    if "arm_sim" in robot:
-        overrides["arm_sim.clock_mode"] = "realtime"  # a person (scripted too: it reacts in wall time) needs real time
+                 f"{actor}.reset_time_s": args.reset_time_s, f"{actor}.sync_updates_per_step": 0.0}
+    for sim in {"arm_sim", "env_sim"} & set(robot):
+        overrides[f"{sim}.clock_mode"] = "realtime"  # a person (scripted too: it reacts in wall time) needs real time
     if _keyboard_here(args):
         if not sys.stdin.isatty():
             raise UserError("--teleop keyboard needs a terminal (or --device-path /dev/pts/N of another one)")
@@ -159,9 +162,7 @@ def _view_overrides(args: argparse.Namespace, config: dict, robot: list[str], de
         if display:  # MuJoCo's own window where a display exists
             overrides["arm_sim.viewer"] = "always" if args.view == "window" else "auto"
     if args.view != "off":
-        from robot_rl.tasks import get_task
-
-        cameras = list(get_task(config["robot_rl"]["task"]).cameras)
+        cameras = task_cameras(config)
         if not cameras and "arm_sim" in robot:
             overrides.update({"arm_sim.publish_images": True, "arm_sim.cameras": VIEW_CAMERAS,
                               "arm_sim.image_size": VIEW_IMAGE_SIZE})
@@ -219,7 +220,12 @@ def _print_view_address(args: argparse.Namespace, actors: int = 1) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    if args.env:
+    if args.graph and not args.env:
+        raise UserError("--graph runs a Gymnasium environment (--env ID) through the node graph; give --env")
+    if args.expert and not args.graph:
+        raise UserError("--expert records demonstrations for --env ID --graph; in one process the environment's "
+                        "own expert or --demos is used")
+    if args.env and not args.graph:
         return cmd_train_env(args)
     from robot_rl.ros.graph import (
         apply_overrides,
@@ -233,8 +239,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     )
     from robot_rl.ros.settings import node_using, warmup_warning
 
-    config = load_config(args.config or config_path(args.task))
-    settings = _settings(args.set)
+    config = load_config(args.config or config_path("env" if args.env else args.task))
+    set_pairs = args.set
+    if args.env:
+        section, set_pairs = env_section(args)
+        config = apply_overrides(config, {"robot_rl.env": section})
+    settings = _settings(set_pairs)
     if args.teleop:
         robot = [n for n in config["robot_rl"]["nodes"] if n not in PERSON_NODES]
         person = {"robot_rl.nodes": [*robot, *_person_nodes(args, scripted=False)],
@@ -360,6 +370,8 @@ def cmd_record(args: argparse.Namespace) -> int:
     actor in record mode writing the person's episodes to a zarr dataset (with --env: in one process)."""
     if args.env:
         return cmd_record_env(args)
+    if args.expert:
+        raise UserError("--expert drives a Gymnasium environment: add --env ID")
     from robot_rl.ros.graph import (
         apply_overrides,
         build_graph,
@@ -476,7 +488,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--demos", metavar="DATASET", help="with --env: demonstrations, our zarr episodes or a "
                                                            "LeRobotDataset (v3) directory")
     train.add_argument("--control-hz", type=at_least(0.1, float), default=10.0,
-                       help="with --env --teleop: steps per second on the wall clock while a person is in the loop")
+                       help="with --env --teleop: steps per second on the wall clock while a person is in the loop; "
+                            "with --env --graph: the environment's control rate")
+    train.add_argument("--graph", action="store_true",
+                       help="with --env: run the environment as a robot in the ROS 2 node graph (env_sim, env_actor, "
+                            "learner; --actors, --teleop, --nodes, --resume apply) instead of in one process")
+    train.add_argument("--expert", metavar="MODULE:CALLABLE",
+                       help="with --env --graph: a scripted expert whose successful episodes are the demonstrations "
+                            "(robot_rl.demos.episodes of them)")
+    train.add_argument("--max-episode-steps", type=at_least(1),
+                       help="with --env --graph: the episode horizon (default: the environment's registered one)")
     train.add_argument("--config", help="task config YAML (default: config/<task>.yaml of the package)")
     train.add_argument("--backend", default="sim", choices=["sim", "real"])
     train.add_argument("--namespace", default="", help="namespace for every node of the graph")
@@ -519,6 +540,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     rec.add_argument("--control-hz", type=at_least(0.1, float), default=10.0,
                      help="with --env: steps per second of the person's time")
     rec.add_argument("--seed", type=at_least(0), default=0, help="with --env: reset seed of the first episode")
+    rec.add_argument("--expert", metavar="MODULE:CALLABLE",
+                     help="with --env: a scripted expert drives instead of a person, as fast as the environment "
+                          "steps (called expert(observation, info) -> the environment's action; a class is "
+                          "instantiated; see robot_rl/training/experts.py)")
+    rec.add_argument("--noise", type=at_least(0.0, float), default=0.0,
+                     help="with --expert: Gaussian noise (standard deviation, in the agent's [-1, 1]) on its actions")
+    rec.add_argument("--keep-failures", action="store_true",
+                     help="with --expert: keep every attempt (by default only successful episodes are kept)")
     dataset_flags(rec)
     rec.add_argument("--episodes", type=at_least(0), default=20, help="episodes to keep (0: until Ctrl-C)")
     rec.add_argument("--teleop", "--device", dest="teleop", default="spacemouse",

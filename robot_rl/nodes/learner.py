@@ -45,6 +45,8 @@ UPDATE_RATE_WINDOW_S = 10.0
 
 PARAMS = [
     Param("task", "arm_lift", "Task name (decides observation and action sizes).", choices=task_names()),
+    Param("env_task", "", "Task env: the run's env task file (env_task.json), written by `robot-rl train --env ID "
+          "--graph`."),
     Param("run_dir", "runs/default", "Directory for checkpoints, the transition journal and TensorBoard logs."),
     Param("demos", "", "Path of a zarr demonstration dataset loaded into the demo buffer ('' for none)."),
     Param("reward_model", "", "With learned rewards (actor reward_source: reward_node): the reward node's progress "
@@ -102,8 +104,8 @@ class LearnerNode(Node):
         super().__init__("learner")
         p = declare_params(self, PARAMS)
         set_torch_threads(p["torch_threads"])
-        task = get_task(p["task"])
         try:
+            task = get_task(p["task"], p["env_task"])
             sac = config_from_params(SACConfig, p, actor_lr=p["lr"], critic_lr=p["lr"], temperature_lr=p["lr"])
             config = config_from_params(LearnerConfig, p, obs_dim=task.obs_dim, action_dim=task.action_dim, sac=sac,
                                         cameras=task.cameras, image_size=task.image_size or 64)

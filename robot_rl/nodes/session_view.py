@@ -44,7 +44,7 @@ from robot_rl.outputs import UserError, atomic_path
 from robot_rl.ros import qos
 from robot_rl.ros.messages import msg_to_image
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
-from robot_rl.tasks import get_task, task_names
+from robot_rl.tasks import ENV_TASK, get_task, task_names
 from robot_rl.teleop.mapping import DEVICE_KINDS
 from robot_rl.teleop.session_status import KEY_LEGEND, SessionStatus
 from robot_rl.view.compose import MAX_CAMERAS, compose_frame
@@ -95,7 +95,7 @@ _OK, _WARN = DiagnosticStatus.OK, DiagnosticStatus.WARN
 
 def view_cameras(task: str, cameras: list) -> tuple[str, ...]:
     """The cameras to show: `cameras`, or the task's when empty; ParameterError naming a bad one."""
-    known = get_task(task).cameras
+    known = get_task(task).cameras if task != ENV_TASK else ()  # an environment's: as the graph names them
     chosen = tuple(cameras) or known
     if not chosen:
         raise ParameterError(f"session_view: task {task!r} has no cameras; name the cameras to show, e.g. "

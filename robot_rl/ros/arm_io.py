@@ -14,7 +14,11 @@ from geometry_msgs.msg import PoseStamped, TwistStamped
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32
 
+from robot_rl.envs.arm_sim import ArmSimConfig
+from robot_rl.ros import qos
 from robot_rl.ros.messages import ns_to_stamp
+from robot_rl.ros.node_utils import Param
+from robot_rl.teleop.takeover import human_action
 
 GRIPPER_JOINT = "gripper"
 STATE_TOPICS = (("joint_states", JointState), ("arm/ee_pose", PoseStamped), ("cube/pose", PoseStamped))
@@ -92,3 +96,44 @@ def msgs_to_action(twist: TwistStamped, gripper: float, action_scale: float, con
     action[:3] = np.clip(v[:3] / (action_scale * control_hz), -1.0, 1.0)
     action[3] = np.clip(2.0 * v[3] - 1.0, -1.0, 1.0)
     return action
+
+
+ACTOR_PARAMS = [
+    Param("action_scale", ArmSimConfig.action_scale, "End-effector metres per step at action 1.", 1e-4, 1.0),
+    Param("control_hz", 10.0, "Control rate (timer mode) and velocity scaling.", 0.1, 1000.0),
+]
+"""The arm actor's own parameters (`ros/actor_node.py: actor_params` adds the shared ones)."""
+
+
+class ArmActorIO:
+    """The arm actor's robot I/O (`ros/actor_node.py: RobotActorIO`): state from `STATE_TOPICS`, commands on
+    `arm/cmd` and `arm/gripper`."""
+
+    state_topics = STATE_TOPICS
+
+    def __init__(self, node, params: dict, task):
+        self.action_scale, self.control_hz = params["action_scale"], params["control_hz"]
+        self.action_dim = task.action_dim
+        self.cmd_pub = node.create_publisher(TwistStamped, "arm/cmd", qos.COMMAND)
+        self.gripper_pub = node.create_publisher(Float32, "arm/gripper", qos.COMMAND)
+        self.last: tuple[TwistStamped, Float32] | None = None
+
+    def state(self, msgs: dict) -> dict[str, np.ndarray]:
+        return msgs_to_state(*(msgs[topic] for topic, _ in STATE_TOPICS))
+
+    def publish(self, action: np.ndarray, stamp_ns: int) -> None:
+        self.last = action_to_msgs(action, stamp_ns, self.action_scale, self.control_hz)
+        self.resend()
+
+    def resend(self) -> None:
+        twist, gripper = self.last
+        self.gripper_pub.publish(gripper)  # first: the lockstep simulator steps on the twist
+        self.cmd_pub.publish(twist)
+
+    def hold(self, last_action: np.ndarray | None) -> np.ndarray:
+        hold = np.zeros(self.action_dim, np.float32)
+        hold[3:] = last_action[3:] if last_action is not None else -1.0  # the gripper keeps what it holds; open after a reset
+        return hold
+
+    def person_action(self, twist: np.ndarray, gripper: float) -> np.ndarray:
+        return human_action(twist, gripper, self.action_dim)

@@ -25,6 +25,7 @@ import yaml
 
 from robot_rl.resources import share_dir
 from robot_rl.ros.node_kinds import BACKEND_REPLACEMENTS, DEPRECATED_NODE_NAMES, NODE_KINDS, NodeKind, current_name
+from robot_rl.tasks import ENV_TASK
 
 PACKAGE = "robot_rl"
 
@@ -52,6 +53,8 @@ class NodeSpec:
 
 LEARNERS = ("learner", "ppo_learner")
 """Nodes a fleet shares; every other node of the graph runs once per robot."""
+ACTORS = ("arm_actor", "env_actor", "juggle_actor", "car_actor")
+"""Nodes that act on a robot: each gets the run directory and its robot's reset service."""
 LEARNER_TOPICS = ("rl/transitions", "rl/policy", "rl/acks")
 
 
@@ -135,7 +138,7 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
     config = _with_current_names(config)
     names = node_names(config, backend)
     # The node that owns ~/reset: the simulator, or the robot node that replaces it.
-    robot = next((n for n in names if n in ("arm_sim", "arm", "quad_sim", "car_sim")), None)
+    robot = next((n for n in names if n in ("arm_sim", "arm", "quad_sim", "car_sim", "env_sim")), None)
     prefix = f"/{namespace.strip('/')}" if namespace else ""
     restarts = _restart_budgets(config["robot_rl"].get("restarts") or {})
     actors = config["robot_rl"].get("actors", 1)
@@ -146,10 +149,9 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
             params = dict(config.get(name, {}).get("ros__parameters", {}))
             ns = namespace.strip("/") if index is None else "/".join(filter(None, [namespace.strip("/"),
                                                                                    robot_namespace(index)]))
-            if run_dir is not None and name in ("arm_actor", "learner", "juggle_actor", "ppo_learner", "car_actor",
-                                                "session_view"):
+            if run_dir is not None and name in (*ACTORS, *LEARNERS, "session_view"):
                 params["run_dir"] = str(run_dir)
-            if name in ("arm_actor", "juggle_actor", "car_actor") and robot is not None:
+            if name in ACTORS and robot is not None:
                 params["reset_service"] = f"{'/' + ns if ns else ''}/{robot}/reset"
             elif name in ("juggle_actor", "car_actor"):
                 params["reset_service"] = ""  # no reset on a real quadrotor or car: they start where they are
@@ -198,7 +200,7 @@ def _restart_budgets(restarts: Mapping[str, Any]) -> dict[str, int]:
 def _check_lockstep_sync(config: Mapping[str, Any]) -> None:
     """A lockstep actor waiting for learner updates must be allowed to run ahead far enough to
     fill the learner's warm-up, or the two wait for each other forever."""
-    name = "arm_actor" if "arm_actor" in config else "car_actor"
+    name = next((n for n in ("arm_actor", "env_actor") if n in config), "car_actor")
     actor = config.get(name, {}).get("ros__parameters", {})
     learner = config.get("learner", {}).get("ros__parameters", {})
     if float(actor.get("sync_updates_per_step", 0.0)) <= 0 or not learner:
@@ -290,6 +292,8 @@ def simulated_demos(config: Mapping[str, Any], backend: str, asked: bool = False
     `robot_rl.demos` section, for a real robot only when the user `asked` for them explicitly."""
     if backend == "real" and not asked:
         return 0
+    if config["robot_rl"].get("task") == ENV_TASK and not (config["robot_rl"].get("env") or {}).get("expert"):
+        return 0  # an environment's demonstrations come from its expert (or a dataset, loaded as it is)
     return int((config["robot_rl"].get("demos") or {}).get("episodes", 0))
 
 
@@ -298,6 +302,8 @@ def prepare_run(config: Mapping[str, Any], run_dir: str | os.PathLike, episodes:
     demonstrations (see `simulated_demos`; made once per run directory). Returns the config to launch."""
     config = copy.deepcopy(dict(config))
     demos = config["robot_rl"].get("demos") or {}
+    if config["robot_rl"].get("task") == ENV_TASK:
+        return _prepare_env_run(config, run_dir, episodes)
     if episodes <= 0:
         return config
     path = Path(run_dir) / "demos.zarr"
@@ -332,4 +338,22 @@ def prepare_run(config: Mapping[str, Any], run_dir: str | os.PathLike, episodes:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         save_transitions(path, arrays, {"task": task.name, "source": "scripted_expert", **info})
     config.setdefault("learner", {}).setdefault("ros__parameters", {})["demos"] = str(path)
+    return config
+
+
+ENV_TASK_NODES = ("env_sim", "env_actor", "learner")
+"""The nodes of an `env` graph that read its env task file."""
+
+
+def _prepare_env_run(config: dict[str, Any], run_dir: str | os.PathLike, episodes: int) -> dict[str, Any]:
+    """An `env` graph's run: its env task file and demonstrations (`training/env_graph.py`), handed to the nodes."""
+    from robot_rl.training.env_graph import prepare_env_task
+
+    demos = config["robot_rl"].get("demos") or {}
+    task_path, demos_path = prepare_env_task(config["robot_rl"].get("env"), run_dir, episodes,
+                                             int(demos.get("seed", 0)), float(demos.get("noise", 0.0)))
+    for name in ENV_TASK_NODES:
+        config.setdefault(name, {}).setdefault("ros__parameters", {})["env_task"] = str(task_path)
+    if demos_path is not None:
+        config["learner"]["ros__parameters"]["demos"] = str(demos_path)
     return config

@@ -18,8 +18,9 @@ from robot_rl.ros.hardware_node import SAFETY_PARAMS, HardwareNode
 from robot_rl.ros.node_kinds import DEPRECATED_NODE_NAMES, NODE_KINDS, current_name
 from robot_rl.ros.node_utils import Param, ParameterError, check_bounds, closest_name, coerce_value
 
-GRAPH_KEYS = ("task", "nodes", "demos", "restarts", "actors")
-"""Keys of the `robot_rl` graph section (`restarts`: per-node restart policy)."""
+GRAPH_KEYS = ("task", "nodes", "demos", "restarts", "actors", "env")
+"""Keys of the `robot_rl` graph section (`restarts`: per-node restart policy; `env`: the Gymnasium environment of
+task `env`, `training/env_graph.py: EnvSection`)."""
 DEMOS_KEYS = ("episodes", "noise", "seed")
 
 
@@ -77,6 +78,13 @@ def check_graph_setting(name: str, value: Any, where: str) -> None:
             if key not in DEMOS_KEYS:
                 raise SettingsError(f"{where}: robot_rl.demos has no key {key!r}{closest_name(key, DEMOS_KEYS)}; "
                                     f"known: {list(DEMOS_KEYS)}")
+    elif name == "env":
+        from robot_rl.training.env_graph import EnvSection
+
+        try:
+            EnvSection.from_mapping(value).adapter_config()
+        except (TypeError, ValueError) as exc:
+            raise SettingsError(f"{where}: {exc}") from None
     elif name == "restarts" and not isinstance(value, dict):
         raise SettingsError(f"{where}: robot_rl.restarts must be a mapping of node names, not {value!r}")
     elif name == "actors" and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64):

@@ -23,7 +23,7 @@ from robot_rl.ros.node_kinds import crashed
 
 # Stop order: the actor first (it stops commanding the robot), the learner next (it writes
 # its final checkpoint), the robot side last.
-STOP_ORDER = ("arm_actor", "learner")
+STOP_ORDER = ("arm_actor", "env_actor", "learner")
 
 STACK_DUMP_WAIT_S = 1.0
 """Time a hung node gets to write its stacks before SIGKILL."""

@@ -10,6 +10,7 @@ No ROS here: the node feeds the values in, tests drive it directly.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -33,8 +34,14 @@ def human_action(twist: np.ndarray, gripper: float, action_dim: int) -> np.ndarr
 class HumanCommand:
     """Latest engaged flag, twist and gripper from the teleop topics, with their arrival times."""
 
-    def __init__(self, action_dim: int, timeout_s: float = 0.3, initial_gripper: float = -1.0):
-        human_action(np.zeros(6), 0.0, action_dim)  # refuses an action layout teleop cannot drive
+    def __init__(self, action_dim: int, timeout_s: float = 0.3, initial_gripper: float = -1.0,
+                 to_action: Callable[[np.ndarray, float], np.ndarray | None] | None = None):
+        """`to_action(twist, gripper)`: the task action they mean, None if their device cannot drive it
+        (default: the arm's `human_action`, which refuses here an action layout it cannot drive)."""
+        if to_action is None:
+            human_action(np.zeros(6), 0.0, action_dim)
+            to_action = lambda twist, gripper: human_action(twist, gripper, action_dim)  # noqa: E731
+        self.to_action = to_action
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         self.action_dim, self.timeout_s = action_dim, timeout_s
@@ -72,4 +79,4 @@ class HumanCommand:
         if now - self._twist_at > self.timeout_s:
             self.stale += 1
             return None
-        return human_action(self._twist, self.gripper, self.action_dim)
+        return self.to_action(self._twist, self.gripper)

@@ -348,6 +348,8 @@ class ActorCore:
                 if label == "success" and self.task.terminate_on_success and not learned:
                     reward = 1.0
             terminated = (label == "success") if learned else success and self.task.terminate_on_success
+            if self.task.terminated is not None and not learned:
+                terminated = terminated or self.task.terminated(state)
             if self.task.failure is not None and self.task.failure(state):
                 terminated, success = True, False
             episode.steps += 1
@@ -358,7 +360,8 @@ class ActorCore:
             budget_spent = (not episode.evaluation and bool(self.config.total_steps)
                             and self.train_steps + 1 >= self.config.total_steps)
             truncated = not terminated and (episode.steps >= self.max_episode_steps or label is not None
-                                            or budget_spent)
+                                            or budget_spent or (self.task.truncated is not None
+                                                                and self.task.truncated(state)))
             if not episode.evaluation:
                 # A person's label, or the task's own success where it ends the episode (the sim knows).
                 success_label = {"success": True, "failure": False}.get(label, True if terminated else None)

@@ -1,0 +1,194 @@
+"""Any Gymnasium environment as a simulated robot (`env_sim`): it steps the environment of the run's env
+task file through its adapter and publishes what a robot publishes (cameras as `sensor_msgs/Image`,
+its state, reward, success and episode end, `/clock` in lockstep), takes the actor's commands on
+`env/cmd` (topics: `robot_rl/ros/env_io.py`) and serves `~/reset`.
+
+Clock modes, as the arm simulator's:
+- `lockstep`: the environment steps when the command answering the current observation arrives; the
+  current observation is published again after `republish_period_s` without one.
+- `realtime`: a wall-clock timer steps at the task's control rate with the latest command; a command
+  older than `command_timeout_s` is replaced by holding (zero action, the gripper as last commanded).
+
+After the environment ends an episode (terminated or truncated) it is not stepped again until
+`~/reset`. A true `/estop` freezes the environment (no step, commands refused and counted) until
+`~/reset_estop`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import Vector3Stamped
+from rclpy.node import Node
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import Image, JointState
+from std_srvs.srv import Trigger
+
+import robot_rl.envs  # noqa: F401 - registers ours (robot_rl/...), which an env task may name
+from robot_rl.envs.canonical import make_canonical, seeded_reset
+from robot_rl.ros import qos
+from robot_rl.ros.env_io import (
+    COMMAND_TOPIC,
+    OUTCOME_TOPIC,
+    RUNNING,
+    STATE_TOPIC,
+    TERMINATED,
+    TRUNCATED,
+    action_names,
+    msg_vector,
+    outcome_msg,
+    state_names,
+    vector_msg,
+)
+from robot_rl.ros.hardware_node import SimEstop
+from robot_rl.ros.messages import image_to_msg, ns_to_stamp, stamp_to_ns
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.tasks import EnvTaskFile
+
+PARAMS = [
+    Param("env_task", "", "The run's env task file (env_task.json: the environment, its options and adapter), "
+          "written by `robot-rl train --env ID --graph`."),
+    Param("clock_mode", "lockstep", "Simulated-time lockstep or wall-clock real time.",
+          choices=["lockstep", "realtime"]),
+    Param("command_timeout_s", 0.3, "Realtime mode: hold when the last command is older.", 0.01, 10.0),
+    Param("republish_period_s", 0.2, "Lockstep mode: republish the observation if no command came.", 0.01, 10.0),
+    Param("seed", 0, "Seed of the episodes' reset seeds (NumPy's global generator is seeded with each too).", 0,
+          2**31 - 1),
+]
+
+
+class EnvSimNode(Node):
+    def __init__(self):
+        super().__init__("env_sim")
+        p = self.params = declare_params(self, PARAMS)
+        if not p["env_task"]:
+            raise ParameterError("env_sim: env_task is required (the run's env_task.json)")
+        try:
+            self.task_file = EnvTaskFile.load(p["env_task"])
+            adapter = self.task_file.make_adapter()
+            self.env = make_canonical(self.task_file.env_id, self.task_file.env_kwargs, adapter=adapter,
+                                      normalize=False)
+        except (ValueError, ImportError) as exc:
+            raise ParameterError(f"env_sim: {exc}") from None
+        self.adapter = adapter
+        self.state_names, self.action_names = state_names(adapter), action_names(adapter)
+        self.period_ns = int(round(1e9 / self.task_file.control_hz))
+        self.lockstep = p["clock_mode"] == "lockstep"
+        self.rng = np.random.default_rng(p["seed"])
+        self.clock_ns = self.period_ns  # simulated time never goes back, across resets too
+        self.last_cmd: tuple[np.ndarray, int, float] | None = None  # action, stamp it answers, wall time received
+        self.last_publish_wall = 0.0
+        self.counters = {"steps": 0, "resets": 0, "commands_received": 0, "rejected_commands": 0,
+                         "stale_commands": 0, "commands_after_episode_end": 0, "estopped_commands": 0,
+                         "republished": 0}
+        self.state_pub = self.create_publisher(JointState, STATE_TOPIC, qos.SENSOR)
+        self.outcome_pub = self.create_publisher(Vector3Stamped, OUTCOME_TOPIC, qos.SENSOR)
+        self.image_pubs = {camera: self.create_publisher(Image, f"{camera}/color/image_raw", qos.SENSOR)
+                           for camera in adapter.cameras}
+        self.clock_pub = self.create_publisher(Clock, "/clock", 10) if self.lockstep else None
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_subscription(JointState, COMMAND_TOPIC, self._on_cmd, qos.COMMAND_INPUT)
+        self.estop = SimEstop(self, self.counters, "the environment is frozen")
+        self.create_service(Trigger, "~/reset", self._on_reset)
+        if self.lockstep:
+            self.create_timer(p["republish_period_s"], self._republish_if_idle)
+        else:
+            self.create_timer(1.0 / self.task_file.control_hz, self._realtime_step)
+        self.create_timer(1.0, lambda: self.diag_pub.publish(diagnostics(self, dict(self.counters))))
+        self._reset_env()
+        self._publish_observation()
+
+    # ---- commands -----------------------------------------------------------------------------
+
+    def _on_cmd(self, msg: JointState) -> None:
+        self.counters["commands_received"] += 1
+        try:
+            action = msg_vector(msg, self.action_names, COMMAND_TOPIC)
+        except ValueError as exc:
+            self.counters["rejected_commands"] += 1
+            self.get_logger().warning(f"rejected command: {exc}", throttle_duration_sec=5.0)
+            return
+        if self.estop.active:
+            self.counters["estopped_commands"] += 1
+            return
+        self.last_cmd = (np.clip(action, -1.0, 1.0), stamp_to_ns(msg.header.stamp), time.monotonic())
+        if self.lockstep and self.last_cmd[1] == self.clock_ns:  # else it answers an older observation: applied
+            self._step(self.last_cmd[0])
+
+    def _realtime_step(self) -> None:
+        if self.estop.active:
+            return
+        cmd = self.last_cmd
+        if cmd is None or time.monotonic() - cmd[2] > self.params["command_timeout_s"]:
+            self.counters["stale_commands"] += int(cmd is not None)
+            self._step(self._hold(cmd))
+        else:
+            self._step(cmd[0])
+
+    def _hold(self, cmd) -> np.ndarray:
+        """No live command: zero action (the middle of each range), a declared gripper as last commanded."""
+        action = np.zeros(self.adapter.action_dim)
+        gripper = self.adapter.gripper_index
+        if gripper is not None:
+            action[gripper] = cmd[0][gripper] if cmd is not None else -1.0
+        return action
+
+    def _step(self, action: np.ndarray) -> None:
+        if self.end != RUNNING:  # the episode is over: nothing moves until ~/reset
+            self.counters["commands_after_episode_end"] += 1
+            return
+        self.obs, reward, terminated, truncated, info = self.env.step(action)
+        self.reward, self.success = reward, bool(info["is_success"])
+        self.end = TERMINATED if terminated else TRUNCATED if truncated else RUNNING
+        self.clock_ns += self.period_ns
+        self.counters["steps"] += 1
+        self._publish_observation()
+
+    # ---- observations -------------------------------------------------------------------------
+
+    def _publish_observation(self) -> None:
+        stamp = ns_to_stamp(self.clock_ns)
+        if self.clock_pub is not None:
+            self.clock_pub.publish(Clock(clock=stamp))
+        obs = self.obs if isinstance(self.obs, dict) else {"state": self.obs}
+        for camera, pub in self.image_pubs.items():
+            pub.publish(image_to_msg(obs[camera], stamp, f"{camera}_color_optical_frame"))
+        self.outcome_pub.publish(outcome_msg(self.reward, self.success, self.end, self.clock_ns))
+        # Last: the actor takes a repeat of the state as "my command was lost".
+        self.state_pub.publish(vector_msg(obs["state"], self.state_names, self.clock_ns))
+        self.last_publish_wall = time.monotonic()
+
+    def _republish_if_idle(self) -> None:
+        if time.monotonic() - self.last_publish_wall >= self.params["republish_period_s"]:
+            self.counters["republished"] += 1
+            self._publish_observation()
+
+    # ---- reset --------------------------------------------------------------------------------
+
+    def _reset_env(self) -> None:
+        self.obs, _ = seeded_reset(self.env, int(self.rng.integers(2**31)))
+        self.reward, self.success, self.end = 0.0, False, RUNNING
+
+    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        self._reset_env()
+        self.clock_ns += self.period_ns
+        self.last_cmd = None
+        self.counters["resets"] += 1
+        self._publish_observation()
+        response.success = True
+        response.message = json.dumps({"stamp_ns": self.clock_ns})
+        return response
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def main(args=None) -> int:
+    return run_node(EnvSimNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
