@@ -90,10 +90,13 @@ def prepare_env_task(section: Mapping[str, Any], run_dir: str | Path, demo_episo
         run_dir.mkdir(parents=True, exist_ok=True)
         datasets = []
         if env_section.expert and demo_episodes > 0:
-            from robot_rl.training.experts import record_expert_episodes
+            from robot_rl.data.env_recorder import EnvEpisodeRecorder
+            from robot_rl.training.experts import load_expert, record_expert_episodes
 
-            record_expert_episodes(env, env_section.id, env_section.kwargs, env_section.expert,
-                                   run_dir / EXPERT_EPISODES_FILE, demo_episodes, seed=demo_seed, noise=demo_noise)
+            recorder = EnvEpisodeRecorder(run_dir / EXPERT_EPISODES_FILE, env_section.id, env_section.kwargs,
+                                          env.adapter)
+            record_expert_episodes(env, recorder, load_expert(env_section.expert), demo_episodes, seed=demo_seed,
+                                   noise=demo_noise)
             datasets.append(EpisodeDataset(run_dir / EXPERT_EPISODES_FILE))
         if env_section.dataset:
             datasets.append(EpisodeDataset(env_section.dataset))

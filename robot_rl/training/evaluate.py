@@ -130,18 +130,29 @@ def evaluate_graph_policy(run: Path, source: Path, task_name: str, episodes: int
     import gymnasium as gym
 
     import robot_rl.envs  # noqa: F401 - registers the environments
-    from robot_rl.tasks import get_task
+    from robot_rl.tasks import ENV_TASK, EnvTaskFile, get_task
     from robot_rl.training.actor import policy_from_payload
+    from robot_rl.training.env_graph import ENV_TASK_FILE
     from robot_rl.transport import codec
     from robot_rl.transport.secret import read_secret
 
-    task = get_task(task_name)
-    if task.actor_node not in ("arm_actor", "car_actor"):
-        raise ValueError(f"robot-rl eval runs arm and car graph runs; {task.name} is driven by {task.actor_node}")
+    env_task = str(run / ENV_TASK_FILE) if task_name == ENV_TASK else ""
+    task = get_task(task_name, env_task)
+    if task.actor_node not in ("arm_actor", "car_actor", "env_actor"):
+        raise ValueError(f"robot-rl eval runs arm, car and environment graph runs; {task.name} is driven by "
+                         f"{task.actor_node}")
     payload = codec.decode(Path(source).read_bytes(), expect_kind="policy", key=read_secret(run / "secret.key"))
     policy = policy_from_payload(payload, task)
     pinned = {"policy": str(source), "kind": "graph_run", "task": task.name, "policy_version": payload.meta["version"],
               "transitions": payload.meta.get("transitions")}
+    if env_task:  # the environment through the adapter the run's nodes used, its normalisation included
+        from robot_rl.envs.canonical import make_canonical
+
+        described = EnvTaskFile.load(env_task)
+        env = make_canonical(described.env_id, described.env_kwargs, adapter=described.make_adapter())
+        result = evaluate_policy(lambda obs, info: policy.act(obs, True), env, episodes, seed)
+        return {**pinned, "env_id": described.env_id, "env_kwargs": described.env_kwargs, "episodes": episodes,
+                **result, "rule": "deterministic policy; success = the environment's success flag at any step"}
     if task.actor_node == "car_actor":
         return {**pinned, **_graph_car_laps(run, policy, task, episodes, seed, split, max_s or 90.0)}
     kwargs: dict[str, Any] = {"image_size": task.image_size} if task.cameras else {}
@@ -159,11 +170,13 @@ def evaluate_graph_policy(run: Path, source: Path, task_name: str, episodes: int
 def evaluate_policy(act: Callable[[Any, Mapping], np.ndarray], env, episodes: int, seed: int) -> dict[str, Any]:
     """Deterministic episodes of `act(observation, info)` on the Gymnasium `env`, which it closes, the reset
     seeds drawn from `seed`: success rate (info's is_success at any step), mean return, each episode's result."""
+    from robot_rl.envs.canonical import seeded_reset
+
     rng = np.random.default_rng(seed)
     results = []
     try:
         for _ in range(episodes):
-            obs, info = env.reset(seed=int(rng.integers(2**31)))
+            obs, info = seeded_reset(env, int(rng.integers(2**31)))  # NumPy's global generator too: gym-hil's cube
             done, success, total, steps = False, False, 0.0, 0
             while not done:
                 obs, reward, terminated, truncated, info = env.step(act(obs, info))
