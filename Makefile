@@ -15,22 +15,36 @@ export PYOPENGL_PLATFORM ?= osmesa
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export ROS_LOCALHOST_ONLY ?= 1
 
-.PHONY: setup train test benchmarks clean
+# gym-hil (HIL-SERL's Panda scenes) pins MuJoCo below 3.9 and the test extra's mujoco-warp needs 3.13 or later:
+# it lives in a venv of its own, beside the stack, with only what its tests need.
+GYM_HIL_VENV ?= .venv-gym-hil
+GYM_HIL_PY := $(GYM_HIL_VENV)/bin/python
+GYM_HIL_TESTS := tests/test_gym_hil.py
+
+.PHONY: setup train test benchmarks clean debian-packages gym-hil-env test-gym-hil
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: setup.py package.xml
+debian-packages:
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages: $$missing"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	# torch first and pinned: an unpinned torch pulls gigabytes of CUDA packages.
-	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q $(ROS_WHEELS)
-	$(PIP) install -q -e '.[test]'
-	touch $@
+
+# $(call install_venv,VENV,PACKAGES): VENV with torch first and pinned (an unpinned torch pulls gigabytes of CUDA
+# packages), the ROS wheels, then PACKAGES; `pip check` refuses pins that contradict each other.
+define install_venv
+	test -x $(1)/bin/python || python3 -m venv $(1)
+	$(1)/bin/python -m pip install -q --upgrade pip
+	$(1)/bin/python -m pip install -q torch==2.13.0
+	$(1)/bin/python -m pip install -q $(ROS_WHEELS)
+	$(1)/bin/python -m pip install -q $(2)
+	$(1)/bin/python -m pip check
+	touch $(1)/.installed
+endef
+
+$(VENV)/.installed: setup.py package.xml | debian-packages
+	$(call install_venv,$(VENV),-e '.[test]')
 
 train: setup
 	$(VENV)/bin/robot-rl train $(ARGS)
@@ -38,9 +52,23 @@ train: setup
 test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-benchmarks: setup
-	# Every benchmark's --quick run, each in a scratch directory: quick runs record nothing here.
-	for b in benchmarks/*.py; do (cd "$$(mktemp -d)" && $(abspath $(PY)) $(CURDIR)/$$b --quick) || exit 1; done
+gym-hil-env: $(GYM_HIL_VENV)/.installed
+
+# The package with gym-hil and the test runner only (not the test extra: its mujoco-warp needs a newer MuJoCo).
+$(GYM_HIL_VENV)/.installed: setup.py package.xml | debian-packages
+	$(call install_venv,$(GYM_HIL_VENV),-e '.[gym-hil]' pytest pytest-timeout)
+
+# The gym_hil-marked tests, in the venv that holds gym-hil (in .venv they skip).
+test-gym-hil: gym-hil-env
+	$(GYM_HIL_PY) -m pytest -q -m gym_hil $(PYTEST_ARGS) $(GYM_HIL_TESTS)
+
+benchmarks: setup gym-hil-env
+	# Every benchmark's --quick run, each in a scratch directory: quick runs record nothing here. The gym_hil_*
+	# ones run in gym-hil's venv.
+	for b in benchmarks/*.py; do \
+	  py=$(abspath $(PY)); case $$b in benchmarks/gym_hil_*) py=$(abspath $(GYM_HIL_PY));; esac; \
+	  (cd "$$(mktemp -d)" && $$py $(CURDIR)/$$b --quick) || exit 1; \
+	done
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(GYM_HIL_VENV) build *.egg-info

@@ -27,6 +27,25 @@ def expert_action(hand_mm: np.ndarray, target_mm: np.ndarray) -> np.ndarray:
     return np.array([*move, 2.0 if close else 0.0], np.float32)
 
 
+class GripExpert:
+    """The careful person's actions as a scripted expert (robot_rl.training.experts), loaded as
+    "dict_grip_env:GripExpert": the raw observation in, the environment's action out; counts its episodes."""
+
+    def __init__(self):
+        self.episodes = 0
+
+    def reset(self) -> None:
+        self.episodes += 1
+
+    def __call__(self, observation, info) -> np.ndarray:
+        return expert_action(observation["robot"]["joint_pos_mm"], observation["target_mm"])
+
+
+def open_hand_expert(observation, info) -> np.ndarray:
+    """An expert that reaches the target but never closes the gripper: it never succeeds."""
+    return expert_action(observation["robot"]["joint_pos_mm"], observation["target_mm"]) * np.array([1, 1, 0])
+
+
 class DictGrip(gym.Env):
     metadata = {"render_modes": []}
 

@@ -8,12 +8,22 @@ import sys
 from pathlib import Path
 
 from robot_rl.cli.args import at_least, dataset_flags, dataset_out, overwrite_flag
-from robot_rl.cli.gym import checked_env_id
-from robot_rl.outputs import atomic_path, check_output
+from robot_rl.cli.gym import checked_env_id, cmd_record_expert
+from robot_rl.outputs import UserError, atomic_path, check_output
+
+DEFAULT_IMAGE_SIZE = 128
+"""Camera frame size of `demos --env` with a built-in expert."""
 
 
 def cmd_demos(args: argparse.Namespace) -> int:
     dataset_out(args)  # refused before the episodes are collected
+    if args.env and args.expert:
+        return _demos_from_expert(args)
+    expert_only = [flag for flag, given in (("--expert", args.expert), ("--set", args.set),
+                                            ("--env-kwargs", args.env_kwargs), ("--obs-keys", args.obs_keys),
+                                            ("--keep-failures", args.keep_failures)) if given]
+    if expert_only:
+        raise UserError(f"{', '.join(expert_only)}: for --env ID --expert MODULE:CALLABLE")
     if args.env:
         return _demos_episodes(args)
     from robot_rl.data.dataset import save_transitions
@@ -33,6 +43,16 @@ def cmd_demos(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demos_from_expert(args: argparse.Namespace) -> int:
+    """`demos --env ID --expert module:callable`: the expert's episodes as `record --env --expert` records them."""
+    built_in_only = [flag for flag, given in (("--random", args.random), ("--goal", args.goal),
+                                              ("--image-size", args.image_size is not None)) if given]
+    if built_in_only:
+        raise UserError(f"{', '.join(built_in_only)}: for the built-in experts (with --expert the cameras' size is "
+                        "--set adapter.image_size=N)")
+    return cmd_record_expert(args)
+
+
 def _demos_episodes(args: argparse.Namespace) -> int:
     from robot_rl.data.scripted import random_actions, record_scripted_episodes
     from robot_rl.tasks import expert_for_env
@@ -49,12 +69,13 @@ def _demos_episodes(args: argparse.Namespace) -> int:
     else:
         expert = expert_for_env(args.env)
     if expert is None:
-        print(f"robot-rl demos: {args.env} has no scripted expert", file=sys.stderr)
+        print(f"robot-rl demos: {args.env} has no built-in scripted expert; give yours with --expert "
+              "MODULE:CALLABLE", file=sys.stderr)
         return 2
     if not args.goal:
         print("robot-rl demos --env: give the task's goal sentence with --goal", file=sys.stderr)
         return 2
-    env_kwargs = {"image_size": args.image_size, "randomization_split": args.split}
+    env_kwargs = {"image_size": args.image_size or DEFAULT_IMAGE_SIZE, "randomization_split": args.split}
     # Appended in place (episode by episode, as the writer commits them); otherwise built beside --out and
     # renamed into place when complete, so a failed run leaves no partial or half-replaced dataset.
     with contextlib.nullcontext(args.out) if args.append else atomic_path(args.out, directory=True) as target:
@@ -134,14 +155,26 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     demos.add_argument("--seed", type=at_least(0), default=0)
     demos.add_argument("--out", required=True)
     dataset_flags(demos)
-    demos.add_argument("--env", help="a camera Gymnasium task with a scripted expert (e.g. robot_rl/ArmPickCube-v0): "
-                                     "write an episode dataset with frames, success labels and --goal")
+    demos.add_argument("--env", help="a camera Gymnasium task with a built-in scripted expert (e.g. "
+                                     "robot_rl/ArmPickCube-v0): write an episode dataset with frames, success labels "
+                                     "and --goal; any Gymnasium id with --expert")
     demos.add_argument("--goal", help="with --env: the task's goal sentence, stored in the dataset")
-    demos.add_argument("--image-size", type=at_least(8), default=128, help="with --env: camera frame size")
+    demos.add_argument("--image-size", type=at_least(8),
+                       help=f"with --env: camera frame size (default {DEFAULT_IMAGE_SIZE})")
     demos.add_argument("--split", default="train", help="with --env: randomization split")
     demos.add_argument("--random", action="store_true", help="with --env: uniformly random actions instead of the "
                                                              "expert, every episode kept (failures: negatives for a "
                                                              "reward model)")
+    demos.add_argument("--expert", metavar="MODULE:CALLABLE",
+                       help="with --env: your scripted expert for any Gymnasium environment, called "
+                            "expert(observation, info) -> the environment's action (a class is instantiated; see "
+                            "robot_rl/training/experts.py); recorded as `robot-rl record --env --expert` records")
+    demos.add_argument("--env-kwargs", metavar="JSON", help="with --expert: the environment's own options (JSON object)")
+    demos.add_argument("--obs-keys", metavar="KEY,KEY", help="with --expert: observation entries to record, in order")
+    demos.add_argument("--set", action="append", default=[], metavar="adapter.FIELD=VALUE",
+                       help="with --expert: declare the environment's conventions (robot_rl.envs.canonical.AdapterConfig)")
+    demos.add_argument("--keep-failures", action="store_true",
+                       help="with --expert: keep every attempt (by default only successful episodes are kept)")
     demos.set_defaults(handler=cmd_demos)
     rep = sub.add_parser("report", help="PNG of success and intervention rate over a run")
     rep.add_argument("run", help="run directory (episodes.jsonl of robot-rl train, or history.json of train --env)")

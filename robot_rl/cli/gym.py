@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -39,25 +40,23 @@ def checked_fields(defaults, values: dict, prefix: str, exclude: tuple[str, ...]
 
 
 def checked_env_id(env_id: str) -> str:
-    """A registered Gymnasium id (ours included; "module:Id" imports the module that registers it first);
-    UserError with the closest registered ones otherwise."""
+    """A registered Gymnasium id (ours included; "module:Id" and "namespace/Id" import the module that registers
+    it first, see `import_env_namespace`); UserError with the closest registered ones otherwise."""
     import difflib
-    import importlib
 
     import gymnasium as gym
 
     import robot_rl.envs  # noqa: F401 - registers our environments
+    from robot_rl.envs.canonical import import_env_namespace
 
-    module, sep, name = env_id.partition(":")
-    if sep:
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise UserError(f"--env {env_id!r}: cannot import {module!r} ({exc})") from None
     try:
-        gym.spec(name if sep else env_id)
+        registry_id = import_env_namespace(env_id)
+    except ImportError as exc:
+        raise UserError(f"--env {env_id!r}: cannot import what registers it ({exc})") from None
+    try:
+        gym.spec(registry_id)
     except gym.error.Error as exc:
-        close = difflib.get_close_matches(name if sep else env_id, list(gym.registry), n=3)
+        close = difflib.get_close_matches(registry_id, list(gym.registry), n=3)
         raise UserError(f"--env {env_id!r}: {exc}" + (f" Closest: {', '.join(close)}" if close else "")) from None
     return env_id
 
@@ -223,17 +222,25 @@ def _person(args: argparse.Namespace):
         raise UserError(f"--teleop {args.teleop}: {exc}") from None
 
 
+def _record_env_adapter(args: argparse.Namespace):
+    """The checked --env and its AdapterConfig (--set adapter.FIELD=VALUE, --obs-keys) of a recording command."""
+    checked_env_id(args.env)
+    groups = _grouped_settings(args.set, ("adapter",))
+    if groups[""]:
+        raise UserError(f"{args.command} --env takes --set adapter.FIELD=VALUE only, got {sorted(groups[''])}")
+    return adapter_config(args, groups["adapter"])
+
+
 def cmd_record_env(args: argparse.Namespace) -> int:
-    """`robot-rl record --env`: a person's episodes from any Gymnasium environment into a dataset, no ROS."""
+    """`robot-rl record --env`: a person's episodes from any Gymnasium environment into a dataset, no ROS
+    (with --expert: a scripted expert's, `cmd_record_expert`)."""
     from robot_rl.data.env_recorder import EnvEpisodeRecorder
     from robot_rl.envs.canonical import make_canonical
     from robot_rl.training.env_session import EnvSessionConfig, record_env_session
 
-    checked_env_id(args.env)
-    groups = _grouped_settings(args.set, ("adapter",))
-    if groups[""]:
-        raise UserError(f"record --env takes --set adapter.FIELD=VALUE only, got {sorted(groups[''])}")
-    adapter = adapter_config(args, groups["adapter"])
+    if args.expert:
+        return cmd_record_expert(args)
+    adapter = _record_env_adapter(args)
     out = dataset_out(args).resolve()
     env_kwargs = env_kwargs_arg(args.env_kwargs)
     env = make_canonical(args.env, env_kwargs, adapter, normalize=False)
@@ -267,6 +274,44 @@ def cmd_record_env(args: argparse.Namespace) -> int:
         env.close()
         if observer is not None:
             observer.close()
+    print(json.dumps({**summary, "dataset": str(args.out)}), flush=True)
+    return 0
+
+
+def cmd_record_expert(args: argparse.Namespace) -> int:
+    """`robot-rl record --env ID --expert module:callable` and `robot-rl demos --env ID --expert ...`: a scripted
+    expert's episodes (robot_rl.training.experts) into a dataset as a person's are recorded, no person, no ROS.
+    Without --append the dataset is built beside --out and renamed into place when complete: an expert that
+    fails too often leaves no partial dataset and an existing one (--overwrite) unchanged."""
+    from robot_rl.data.env_recorder import EnvEpisodeRecorder
+    from robot_rl.envs.canonical import make_canonical
+    from robot_rl.training.experts import ATTEMPTS_PER_EPISODE, load_expert, record_expert_episodes
+
+    adapter = _record_env_adapter(args)
+    if args.episodes < 1:
+        raise UserError(f"--expert records --episodes N (N >= 1), got {args.episodes}")
+    try:
+        expert = load_expert(args.expert)
+    except ValueError as exc:
+        raise UserError(f"--expert: {exc}") from None
+    out = dataset_out(args).resolve()
+    env_kwargs = env_kwargs_arg(args.env_kwargs)
+    env = make_canonical(args.env, env_kwargs, adapter, normalize=False)
+    print(f"robot_rl: recording {args.env} with the expert {args.expert} into {args.out} ({args.episodes} episodes, "
+          f"{'every attempt' if args.keep_failures else 'successful ones'}, noise {args.noise:g})", flush=True)
+    try:
+        with contextlib.nullcontext(out) if args.append else atomic_path(out, directory=True) as target:
+            recorder = EnvEpisodeRecorder(target, args.env, env_kwargs, env.adapter)
+            try:
+                summary = record_expert_episodes(env, recorder, expert, args.episodes, seed=args.seed,
+                                                 noise=args.noise, successful_only=not args.keep_failures,
+                                                 say=lambda line: print(f"robot_rl: {line}", flush=True))
+            except RuntimeError as exc:
+                kept = "the episodes recorded stay in it" if args.append else "it is unchanged"
+                raise UserError(f"{exc} ({ATTEMPTS_PER_EPISODE} attempts per episode at most; --keep-failures "
+                                f"keeps every attempt); {args.out}: {kept}") from None
+    finally:
+        env.close()
     print(json.dumps({**summary, "dataset": str(args.out)}), flush=True)
     return 0
 

@@ -23,6 +23,8 @@ runs on the same environment again (`robot-rl eval`):
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
@@ -463,9 +465,44 @@ class CanonicalEnv(gym.Wrapper):
             self._info(info)
 
 
+def import_env_namespace(env_id: str) -> str:
+    """Imports what registers `env_id` and returns the id as Gymnasium's registry knows it.
+
+    "module:Name-v0" imports `module` (as gymnasium.make would) and returns "Name-v0". "ns/Name-v0", as
+    users of third-party suites write it (`gym_hil/PandaPickCube-v0`), imports the module named like the
+    namespace when no environment of that namespace is registered yet: suites register themselves on
+    import, and Gymnasium itself only imports for "module:". A namespace that names no importable module is
+    left for Gymnasium's own "Namespace ... not found" error.
+
+    Raises:
+        ImportError: the module exists but failed to import (e.g. a dependency of the suite is missing).
+    """
+    module, sep, registry_id = env_id.partition(":")
+    if sep:
+        importlib.import_module(module)
+        return registry_id
+    namespace, slash, _ = env_id.partition("/")
+    registered = any(spec.namespace == namespace for spec in gym.registry.values())
+    if slash and namespace.isidentifier() and not registered and importlib.util.find_spec(namespace) is not None:
+        importlib.import_module(namespace)
+    return env_id
+
+
+def seeded_reset(env: gym.Env, seed: int, options: Mapping | None = None) -> tuple[Any, dict]:
+    """`env.reset(seed=seed, options=options)` after seeding NumPy's global random state from `seed`.
+
+    Gymnasium's seed reaches only `env.np_random`; third-party environments that draw from NumPy's global
+    state (gym-hil places its cube with `np.random.uniform`) repeat an episode only when that is seeded too,
+    which evaluation and recording on fixed episodes need. `seed` is in [0, 2**32)."""
+    np.random.seed(seed)
+    return env.reset(seed=seed, options=None if options is None else dict(options))
+
+
 def make_canonical(env_id: str, kwargs: Mapping | None = None, config: AdapterConfig | None = None,
                    adapter: EnvAdapter | None = None, normalize: bool = True) -> CanonicalEnv:
-    """gymnasium.make(env_id, **kwargs) through an adapter: `adapter` (a saved one) or one resolved from `config`."""
+    """gymnasium.make(env_id, **kwargs) through an adapter: `adapter` (a saved one) or one resolved from `config`.
+    `env_id` may be "module:Name-v0" or "namespace/Name-v0" (see `import_env_namespace`)."""
+    import_env_namespace(env_id)
     env = gym.make(env_id, **dict(kwargs or {}))
     try:
         adapter = adapter or EnvAdapter.for_env(env, config)
