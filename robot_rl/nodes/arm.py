@@ -51,7 +51,7 @@ from robot_rl.ros.arm_driver_io import (
 )
 from robot_rl.ros.hardware_node import HardwareError, HardwareNode
 from robot_rl.ros.messages import stamp_to_ns
-from robot_rl.ros.node_utils import Param, ParameterError, run_node
+from robot_rl.ros.node_utils import Param, ParameterError, reset_done, run_node
 
 PARAMS = [
     Param("hardware", "franka_cartesian", "Hardware description: a name in the package's hardware/ folder or a "
@@ -250,8 +250,7 @@ class ArmNode(HardwareNode):
             measured_gap = float(np.max(np.abs(self.ee[0] - home))) if self.ee is not None else math.inf
             if self._at_home():
                 self._home_reached()
-                response.success = True
-                response.message = json.dumps({"stamp_ns": self.newest_state_stamp_ns})
+                reset_done(response, self.newest_state_stamp_ns)
             else:
                 if not self.homing:
                     self.homing = True

@@ -14,7 +14,6 @@ Clock modes:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import threading
@@ -24,7 +23,6 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped, TwistStamped
 from rclpy.node import Node
-from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float32
 from std_srvs.srv import Trigger
@@ -37,7 +35,16 @@ from robot_rl.resources import package_path
 from robot_rl.ros import qos
 from robot_rl.ros.arm_io import msgs_to_action, state_to_msgs
 from robot_rl.ros.messages import image_to_msg, ns_to_stamp, stamp_to_ns
-from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, params_from_dataclass, run_node
+from robot_rl.ros.node_utils import (
+    Param,
+    ParameterError,
+    declare_params,
+    diagnostics,
+    params_from_dataclass,
+    reset_done,
+    run_node,
+)
+from robot_rl.ros.sim_time import SimulatedTime
 
 PARAMS = [
     Param("clock_mode", "lockstep", "Simulated-time lockstep or wall-clock real time.",
@@ -64,7 +71,6 @@ class ArmSimNode(Node):
     def __init__(self):
         super().__init__("arm_sim")
         p = self.params = declare_params(self, PARAMS)
-        self.control_period_ns = int(round(1e9 / p["control_hz"]))
         self.sim = ArmSim(config_from_params(ArmSimConfig, {**p, "cameras": tuple(p["cameras"])},
                                              render=p["publish_images"]))
         self.rng = np.random.default_rng(p["seed"])
@@ -75,13 +81,9 @@ class ArmSimNode(Node):
                 self.randomization = Randomization.load(package_path(p["randomization"]))
             except (FileNotFoundError, ValueError) as exc:
                 raise ParameterError(f"randomization: {exc}") from None
-        self.lockstep = p["clock_mode"] == "lockstep"
-        # Simulated time never goes back, across resets too, so stamps stay unique.
-        self.clock_ns = self.control_period_ns
         self.gripper_cmd = 0.0
         self.gripper_fresh = False
         self.last_cmd: tuple[TwistStamped, float] | None = None  # message, wall time received
-        self.last_publish_wall = 0.0
         self.counters = {"steps": 0, "resets": 0, "commands_received": 0, "rejected_commands": 0,
                          "stale_commands": 0, "republished": 0}
 
@@ -94,20 +96,18 @@ class ArmSimNode(Node):
                 self.image_pubs[cam] = (self.create_publisher(Image, f"{cam}/color/image_raw", qos.SENSOR),
                                         self.create_publisher(CameraInfo, f"{cam}/color/camera_info", qos.SENSOR),
                                         self._camera_info(cam))
-        self.clock_pub = self.create_publisher(Clock, "/clock", 10) if self.lockstep else None
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(TwistStamped, "arm/cmd", self._on_cmd, qos.COMMAND_INPUT)
         self.create_subscription(Float32, "arm/gripper", self._on_gripper, qos.COMMAND_INPUT)
         self.create_service(Trigger, "~/reset", self._on_reset)
-        if self.lockstep:
-            self.create_timer(p["republish_period_s"], self._republish_if_idle)
-        else:
-            self.create_timer(1.0 / p["control_hz"], self._realtime_step)
+        self.time = SimulatedTime(self, 1.0 / p["control_hz"], p["clock_mode"] == "lockstep",
+                                  p["republish_period_s"], self.counters, self._publish_observation,
+                                  self._realtime_step)
         self.create_timer(1.0, lambda: self.diag_pub.publish(diagnostics(self, dict(self.counters))))
         self.viewer_threads: list[threading.Thread] = []
         self.viewer = self._open_viewer(p["viewer"]) if p["viewer"] != "never" else None
         self.sim.reset(self.rng)
-        self._publish_observation()
+        self.time.publish()
 
     def _open_viewer(self, mode: str):
         """MuJoCo's passive viewer: it renders on a thread of its own; each step only copies the state
@@ -155,9 +155,9 @@ class ArmSimNode(Node):
         self._maybe_lockstep()
 
     def _maybe_lockstep(self) -> None:
-        if not self.lockstep or self.last_cmd is None or not self.gripper_fresh:
+        if not self.time.lockstep or self.last_cmd is None or not self.gripper_fresh:
             return
-        if stamp_to_ns(self.last_cmd[0].header.stamp) != self.clock_ns:
+        if stamp_to_ns(self.last_cmd[0].header.stamp) != self.time.now_ns:
             return  # answers an older observation (a resend): already applied
         self._step(self.last_cmd[0])
 
@@ -173,32 +173,24 @@ class ArmSimNode(Node):
         action = msgs_to_action(twist, self.gripper_cmd, self.params["action_scale"], self.params["control_hz"])
         self.sim.step(action)
         self.gripper_fresh = False
-        self.clock_ns += self.control_period_ns
+        self.time.advance()
         self.counters["steps"] += 1
-        self._publish_observation()
+        self.time.publish()
 
     # ---- observations -------------------------------------------------------------------------
 
-    def _publish_observation(self) -> None:
-        stamp = ns_to_stamp(self.clock_ns)
-        if self.clock_pub is not None:
-            self.clock_pub.publish(Clock(clock=stamp))
+    def _publish_observation(self, stamp_ns: int) -> None:
+        stamp = ns_to_stamp(stamp_ns)
         for cam, (image_pub, info_pub, info) in self.image_pubs.items():
             image_pub.publish(image_to_msg(self.sim.render(cam), stamp, f"{cam}_color_optical_frame"))
             info.header.stamp = stamp
             info_pub.publish(info)
         if self.viewer is not None and self.viewer.is_running():
             self.viewer.sync()
-        joints, ee, cube = state_to_msgs(self.sim.state(), self.sim.joint_names, self.clock_ns)
+        joints, ee, cube = state_to_msgs(self.sim.state(), self.sim.joint_names, stamp_ns)
         self.ee_pub.publish(ee)
         self.cube_pub.publish(cube)
         self.joint_pub.publish(joints)  # last: the actor treats a repeat of this one as "command lost"
-        self.last_publish_wall = time.monotonic()
-
-    def _republish_if_idle(self) -> None:
-        if time.monotonic() - self.last_publish_wall >= self.params["republish_period_s"]:
-            self.counters["republished"] += 1
-            self._publish_observation()
 
     def _camera_info(self, camera: str) -> CameraInfo:
         import mujoco
@@ -224,14 +216,12 @@ class ArmSimNode(Node):
             sample = self.randomization.sample(self.params["randomization_split"], self.rng)
             self.randomizer.apply({k: v for k, v in sample.items() if k in ArmRandomizer.SCENE_PARAMETERS})
         self.sim.reset(self.rng)
-        self.clock_ns += self.control_period_ns
+        self.time.advance()
         self.last_cmd = None
         self.gripper_fresh = False
         self.counters["resets"] += 1
-        self._publish_observation()
-        response.success = True
-        response.message = json.dumps({"stamp_ns": self.clock_ns})
-        return response
+        self.time.publish()
+        return reset_done(response, self.time.now_ns)
 
     def close(self) -> None:
         if self.viewer is not None:

@@ -30,7 +30,6 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
 from rclpy.node import Node
-from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, Imu
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
@@ -48,7 +47,8 @@ from robot_rl.ros.car_io import CarCommand, CarPractice, PracticeEvent, imu_msg,
     practice_msg
 from robot_rl.ros.hardware_node import SimEstop
 from robot_rl.ros.messages import image_to_msg, ns_to_stamp
-from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, reset_done, run_node
+from robot_rl.ros.sim_time import SimulatedTime
 
 CAMERA = "front"
 CAMERA_FRAME = f"{CAMERA}_color_optical_frame"
@@ -92,13 +92,9 @@ class CarSimNode(Node):
         self.track = generate_track(np.random.default_rng(p["track_seed"]))
         self.sim = CarSim(self.track, p["boundary"], p["image_size"], p["control_hz"])
         self.practice = CarPractice(self.hw.practice, p["control_hz"], self.limits.max_steer, self.rng)
-        self.period_ns = int(round(1e9 / p["control_hz"]))
-        self.lockstep = p["clock_mode"] == "lockstep"
-        self.clock_ns = self.period_ns  # simulated time never goes back, across resets too
         self.last_cmd: tuple[CarCommand, float] | None = None  # command, wall time received
         self.latency: deque[tuple[float, float]] = deque()  # the drawn action latency, as in CarRaceEnv
         self.steer = 0.0  # held while the car may not move
-        self.last_publish_wall = 0.0
         self.counters = {"steps": 0, "resets": 0, "commands_received": 0, "rejected_commands": 0,
                          "clamped_commands": 0, "commands_with_ignored_fields": 0, "stale_commands": 0,
                          "estopped_steps": 0, "recovery_steps": 0, "republished": 0, "estops": 0}
@@ -110,18 +106,16 @@ class CarSimNode(Node):
         self.imu_pub = self.create_publisher(Imu, "car/imu", qos.SENSOR)
         self.odom_pub = self.create_publisher(Odometry, "car/odom", qos.SENSOR)
         self.practice_pub = self.create_publisher(String, "car/practice", qos.EVENTS)
-        self.clock_pub = self.create_publisher(Clock, "/clock", 10) if self.lockstep else None
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(Twist, "car/cmd_vel", self._on_cmd, qos.COMMAND_INPUT)
         self.estop = SimEstop(self, self.counters, "speed 0")
         self.create_service(Trigger, "~/reset", self._on_reset)
-        if self.lockstep:
-            self.create_timer(p["republish_period_s"], self._republish_if_idle)
-        else:
-            self.create_timer(1.0 / p["control_hz"], self._realtime_step)
+        self.time = SimulatedTime(self, 1.0 / p["control_hz"], p["clock_mode"] == "lockstep",
+                                  p["republish_period_s"], self.counters, self._publish_observation,
+                                  self._realtime_step)
         self.create_timer(1.0, self._publish_diagnostics)
         self._new_episode()
-        self._publish_observation()
+        self.time.publish()
 
     # ---- commands -----------------------------------------------------------------------------
 
@@ -142,7 +136,7 @@ class CarSimNode(Node):
             self.get_logger().warning(f"car/cmd_vel: ignored nonzero {', '.join(cmd.ignored)} (only linear.x = "
                                       "speed and angular.z = steering are used)", throttle_duration_sec=5.0)
         self.last_cmd = (cmd, time.monotonic())
-        if self.lockstep:
+        if self.time.lockstep:
             self._step(cmd)
 
     def _realtime_step(self) -> None:
@@ -167,35 +161,27 @@ class CarSimNode(Node):
             speed, steer = self.latency.popleft()
         self.sim.step(speed, steer)
         self.steer = steer
-        self.clock_ns += self.period_ns
+        self.time.advance()
         self.counters["steps"] += 1
         if commanded:
-            self._publish_practice(self.practice.after_step(self.sim.position, self.sim.peak_accel, self.clock_ns))
-        self._publish_observation()
+            self._publish_practice(self.practice.after_step(self.sim.position, self.sim.peak_accel, self.time.now_ns))
+        self.time.publish()
 
     # ---- observations -------------------------------------------------------------------------
 
-    def _publish_observation(self) -> None:
-        stamp = ns_to_stamp(self.clock_ns)
-        if self.clock_pub is not None:
-            self.clock_pub.publish(Clock(clock=stamp))
+    def _publish_observation(self, stamp_ns: int) -> None:
+        stamp = ns_to_stamp(stamp_ns)
         self.image_pub.publish(image_to_msg(self.sim.frame(), stamp, CAMERA_FRAME))
         self.camera_info.header.stamp = stamp
         self.info_pub.publish(self.camera_info)
         sensors = self.sim.sensors(self.rng)
-        self.imu_pub.publish(imu_msg(sensors, self.clock_ns))
-        self.odom_pub.publish(odometry_msg(sensors, self.clock_ns))
-        self.last_publish_wall = time.monotonic()
+        self.imu_pub.publish(imu_msg(sensors, stamp_ns))
+        self.odom_pub.publish(odometry_msg(sensors, stamp_ns))
 
     def _publish_practice(self, event: PracticeEvent | None) -> None:
         if event is not None:
             self.practice_pub.publish(practice_msg(event))
             self.get_logger().info(f"practice: {event.state}" + (f" after {event.event}" if event.event else ""))
-
-    def _republish_if_idle(self) -> None:
-        if time.monotonic() - self.last_publish_wall >= self.params["republish_period_s"]:
-            self.counters["republished"] += 1
-            self._publish_observation()
 
     def _camera_info(self) -> CameraInfo:
         size = self.params["image_size"]
@@ -223,14 +209,12 @@ class CarSimNode(Node):
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         self._new_episode()
-        self.clock_ns += self.period_ns
+        self.time.advance()
         self.last_cmd = None
         self.counters["resets"] += 1
-        self._publish_practice(self.practice.reset(self.clock_ns))
-        self._publish_observation()
-        response.success = True
-        response.message = json.dumps({"stamp_ns": self.clock_ns})
-        return response
+        self._publish_practice(self.practice.reset(self.time.now_ns))
+        self.time.publish()
+        return reset_done(response, self.time.now_ns)
 
     def close(self) -> None:
         self.sim.close()

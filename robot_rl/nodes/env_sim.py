@@ -3,9 +3,8 @@ task file through its adapter and publishes what a robot publishes (cameras as `
 its state, reward, success and episode end, `/clock` in lockstep), takes the actor's commands on
 `env/cmd` (topics: `robot_rl/ros/env_io.py`) and serves `~/reset`.
 
-Clock modes, as the arm simulator's:
-- `lockstep`: the environment steps when the command answering the current observation arrives; the
-  current observation is published again after `republish_period_s` without one.
+Clock modes (`ros/sim_time.py`, as every simulator's):
+- `lockstep`: the environment steps when the command answering the current observation arrives.
 - `realtime`: a wall-clock timer steps at the task's control rate with the latest command; a command
   older than `command_timeout_s` is replaced by holding (zero action, the gripper as last commanded).
 
@@ -16,14 +15,12 @@ After the environment ends an episode (terminated or truncated) it is not steppe
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Vector3Stamped
 from rclpy.node import Node
-from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Image, JointState
 from std_srvs.srv import Trigger
 
@@ -45,7 +42,8 @@ from robot_rl.ros.env_io import (
 )
 from robot_rl.ros.hardware_node import SimEstop
 from robot_rl.ros.messages import image_to_msg, ns_to_stamp, stamp_to_ns
-from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, reset_done, run_node
+from robot_rl.ros.sim_time import SimulatedTime
 from robot_rl.tasks import EnvTaskFile
 
 PARAMS = [
@@ -75,12 +73,8 @@ class EnvSimNode(Node):
             raise ParameterError(f"env_sim: {exc}") from None
         self.adapter = adapter
         self.state_names, self.action_names = state_names(adapter), action_names(adapter)
-        self.period_ns = int(round(1e9 / self.task_file.control_hz))
-        self.lockstep = p["clock_mode"] == "lockstep"
         self.rng = np.random.default_rng(p["seed"])
-        self.clock_ns = self.period_ns  # simulated time never goes back, across resets too
         self.last_cmd: tuple[np.ndarray, int, float] | None = None  # action, stamp it answers, wall time received
-        self.last_publish_wall = 0.0
         self.counters = {"steps": 0, "resets": 0, "commands_received": 0, "rejected_commands": 0,
                          "stale_commands": 0, "commands_after_episode_end": 0, "estopped_commands": 0,
                          "republished": 0}
@@ -88,18 +82,16 @@ class EnvSimNode(Node):
         self.outcome_pub = self.create_publisher(Vector3Stamped, OUTCOME_TOPIC, qos.SENSOR)
         self.image_pubs = {camera: self.create_publisher(Image, f"{camera}/color/image_raw", qos.SENSOR)
                            for camera in adapter.cameras}
-        self.clock_pub = self.create_publisher(Clock, "/clock", 10) if self.lockstep else None
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(JointState, COMMAND_TOPIC, self._on_cmd, qos.COMMAND_INPUT)
         self.estop = SimEstop(self, self.counters, "the environment is frozen")
         self.create_service(Trigger, "~/reset", self._on_reset)
-        if self.lockstep:
-            self.create_timer(p["republish_period_s"], self._republish_if_idle)
-        else:
-            self.create_timer(1.0 / self.task_file.control_hz, self._realtime_step)
+        self.time = SimulatedTime(self, 1.0 / self.task_file.control_hz, p["clock_mode"] == "lockstep",
+                                  p["republish_period_s"], self.counters, self._publish_observation,
+                                  self._realtime_step)
         self.create_timer(1.0, lambda: self.diag_pub.publish(diagnostics(self, dict(self.counters))))
         self._reset_env()
-        self._publish_observation()
+        self.time.publish()
 
     # ---- commands -----------------------------------------------------------------------------
 
@@ -115,7 +107,7 @@ class EnvSimNode(Node):
             self.counters["estopped_commands"] += 1
             return
         self.last_cmd = (np.clip(action, -1.0, 1.0), stamp_to_ns(msg.header.stamp), time.monotonic())
-        if self.lockstep and self.last_cmd[1] == self.clock_ns:  # else it answers an older observation: applied
+        if self.time.lockstep and self.last_cmd[1] == self.time.now_ns:  # else it answers an older observation: applied
             self._step(self.last_cmd[0])
 
     def _realtime_step(self) -> None:
@@ -143,28 +135,20 @@ class EnvSimNode(Node):
         self.obs, reward, terminated, truncated, info = self.env.step(action)
         self.reward, self.success = reward, bool(info["is_success"])
         self.end = TERMINATED if terminated else TRUNCATED if truncated else RUNNING
-        self.clock_ns += self.period_ns
+        self.time.advance()
         self.counters["steps"] += 1
-        self._publish_observation()
+        self.time.publish()
 
     # ---- observations -------------------------------------------------------------------------
 
-    def _publish_observation(self) -> None:
-        stamp = ns_to_stamp(self.clock_ns)
-        if self.clock_pub is not None:
-            self.clock_pub.publish(Clock(clock=stamp))
+    def _publish_observation(self, stamp_ns: int) -> None:
+        stamp = ns_to_stamp(stamp_ns)
         obs = self.obs if isinstance(self.obs, dict) else {"state": self.obs}
         for camera, pub in self.image_pubs.items():
             pub.publish(image_to_msg(obs[camera], stamp, f"{camera}_color_optical_frame"))
-        self.outcome_pub.publish(outcome_msg(self.reward, self.success, self.end, self.clock_ns))
+        self.outcome_pub.publish(outcome_msg(self.reward, self.success, self.end, stamp_ns))
         # Last: the actor takes a repeat of the state as "my command was lost".
-        self.state_pub.publish(vector_msg(obs["state"], self.state_names, self.clock_ns))
-        self.last_publish_wall = time.monotonic()
-
-    def _republish_if_idle(self) -> None:
-        if time.monotonic() - self.last_publish_wall >= self.params["republish_period_s"]:
-            self.counters["republished"] += 1
-            self._publish_observation()
+        self.state_pub.publish(vector_msg(obs["state"], self.state_names, stamp_ns))
 
     # ---- reset --------------------------------------------------------------------------------
 
@@ -174,13 +158,11 @@ class EnvSimNode(Node):
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         self._reset_env()
-        self.clock_ns += self.period_ns
+        self.time.advance()
         self.last_cmd = None
         self.counters["resets"] += 1
-        self._publish_observation()
-        response.success = True
-        response.message = json.dumps({"stamp_ns": self.clock_ns})
-        return response
+        self.time.publish()
+        return reset_done(response, self.time.now_ns)
 
     def close(self) -> None:
         self.env.close()

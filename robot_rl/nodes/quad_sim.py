@@ -24,7 +24,6 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped, TwistStamped
 from nav_msgs.msg import Odometry
 from rclpy.node import Node
-from rosgraph_msgs.msg import Clock
 from std_srvs.srv import Trigger
 
 from robot_rl.control.quad_rate import GRAVITY
@@ -35,9 +34,10 @@ from robot_rl.hardware.safety import Rejected
 from robot_rl.resources import package_path
 from robot_rl.ros import qos
 from robot_rl.ros.hardware_node import SimEstop
-from robot_rl.ros.messages import ns_to_stamp, stamp_to_ns
-from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.ros.messages import stamp_to_ns
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, reset_done, run_node
 from robot_rl.ros.quad_io import parse_ctbr, state_to_msgs
+from robot_rl.ros.sim_time import SimulatedTime
 
 PARAMS = [
     Param("clock_mode", "lockstep", "Simulated-time lockstep or wall-clock real time.",
@@ -69,29 +69,23 @@ class QuadSimNode(Node):
                                    overrides=overrides, seed=p["seed"], auto_reset=False)
         except (FileNotFoundError, ValueError) as exc:
             raise ParameterError(str(exc)) from None
-        self.period_ns = int(round(1e9 / self.core.config.policy_hz))
-        self.lockstep = p["clock_mode"] == "lockstep"
-        self.clock_ns = self.period_ns  # simulated time never goes back, across resets too
         self.last_cmd: tuple[int, np.ndarray, float] | None = None  # answered stamp, ctbr, wall time
-        self.last_publish_wall = 0.0
         self.counters = {"steps": 0, "resets": 0, "commands_received": 0, "rejected_commands": 0,
                          "clamped_commands": 0, "stale_commands": 0, "republished": 0, "hits": 0, "episode_hits": 0,
                          "episode_ended": 0, "estops": 0}
         self.rejected: dict[str, int] = {}
         self.odom_pub = self.create_publisher(Odometry, "quad/odom", qos.SENSOR)
         self.ball_pub = self.create_publisher(PoseStamped, "ball/pose", qos.SENSOR)
-        self.clock_pub = self.create_publisher(Clock, "/clock", 10) if self.lockstep else None
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(TwistStamped, "quad/cmd_ctbr", self._on_cmd, qos.COMMAND_INPUT)
         self.estop = SimEstop(self, self.counters, "motors off")
         self.create_service(Trigger, "~/reset", self._on_reset)
-        if self.lockstep:
-            self.create_timer(p["republish_period_s"], self._republish_if_idle)
-        else:
-            self.create_timer(1.0 / self.core.config.policy_hz, self._realtime_step)
+        self.time = SimulatedTime(self, 1.0 / self.core.config.policy_hz, p["clock_mode"] == "lockstep",
+                                  p["republish_period_s"], self.counters, self._publish_observation,
+                                  self._realtime_step)
         self.create_timer(1.0, self._publish_diagnostics)
         self.core.reset()
-        self._publish_observation()
+        self.time.publish()
 
     # ---- commands -----------------------------------------------------------------------------
 
@@ -107,7 +101,7 @@ class QuadSimNode(Node):
         self.counters["clamped_commands"] += int(thrust_clamped or rates_clamped)
         stamp = stamp_to_ns(msg.header.stamp)
         self.last_cmd = (stamp, np.array([thrust, *rates]), time.monotonic())
-        if self.lockstep and stamp == self.clock_ns:  # a resend answers an older observation: applied
+        if self.time.lockstep and stamp == self.time.now_ns:  # a resend answers an older observation: applied
             self._step(self.last_cmd[1])
 
     def _realtime_step(self) -> None:
@@ -126,25 +120,17 @@ class QuadSimNode(Node):
         self.counters["hits"] += int(events["hit"][0])
         self.counters["episode_hits"] = int(self.core.task.hits[0])
         self.counters["episode_ended"] = int(terminated[0])
-        self.clock_ns += self.period_ns
+        self.time.advance()
         self.counters["steps"] += 1
-        self._publish_observation()
+        self.time.publish()
 
     # ---- observations -------------------------------------------------------------------------
 
-    def _publish_observation(self) -> None:
-        if self.clock_pub is not None:
-            self.clock_pub.publish(Clock(clock=ns_to_stamp(self.clock_ns)))
-        odom, ball = state_to_msgs(self.core.physics.state(), 0, self.clock_ns, self.hw.state_frame,
+    def _publish_observation(self, stamp_ns: int) -> None:
+        odom, ball = state_to_msgs(self.core.physics.state(), 0, stamp_ns, self.hw.state_frame,
                                    self.hw.command_frame)
         self.ball_pub.publish(ball)
         self.odom_pub.publish(odom)
-        self.last_publish_wall = time.monotonic()
-
-    def _republish_if_idle(self) -> None:
-        if time.monotonic() - self.last_publish_wall >= self.params["republish_period_s"]:
-            self.counters["republished"] += 1
-            self._publish_observation()
 
     def _publish_diagnostics(self) -> None:
         values = dict(self.counters)
@@ -155,14 +141,12 @@ class QuadSimNode(Node):
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         self.core.reset()
-        self.clock_ns += self.period_ns
+        self.time.advance()
         self.last_cmd = None
         self.counters["resets"] += 1
         self.counters["episode_hits"] = self.counters["episode_ended"] = 0
-        self._publish_observation()
-        response.success = True
-        response.message = json.dumps({"stamp_ns": self.clock_ns})
-        return response
+        self.time.publish()
+        return reset_done(response, self.time.now_ns)
 
 
 def main(args=None) -> int:

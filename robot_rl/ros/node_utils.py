@@ -187,6 +187,14 @@ def timer_once(node: Node, period_s: float, callback: Callable[[], None], clock=
     timer = node.create_timer(period_s, fire, clock=clock)
 
 
+def reset_done(response: Any, stamp_ns: int) -> Any:
+    """A successful ~/reset response saying the new episode's first observation is stamped `stamp_ns` (what
+    `reset_stamp` reads)."""
+    response.success = True
+    response.message = json.dumps({"stamp_ns": int(stamp_ns)})
+    return response
+
+
 def reset_stamp(response: Any) -> int | None:
     """The stamp of the first observation of a new episode from a simulator's ~/reset response
     (std_srvs/Trigger, message JSON {"stamp_ns": ...}); None when the reset failed."""
