@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 from functools import partial
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -138,7 +139,7 @@ class EnvTaskFile:
     @classmethod
     def load(cls, path) -> "EnvTaskFile":
         try:
-            data = json.loads(open(path).read())
+            data = json.loads(Path(path).read_text())
         except OSError as exc:
             raise ValueError(f"env task file {path}: {exc.strerror}") from None
         except json.JSONDecodeError as exc:

@@ -11,8 +11,7 @@ learner's demonstration transitions in the agent's units.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -107,7 +106,7 @@ def prepare_env_task(section: Mapping[str, Any], run_dir: str | Path, demo_episo
         if adapter.normalizer.needs_statistics:
             states = np.concatenate([a["obs"] for a in raw]) if raw else random_states(env, env_section.statistics_steps)
             adapter.normalizer.fit(states)
-        EnvTaskFile(env_section.id, dict(env_section.kwargs), _adapter_json(adapter), int(horizon),
+        EnvTaskFile(env_section.id, dict(env_section.kwargs), asdict(adapter), int(horizon),
                     float(env_section.control_hz)).save(task_path)
     finally:
         env.close()
@@ -117,10 +116,6 @@ def prepare_env_task(section: Mapping[str, Any], run_dir: str | Path, demo_episo
     save_transitions(demos_path, arrays, {"task": env_task_name(env_section.id), "source": "env_demonstrations",
                                           "episodes": sum(len(d) for d in datasets)})
     return task_path, demos_path
-
-
-def _adapter_json(adapter: EnvAdapter) -> dict:
-    return json.loads(adapter.to_json())
 
 
 def _check_fits(path, arrays: Mapping[str, np.ndarray], adapter: EnvAdapter) -> None:
@@ -134,8 +129,7 @@ def agent_transitions(arrays: Mapping[str, np.ndarray], adapter: EnvAdapter) -> 
     """An episode dataset's transitions (raw state, the environment's action units, frames as recorded) in the
     agent's units: normalised state, actions in [-1, 1], frames at the adapter's size."""
     out = dict(arrays)
-    out["obs"] = np.stack([adapter.normalizer(s) for s in arrays["obs"]]).astype(np.float32)
-    out["next_obs"] = np.stack([adapter.normalizer(s) for s in arrays["next_obs"]]).astype(np.float32)
+    out["obs"], out["next_obs"] = adapter.normalizer(arrays["obs"]), adapter.normalizer(arrays["next_obs"])
     out["action"] = np.stack([adapter.agent_action(a) for a in arrays["action"]]).astype(np.float32)
     for camera in adapter.cameras:
         for key in (f"obs_{camera}", f"next_obs_{camera}"):
