@@ -10,6 +10,22 @@ import pytest
 LOG_TAIL_LINES = 60
 
 
+@pytest.fixture
+def forget_env_namespace(monkeypatch):
+    """forget(namespace): the namespace's Gymnasium ids unregistered and its module unimported, as in a fresh
+    `robot-rl` process, whatever ran before in this one (restored afterwards)."""
+    import sys
+
+    import gymnasium as gym
+
+    def forget(namespace: str) -> None:
+        for env_id in [i for i in gym.registry if i.startswith(f"{namespace}/")]:
+            monkeypatch.delitem(gym.registry, env_id)
+        monkeypatch.delitem(sys.modules, namespace, raising=False)
+
+    return forget
+
+
 def _node_logs(tmp_path: Path) -> list[Path]:
     return sorted(p for p in tmp_path.rglob("*.log") if p.is_file() and "journal" not in p.parts)
 

@@ -15,8 +15,16 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from robot_rl.envs.canonical import AdapterConfig
+
 WORKSPACE_MM = 400.0
 REACH_MM = 60.0
+
+ADAPTER = AdapterConfig(image_size=16, gripper_index=2, gripper_open=0.0, gripper_close=2.0)
+"""What a user declares about this environment: one camera size, the [0, 2] gripper that closes at 2."""
+ADAPTER_FLAGS = ["--set", "adapter.image_size=16", "--set", "adapter.gripper_index=2",
+                 "--set", "adapter.gripper_open=0", "--set", "adapter.gripper_close=2"]
+"""The same declarations on the command line."""
 
 
 def expert_action(hand_mm: np.ndarray, target_mm: np.ndarray) -> np.ndarray:

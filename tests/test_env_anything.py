@@ -16,7 +16,7 @@ import torch
 
 from robot_rl.agents.sac import SACConfig
 from robot_rl.data.env_recorder import EnvEpisodeRecorder
-from robot_rl.envs.canonical import AdapterConfig, EnvAdapter, make_canonical
+from robot_rl.envs.canonical import EnvAdapter, make_canonical
 from robot_rl.training.gym_loop import GymTrainConfig, Trainer
 
 TESTS = Path(__file__).parent
@@ -24,9 +24,7 @@ sys.path.insert(0, str(TESTS))
 import dict_grip_env  # noqa: E402
 
 ENV_ID = "dict_grip_env:DictGrip-v0"
-ADAPTER = AdapterConfig(image_size=16, gripper_index=2, gripper_open=0.0, gripper_close=2.0)
-ADAPTER_FLAGS = ["--set", "adapter.image_size=16", "--set", "adapter.gripper_index=2",
-                 "--set", "adapter.gripper_open=0", "--set", "adapter.gripper_close=2"]
+ADAPTER, ADAPTER_FLAGS = dict_grip_env.ADAPTER, dict_grip_env.ADAPTER_FLAGS
 
 
 def record_demos(path: Path, episodes: int = 10) -> None:

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dict_grip_env import ADAPTER_FLAGS
 from terminal import Terminal
 
 TESTS = Path(__file__).parent
 ENV = "dict_grip_env:DictGrip-v0"
 STATE_KEYS = "robot/joint_pos_mm,robot/gripper_m,target_mm"
-FLAGS = ["--env", ENV, "--graph", "--expert", "dict_grip_env:GripExpert", "--obs-keys", STATE_KEYS,
-         "--set", "adapter.gripper_index=2", "--set", "adapter.gripper_open=0", "--set", "adapter.gripper_close=2",
+FLAGS = ["--env", ENV, "--graph", "--expert", "dict_grip_env:GripExpert", "--obs-keys", STATE_KEYS, *ADAPTER_FLAGS,
          "--max-episode-steps", "12", "--set", "learner.warmup_transitions=100", "--plain"]
 
 

@@ -21,11 +21,8 @@ ADAPTER = AdapterConfig(image_size=16)
 
 
 @pytest.fixture
-def unregistered_namespace(monkeypatch):
-    """ns_grip_env neither imported nor registered, whatever ran before in this process (restored afterwards)."""
-    for env_id in [i for i in gym.registry if i.startswith("ns_grip_env/")]:
-        monkeypatch.delitem(gym.registry, env_id)
-    monkeypatch.delitem(sys.modules, "ns_grip_env", raising=False)
+def unregistered_namespace(forget_env_namespace):
+    forget_env_namespace("ns_grip_env")
 
 
 def test_a_namespaced_id_imports_its_module_and_resolves(unregistered_namespace):

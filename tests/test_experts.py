@@ -14,7 +14,7 @@ import pytest
 from robot_rl.cli import main
 from robot_rl.data.env_recorder import EnvEpisodeRecorder
 from robot_rl.data.episodes import EpisodeDataset
-from robot_rl.envs.canonical import AdapterConfig, make_canonical
+from robot_rl.envs.canonical import make_canonical
 from robot_rl.training.experts import ATTEMPTS_PER_EPISODE, load_expert, record_expert_episodes
 from robot_rl.training.gym_loop import GymTrainConfig, Trainer
 
@@ -23,9 +23,7 @@ sys.path.insert(0, str(TESTS))
 import dict_grip_env  # noqa: E402
 
 ENV_ID = "ns_grip_env/DictGrip-v0"
-ADAPTER = AdapterConfig(image_size=16, gripper_index=2, gripper_open=0.0, gripper_close=2.0)
-ADAPTER_FLAGS = ["--set", "adapter.image_size=16", "--set", "adapter.gripper_index=2",
-                 "--set", "adapter.gripper_open=0", "--set", "adapter.gripper_close=2"]
+ADAPTER, ADAPTER_FLAGS = dict_grip_env.ADAPTER, dict_grip_env.ADAPTER_FLAGS
 EXPERT = "dict_grip_env:GripExpert"
 
 

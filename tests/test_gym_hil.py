@@ -51,11 +51,8 @@ def robot_rl(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture
-def gym_hil_unregistered(monkeypatch):
-    """gym_hil neither imported nor registered in this process, as in a fresh `robot-rl` (restored afterwards)."""
-    for env_id in [i for i in gym.registry if i.startswith("gym_hil/")]:
-        monkeypatch.delitem(gym.registry, env_id)
-    monkeypatch.delitem(sys.modules, "gym_hil", raising=False)
+def gym_hil_unregistered(forget_env_namespace):
+    forget_env_namespace("gym_hil")
 
 
 def test_the_id_as_gym_hil_users_write_it_resolves(gym_hil_unregistered):
