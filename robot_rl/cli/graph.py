@@ -22,7 +22,7 @@ from robot_rl.cli.args import (
     recording_path,
     replace_dataset,
 )
-from robot_rl.cli.env_section import env_section, task_cameras
+from robot_rl.cli.env_section import env_section
 from robot_rl.cli.gym import cmd_record_env, cmd_train_env
 from robot_rl.outputs import UserError, atomic_write_text
 from robot_rl.ros.graph import ACTORS
@@ -134,7 +134,7 @@ def _person_overrides(args: argparse.Namespace, config: dict, robot: list[str]) 
     on the wall clock, the person's timing, and the person's view unless --view off."""
     device = args.teleop
     scripted = device == "scripted"
-    actor = next(n for n in robot if n in ACTORS)
+    actor = next(n for n in config["robot_rl"]["nodes"] if n in ACTORS)  # `robot` lacks it when recording
     overrides = {"teleop.device": "joy" if scripted else device,
                  f"{actor}.reset_time_s": args.reset_time_s, f"{actor}.sync_updates_per_step": 0.0}
     for sim in {"arm_sim", "env_sim"} & set(robot):
@@ -162,13 +162,18 @@ def _view_overrides(args: argparse.Namespace, config: dict, robot: list[str], de
         if display:  # MuJoCo's own window where a display exists
             overrides["arm_sim.viewer"] = "always" if args.view == "window" else "auto"
     if args.view != "off":
-        cameras = task_cameras(config)
+        from robot_rl.tasks import ENV_TASK, get_task
+
+        task = config["robot_rl"]["task"]
+        cameras = [] if task == ENV_TASK else list(get_task(task).cameras)
         if not cameras and "arm_sim" in robot:
             overrides.update({"arm_sim.publish_images": True, "arm_sim.cameras": VIEW_CAMERAS,
                               "arm_sim.image_size": VIEW_IMAGE_SIZE})
             cameras = VIEW_CAMERAS
-        overrides.update({"session_view.task": config["robot_rl"]["task"], "session_view.cameras": cameras,
-                          "session_view.device": device, "session_view.port": args.view_port})
+        if cameras:  # else the view node's own: an environment's, from the run's env task file
+            overrides["session_view.cameras"] = cameras
+        overrides.update({"session_view.task": config["robot_rl"]["task"], "session_view.device": device,
+                          "session_view.port": args.view_port})
     return overrides
 
 
