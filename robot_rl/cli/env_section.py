@@ -1,5 +1,4 @@
-"""`robot-rl train --env ID --graph`: the graph section's `env` from the command line, and what the person's view
-shows of an environment's graph."""
+"""`robot-rl train --env ID --graph`: the graph section's `env` from the command line."""
 
 from __future__ import annotations
 
@@ -27,17 +26,3 @@ def env_section(args: argparse.Namespace) -> tuple[dict, list[str]]:
                "control_hz": args.control_hz, "max_episode_steps": args.max_episode_steps or 0}
     return section, [p for p in args.set if not p.startswith("adapter.")]
 
-
-def task_cameras(config: dict) -> list[str]:
-    """The cameras of the graph's task (an `env` task's as its adapter names them, from a probe of the environment)."""
-    from robot_rl.envs.canonical import make_canonical
-    from robot_rl.tasks import ENV_TASK, get_task
-    from robot_rl.training.env_graph import EnvSection
-
-    task = config["robot_rl"]["task"]
-    if task != ENV_TASK:
-        return list(get_task(task).cameras)
-    section = EnvSection.from_mapping(config["robot_rl"].get("env"))
-    probe = make_canonical(section.id, section.kwargs, section.adapter_config(), normalize=False)
-    probe.close()
-    return list(probe.adapter.cameras)

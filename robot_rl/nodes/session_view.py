@@ -44,7 +44,7 @@ from robot_rl.outputs import UserError, atomic_path
 from robot_rl.ros import qos
 from robot_rl.ros.messages import msg_to_image
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
-from robot_rl.tasks import ENV_TASK, get_task, task_names
+from robot_rl.tasks import get_task, task_names
 from robot_rl.teleop.mapping import DEVICE_KINDS
 from robot_rl.teleop.session_status import KEY_LEGEND, SessionStatus
 from robot_rl.view.compose import MAX_CAMERAS, compose_frame
@@ -68,6 +68,7 @@ PARAMS = [
           choices=task_names()),
     CameraListParam("cameras", [], f"Cameras to show, left to right (1 to {MAX_CAMERAS}; "
                     "<camera>/color/image_raw each). Empty: the task's cameras."),
+    Param("env_task", "", "Task env: the run's env task file (env_task.json), which names the environment's cameras."),
     Param("device", "keyboard", "The person's input device: picks the key legend shown.", choices=DEVICE_KINDS),
     Param("host", "127.0.0.1", "Address the HTTP server binds. Keep the loopback default and reach it over SSH; "
           "any other address lets everyone on that network watch, unauthenticated."),
@@ -93,9 +94,12 @@ STOP_POLL_S = 0.25
 _OK, _WARN = DiagnosticStatus.OK, DiagnosticStatus.WARN
 
 
-def view_cameras(task: str, cameras: list) -> tuple[str, ...]:
+def view_cameras(task: str, cameras: list, env_task: str = "") -> tuple[str, ...]:
     """The cameras to show: `cameras`, or the task's when empty; ParameterError naming a bad one."""
-    known = get_task(task).cameras if task != ENV_TASK else ()  # an environment's: as the graph names them
+    try:
+        known = get_task(task, env_task).cameras
+    except ValueError as exc:
+        raise ParameterError(f"session_view: {exc}") from None
     chosen = tuple(cameras) or known
     if not chosen:
         raise ParameterError(f"session_view: task {task!r} has no cameras; name the cameras to show, e.g. "
@@ -126,7 +130,7 @@ class SessionViewNode(Node):
     def __init__(self):
         super().__init__("session_view")
         p = self.params = declare_params(self, PARAMS)
-        self.cameras = view_cameras(p["task"], p["cameras"])
+        self.cameras = view_cameras(p["task"], p["cameras"], p["env_task"])
         self.topics = {camera: f"{camera}/color/image_raw" for camera in self.cameras}
         self.legend = KEY_LEGEND.get(p["device"], "")
         _is_loopback(p["host"])  # a bad address is refused before anything starts

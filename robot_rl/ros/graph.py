@@ -341,7 +341,7 @@ def prepare_run(config: Mapping[str, Any], run_dir: str | os.PathLike, episodes:
     return config
 
 
-ENV_TASK_NODES = ("env_sim", "env_actor", "learner")
+ENV_TASK_NODES = ("env_sim", "env_actor", "learner", "session_view")
 """The nodes of an `env` graph that read its env task file."""
 
 
@@ -352,7 +352,7 @@ def _prepare_env_run(config: dict[str, Any], run_dir: str | os.PathLike, episode
     demos = config["robot_rl"].get("demos") or {}
     task_path, demos_path = prepare_env_task(config["robot_rl"].get("env"), run_dir, episodes,
                                              int(demos.get("seed", 0)), float(demos.get("noise", 0.0)))
-    for name in ENV_TASK_NODES:
+    for name in set(ENV_TASK_NODES) & set(config["robot_rl"]["nodes"]):
         config.setdefault(name, {}).setdefault("ros__parameters", {})["env_task"] = str(task_path)
     if demos_path is not None:
         config["learner"]["ros__parameters"]["demos"] = str(demos_path)
