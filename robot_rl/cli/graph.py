@@ -493,8 +493,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--demos", metavar="DATASET", help="with --env: demonstrations, our zarr episodes or a "
                                                            "LeRobotDataset (v3) directory")
     train.add_argument("--control-hz", type=at_least(0.1, float), default=10.0,
-                       help="with --env --teleop: steps per second on the wall clock while a person is in the loop; "
-                            "with --env --graph: the environment's control rate")
+                       help="with --env --teleop: steps per second on the wall clock while a person is in the "
+                            "loop; with --env --graph: the environment's control rate")
     train.add_argument("--graph", action="store_true",
                        help="with --env: run the environment as a robot in the ROS 2 node graph (env_sim, env_actor, "
                             "learner; --actors, --teleop, --nodes, --resume apply) instead of in one process")
