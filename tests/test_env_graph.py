@@ -120,7 +120,8 @@ def test_env_messages_round_trip_and_refuse_what_a_node_must_not_act_on():
 
     import dict_grip_env  # noqa: F401 - registers DictGrip-v0
 
-    env = make_canonical("DictGrip-v0", config=AdapterConfig(obs_keys=tuple(STATE_KEYS.split(","))), normalize=False)
+    config = AdapterConfig(obs_keys=tuple(STATE_KEYS.split(",")), gripper_index=2, gripper_open=0.0, gripper_close=2.0)
+    env = make_canonical("DictGrip-v0", config=config, normalize=False)
     names = state_names(env.adapter)
     assert names == ["robot/joint_pos_mm[0]", "robot/joint_pos_mm[1]", "robot/gripper_m", "target_mm[0]",
                      "target_mm[1]"]
@@ -135,4 +136,7 @@ def test_env_messages_round_trip_and_refuse_what_a_node_must_not_act_on():
         msgs_to_state(vector_msg(state, names[::-1], 7), outcome_msg(0, False, 0, 7), names)
     with pytest.raises(ValueError, match="must be 0 or 1"):
         msgs_to_state(vector_msg(state, names, 7), outcome_msg(0, False, 5, 7), names)
+    # Holding still (a stale command in real time, a countdown, a pause): no motion, the gripper as it was.
+    assert env.adapter.hold_action(None).tolist() == [0.0, 0.0, -1.0]
+    assert env.adapter.hold_action(np.array([0.7, -0.2, 0.9], np.float32)).tolist() == [0.0, 0.0, np.float32(0.9)]
     env.close()

@@ -399,6 +399,14 @@ class EnvAdapter:
             raise ValueError(f"action {env_action!r} contains NaN or Inf")
         return np.clip(action, -1.0, 1.0)
 
+    def hold_action(self, last_action: np.ndarray | None) -> np.ndarray:
+        """The agent's action that holds still: zero (the middle of each range), a declared gripper as `last_action`
+        left it (open when None, after a reset)."""
+        hold = np.zeros(self.action_dim, np.float32)
+        if self.gripper_index is not None:
+            hold[self.gripper_index] = last_action[self.gripper_index] if last_action is not None else -1.0
+        return hold
+
     def person_action(self, twist: np.ndarray, gripper: float) -> np.ndarray:
         """The agent's action a person's device means: its twist (6, in [-1, 1]) and held gripper command
         (-1 open, +1 close) placed by `teleop_axes`."""

@@ -116,17 +116,9 @@ class EnvSimNode(Node):
         cmd = self.last_cmd
         if cmd is None or time.monotonic() - cmd[2] > self.params["command_timeout_s"]:
             self.counters["stale_commands"] += int(cmd is not None)
-            self._step(self._hold(cmd))
+            self._step(self.adapter.hold_action(cmd[0] if cmd is not None else None))
         else:
             self._step(cmd[0])
-
-    def _hold(self, cmd) -> np.ndarray:
-        """No live command: zero action (the middle of each range), a declared gripper as last commanded."""
-        action = np.zeros(self.adapter.action_dim)
-        gripper = self.adapter.gripper_index
-        if gripper is not None:
-            action[gripper] = cmd[0][gripper] if cmd is not None else -1.0
-        return action
 
     def _step(self, action: np.ndarray) -> None:
         if self.end != RUNNING:  # the episode is over: nothing moves until ~/reset

@@ -116,12 +116,7 @@ class EnvActorIO:
         self.cmd_pub.publish(self.last)
 
     def hold(self, last_action: np.ndarray | None) -> np.ndarray:
-        """Zero action (the middle of each range); a declared gripper as it was (open after a reset)."""
-        hold = np.zeros(self.adapter.action_dim, np.float32)
-        gripper = self.adapter.gripper_index
-        if gripper is not None:
-            hold[gripper] = last_action[gripper] if last_action is not None else -1.0
-        return hold
+        return self.adapter.hold_action(last_action)
 
     def person_action(self, twist: np.ndarray, gripper: float) -> np.ndarray | None:
         """None (the policy drives, said once in the log) when the adapter does not say what the device drives."""
