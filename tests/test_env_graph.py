@@ -109,6 +109,16 @@ def test_a_malformed_or_unknown_env_section_is_refused_in_one_line(tmp_path):
         apply_overrides(config, {"robot_rl.env": {"id": ENV, "kwarg": {}}})
     with pytest.raises(SettingsError, match="robot_rl.env.adapter has no field 'gripper'"):
         apply_overrides(config, {"robot_rl.env": {"id": ENV, "adapter": {"gripper": 2}}})
+    # A bad expert, or one that never succeeds, leaves nothing a retry would take for the run's demonstrations.
+    from robot_rl.training.env_graph import prepare_env_task
+
+    for expert, error, match in (("dict_grip_env:NoSuch", ValueError, "has no 'NoSuch'"),
+                                 ("dict_grip_env:open_hand_expert", RuntimeError, "succeeded in 0 of")):
+        run = tmp_path / expert.rpartition(":")[2]
+        with pytest.raises(error, match=match):
+            prepare_env_task({"id": ENV, "expert": expert, "max_episode_steps": 12,
+                              "adapter": {"obs_keys": STATE_KEYS.split(",")}}, run, demo_episodes=2)
+        assert list(run.iterdir()) == [] if run.exists() else True
     result = subprocess.run([sys.executable, "-m", "robot_rl.cli", "train", "--graph", "--run-dir", str(tmp_path)],
                             capture_output=True, text=True, timeout=60, env=_env())
     assert result.returncode == 2 and "give --env" in result.stderr

@@ -20,6 +20,7 @@ import numpy as np
 from robot_rl.data.dataset import save_transitions
 from robot_rl.data.episodes import EpisodeDataset
 from robot_rl.envs.canonical import AdapterConfig, EnvAdapter, make_canonical, resize_frame, seeded_reset
+from robot_rl.outputs import atomic_path
 from robot_rl.tasks import ENV_TASK, EnvTaskFile
 
 ENV_TASK_FILE, DEMOS_FILE, EXPERT_EPISODES_FILE = "env_task.json", "demos.zarr", "expert_episodes.zarr"
@@ -92,10 +93,12 @@ def prepare_env_task(section: Mapping[str, Any], run_dir: str | Path, demo_episo
             from robot_rl.data.env_recorder import EnvEpisodeRecorder
             from robot_rl.training.experts import load_expert, record_expert_episodes
 
-            recorder = EnvEpisodeRecorder(run_dir / EXPERT_EPISODES_FILE, env_section.id, env_section.kwargs,
-                                          env.adapter)
-            record_expert_episodes(env, recorder, load_expert(env_section.expert), demo_episodes, seed=demo_seed,
-                                   noise=demo_noise)
+            expert = load_expert(env_section.expert)  # a bad spec is refused before anything is written
+            # Recorded beside and renamed into place when complete: a failed start leaves no partial episodes
+            # that a retry (--resume) would take for the run's demonstrations.
+            with atomic_path(run_dir / EXPERT_EPISODES_FILE, directory=True) as recording:
+                recorder = EnvEpisodeRecorder(recording, env_section.id, env_section.kwargs, env.adapter)
+                record_expert_episodes(env, recorder, expert, demo_episodes, seed=demo_seed, noise=demo_noise)
             datasets.append(EpisodeDataset(run_dir / EXPERT_EPISODES_FILE))
         if env_section.dataset:
             datasets.append(EpisodeDataset(env_section.dataset))
