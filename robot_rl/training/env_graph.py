@@ -107,7 +107,8 @@ def prepare_env_task(section: Mapping[str, Any], run_dir: str | Path, demo_episo
         for d, arrays in zip(datasets, raw):
             _check_fits(d.path, arrays, adapter)
         if adapter.normalizer.needs_statistics:
-            states = np.concatenate([a["obs"] for a in raw]) if raw else random_states(env, env_section.statistics_steps)
+            states = (np.concatenate([a["obs"] for a in raw]) if raw
+                      else random_states(env, env_section.statistics_steps))
             adapter.normalizer.fit(states)
         EnvTaskFile(env_section.id, dict(env_section.kwargs), asdict(adapter), int(horizon),
                     float(env_section.control_hz)).save(task_path)
