@@ -63,8 +63,9 @@ class PickCubeExpert:
     """Steps the hand holds still while the fingers close."""
     tolerance = 0.008
     """How close (m) to a waypoint counts as there."""
-    min_cube_pixels = 20
-    """Fewer purple pixels than this in the front camera: the cube is (partly) hidden, look again next step."""
+    min_cube_share = 20 / 128**2
+    """A smaller share of the front camera's pixels purple (20 of gym-hil's 128 x 128): the cube is (partly)
+    hidden, look again next step."""
 
     def __init__(self):
         import mujoco
@@ -126,9 +127,9 @@ class PickCubeExpert:
         red, green, blue = rgb[..., 0], rgb[..., 1], rgb[..., 2]
         purple = (red - green > 25) & (blue - green > 25)  # the cube's colour: red and blue well above green
         rows, cols = np.nonzero(purple)
-        if len(rows) < self.min_cube_pixels:
-            return None
         height, width = purple.shape
+        if len(rows) < self.min_cube_share * height * width:
+            return None
         focal = height / 2 / np.tan(np.radians(self.camera_fovy) / 2)
         # MuJoCo's cameras look along their -z with y up; pixel centres are at +0.5.
         ray = self.camera_rotation @ np.array([(cols.mean() + 0.5 - width / 2) / focal,

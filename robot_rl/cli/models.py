@@ -17,15 +17,37 @@ def cmd_pretrain_encoder(args: argparse.Namespace) -> int:
     from robot_rl.training.pretrain_encoder import PretrainConfig, pretrain_and_save
 
     check_output(args.out, "encoder directory", overwrite=args.overwrite)
-    import gymnasium as gym
+    from robot_rl.cli.gym import adapter_config, checked_env_id, env_kwargs_arg
+    from robot_rl.envs.canonical import make_canonical
 
-    from robot_rl.cli.gym import env_kwargs_arg
-
+    settings = parse_settings(args.set)
+    if any(not key.startswith("adapter.") for key in settings):
+        raise UserError(f"pretrain-encoder takes --set adapter.FIELD=VALUE only, got {sorted(settings)}")
+    if args.env is None and (settings or args.obs_keys or args.episode_steps or args.action_hold_steps):
+        raise UserError("--set adapter.*, --obs-keys, --episode-steps and --action-hold-steps are for an --env "
+                        "environment; the arm task's frames come from its scripted expert")
     defaults = PretrainConfig()
-    config = PretrainConfig(frames=args.frames, epochs=args.epochs, seed=args.seed,
-                            env_kwargs={**defaults.env_kwargs, **env_kwargs_arg(args.env_kwargs)})
-    try:  # a mistyped or out-of-range scene option fails here, not after minutes of rendering
-        gym.make(config.env_id, **config.env_kwargs).close()
+    common = {"frames": args.frames, "epochs": args.epochs, "seed": args.seed,
+              "episode_steps": args.episode_steps or defaults.episode_steps,
+              "action_hold_steps": args.action_hold_steps or defaults.action_hold_steps}
+    if args.env is None:
+        config = PretrainConfig(env_kwargs={**defaults.env_kwargs, **env_kwargs_arg(args.env_kwargs)}, **common)
+    else:
+        adapter = adapter_config(args, {k.removeprefix("adapter."): v for k, v in settings.items()})
+        config = PretrainConfig(env_id=checked_env_id(args.env), env_kwargs=env_kwargs_arg(args.env_kwargs),
+                                adapter=adapter, **common)
+    # A mistyped or out-of-range scene option, or an environment without cameras, fails here, not after minutes
+    # of rendering.
+    try:
+        if config.adapter is None:
+            import gymnasium as gym
+
+            gym.make(config.env_id, **config.env_kwargs).close()
+        else:
+            env = make_canonical(config.env_id, config.env_kwargs, config.adapter, normalize=False)
+            env.close()
+            if not env.adapter.cameras:
+                raise ValueError("it has no camera frames to pretrain on (give image observations in --env-kwargs)")
     except (TypeError, ValueError) as exc:
         raise UserError(f"--env-kwargs: {config.env_id} refuses {config.env_kwargs}: {exc}") from None
     metrics = pretrain_and_save(config, args.out)
@@ -139,13 +161,23 @@ def plant_flag(parser: argparse.ArgumentParser, where: str) -> None:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    pre = sub.add_parser("pretrain-encoder", help="pretrain the arm vision encoder on randomized sim images")
+    pre = sub.add_parser("pretrain-encoder", help="pretrain a vision encoder on simulated images: the arm task's "
+                         "randomized scenes, or (--env) any MuJoCo environment under random actions")
     pre.add_argument("--out", required=True, help="output directory (weights + card.json)")
+    pre.add_argument("--env", metavar="ID", help="any Gymnasium environment simulated in MuJoCo (module:Id or "
+                     "namespace/Id): frames under random actions, body positions as targets (default: the arm task)")
+    pre.add_argument("--obs-keys", help="--env: observation entries to use (as train --env)")
+    pre.add_argument("--set", action="append", default=[], metavar="adapter.FIELD=VALUE",
+                     help="--env: how its observations and actions are read (as train --env), e.g. "
+                     "adapter.image_size=64")
+    pre.add_argument("--episode-steps", type=at_least(1), help="--env: steps before each reset (a new scene; 20)")
+    pre.add_argument("--action-hold-steps", type=at_least(1), help="--env: steps each random action is held (5)")
     pre.add_argument("--frames", type=at_least(1), default=30_000)
     pre.add_argument("--epochs", type=at_least(1), default=8)
     pre.add_argument("--seed", type=at_least(0), default=0)
-    pre.add_argument("--env-kwargs", metavar="JSON", help="scene options over the defaults (image_size 64, the "
-                     "pretrain randomization split), e.g. '{\"cube_xy_range\": 0.15}' for arm_pick_cube_wide")
+    pre.add_argument("--env-kwargs", metavar="JSON", help="scene options: for the arm task over its defaults "
+                     "(image_size 64, the pretrain randomization split), e.g. '{\"cube_xy_range\": 0.15}' for "
+                     "arm_pick_cube_wide; for --env gymnasium.make's keyword arguments")
     overwrite_flag(pre, "the encoder directory")
     pre.set_defaults(handler=cmd_pretrain_encoder)
     reward = sub.add_parser("reward", help="train or evaluate the local progress reward model (VLAC-style)")

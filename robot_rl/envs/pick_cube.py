@@ -180,6 +180,16 @@ class ArmPickCubeEnv(gym.Env):
         self._pending: deque[np.ndarray] = deque()
         self._state: dict[str, np.ndarray] | None = None
 
+    @property
+    def model(self):
+        """The MuJoCo model, where Gymnasium's MuJoCo environments keep theirs."""
+        return self.sim.model
+
+    @property
+    def data(self):
+        """The MuJoCo state (`mujoco.MjData`), where Gymnasium's MuJoCo environments keep theirs."""
+        return self.sim.data
+
     def _gripper_command(self) -> float:
         return 1.0 if self.sim.data.ctrl[self.sim._grip_act] < 0.5 * self.sim.model.actuator_ctrlrange[
             self.sim._grip_act][1] else -1.0

@@ -122,11 +122,13 @@ def _evaluate_graph_run(run: Path, episodes: int, seed: int, task_name: str | No
 
 
 def evaluate_graph_policy(run: Path, source: Path, task_name: str, episodes: int = 50, seed: int = 10_000,
-                          split: str = "eval", max_s: float | None = None) -> dict[str, Any]:
+                          split: str = "eval", max_s: float | None = None,
+                          max_failures: int | None = None) -> dict[str, Any]:
     """A policy payload of graph run `run` (`source`: its policy.policy or a snapshot, signed with the run's
     key) on the task's simulated environment in randomization split `split`, each observation built as the
     graph's actor builds it: an arm task's deterministic episodes whose reset seeds come from `seed`; the
-    car's timed laps, one per draw `seed`, `seed + 1`, ... (`max_s`, default 90 s, to make a lap)."""
+    car's timed laps, one per draw `seed`, `seed + 1`, ... (`max_s`, default 90 s, to make a lap).
+    `max_failures`: an environment run's episodes stop early as `evaluate_policy`'s do."""
     import gymnasium as gym
 
     import robot_rl.envs  # noqa: F401 - registers the environments
@@ -150,7 +152,7 @@ def evaluate_graph_policy(run: Path, source: Path, task_name: str, episodes: int
 
         described = EnvTaskFile.load(env_task)
         env = make_canonical(described.env_id, described.env_kwargs, adapter=described.make_adapter())
-        result = evaluate_policy(lambda obs, info: policy.act(obs, True), env, episodes, seed)
+        result = evaluate_policy(lambda obs, info: policy.act(obs, True), env, episodes, seed, max_failures)
         return {**pinned, "env_id": described.env_id, "env_kwargs": described.env_kwargs, "episodes": episodes,
                 **result, "rule": "deterministic policy; success = the environment's success flag at any step"}
     if task.actor_node == "car_actor":
@@ -167,9 +169,14 @@ def evaluate_graph_policy(run: Path, source: Path, task_name: str, episodes: int
             "rule": "deterministic policy; success = the environment's success flag at any step"}
 
 
-def evaluate_policy(act: Callable[[Any, Mapping], np.ndarray], env, episodes: int, seed: int) -> dict[str, Any]:
+def evaluate_policy(act: Callable[[Any, Mapping], np.ndarray], env, episodes: int, seed: int,
+                    max_failures: int | None = None) -> dict[str, Any]:
     """Deterministic episodes of `act(observation, info)` on the Gymnasium `env`, which it closes, the reset
-    seeds drawn from `seed`: success rate (info's is_success at any step), mean return, each episode's result."""
+    seeds drawn from `seed`: success rate (info's is_success at any step), mean return, each episode's result.
+
+    `max_failures`: stop once more episodes than this have failed (a policy judged against a threshold that
+    allows that many has missed it whatever the rest would do); the success rate is then None and
+    `success_at_most` bounds it."""
     from robot_rl.envs.canonical import seeded_reset
 
     rng = np.random.default_rng(seed)
@@ -184,6 +191,10 @@ def evaluate_policy(act: Callable[[Any, Mapping], np.ndarray], env, episodes: in
                 success = success or bool(info.get("is_success", False))
                 done = terminated or truncated
             results.append({"success": success, "return": total, "steps": steps})
+            failures = sum(not r["success"] for r in results)
+            if max_failures is not None and failures > max_failures:
+                return {"success_rate": None, "success_at_most": (episodes - failures) / episodes,
+                        "stopped_after": len(results), "results": results}
     finally:
         env.close()
     return {"success_rate": float(np.mean([r["success"] for r in results])),

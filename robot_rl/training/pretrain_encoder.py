@@ -1,15 +1,24 @@
-"""Pretrain the shipped vision encoder on randomized images of our own simulated task.
+"""Pretrain a vision encoder on simulated images: our arm task's randomized scenes, or any MuJoCo environment.
 
 Sim gives what real data never does: the true scene state behind every frame. The encoder
 (the same grouped-conv trunk + spatial embeddings the RL agent uses) is trained to read that
-state from the cameras: cube and end-effector positions, their offset, gripper opening,
-whether the cube is held and how high. Frames come from randomized scenes (colours,
-textures, lighting, camera pose, physics; `sim/arm/randomization.yaml`, train ranges) in
-states a manipulation policy visits: scripted grasps with noise and random excursions.
+state from the cameras. Two sources of frames:
+
+* our arm task (the default): randomized scenes (colours, textures, lighting, camera pose, physics;
+  `sim/arm/randomization.yaml`, the `pretrain` ranges) in states a manipulation policy visits, scripted
+  grasps with noise and random excursions; targets: cube and end-effector positions, their offset,
+  gripper opening, whether the cube is held.
+* any Gymnasium environment simulated in MuJoCo (`--env ID`, seen through its `EnvAdapter`): uniformly
+  random actions, each held a few steps, in short episodes (each reset draws a new scene); targets: the
+  world position of every body that moves (`env.unwrapped.data.xpos`, where Gymnasium's MuJoCo
+  environments and gym-hil keep their state). No reward, success, expert or demonstration is used: an
+  encoder for a benchmark whose rule allows pretraining "only on renders with random actions".
+
 Frozen, its features make pixel RL about as cheap as state-based RL on a CPU, and the
 randomization makes them transfer (as SERL and FastRLAP use frozen pretrained encoders).
 
     robot-rl pretrain-encoder --out policies/encoders/arm_pick_cube_64
+    robot-rl pretrain-encoder --env gym_hil_cpu/PandaPickCube-v0 --env-kwargs '{"image_obs": true}' --out enc
 """
 
 from __future__ import annotations
@@ -24,9 +33,10 @@ import torch.nn.functional as F
 
 from robot_rl.agents.encoders import EncoderConfig, ImageEncoder, save_pretrained
 from robot_rl.agents.sac import native_bf16
+from robot_rl.envs.canonical import AdapterConfig, make_canonical
 
-# Privileged targets read from the simulator state, in this order (metres; flags 0/1).
-TARGET_NAMES = ("cube_x", "cube_y", "cube_z", "ee_x", "ee_y", "ee_z", "offset_x", "offset_y", "offset_z",
+# The arm task's privileged targets read from the simulator state, in this order (metres; flags 0/1).
+ARM_TARGET_NAMES = ("cube_x", "cube_y", "cube_z", "ee_x", "ee_y", "ee_z", "offset_x", "offset_y", "offset_z",
                 "gripper_opening", "cube_grasped")
 
 
@@ -38,13 +48,21 @@ class PretrainConfig:
     env_kwargs: dict = field(default_factory=lambda: {"image_size": 64, "randomization_split": "pretrain"})
     """Scenes the frames come from: the randomization file's `pretrain` ranges (wider appearance
     than the policies' train ranges)."""
+    adapter: AdapterConfig | None = None
+    """Any other MuJoCo environment: how its observations are read (cameras, their size); its frames come
+    from random actions and its targets are body positions. None: our arm task, scripted frames."""
     encoder: EncoderConfig = field(default_factory=lambda: EncoderConfig(cameras=("front", "wrist"), image_size=64))
+    """Trunk settings; with `adapter` the cameras and their size are the environment's."""
     frames: int = 30_000
     """Observations rendered for training (+ 10% more held out)."""
     expert_noise: float = 0.2
     """Action noise of the scripted episodes the frames come from."""
     random_action_prob: float = 0.2
     """Per-step chance of a random action instead of the expert's (visits off-expert states)."""
+    action_hold_steps: int = 5
+    """Any environment: steps each uniformly random action is held (a held action travels, jitter does not)."""
+    episode_steps: int = 20
+    """Any environment: steps before the next reset (each reset draws a new scene, e.g. the object's place)."""
     epochs: int = 8
     batch_size: int = 256
     lr: float = 1e-3
@@ -59,8 +77,15 @@ def arm_targets(state: dict) -> np.ndarray:
                            [float(cube_grasped(state))]]).astype(np.float32)
 
 
-def generate(config: PretrainConfig, count: int, seed: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Renders `count` observations of scripted/perturbed episodes with their state targets."""
+def generate(config: PretrainConfig, count: int, seed: int) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
+    """Renders `count` observations with their state targets; returns (frames, targets, target names)."""
+    if config.adapter is not None:
+        return random_action_frames(config, count, seed)
+    return arm_frames(config, count, seed)
+
+
+def arm_frames(config: PretrainConfig, count: int, seed: int) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
+    """Scripted/perturbed episodes of our arm task and its privileged state targets."""
     from robot_rl.tasks import expert_for_env
 
     expert = expert_for_env(config.env_id)
@@ -68,7 +93,7 @@ def generate(config: PretrainConfig, count: int, seed: int) -> tuple[dict[str, n
     rng = np.random.default_rng(seed)
     cameras = config.encoder.cameras
     frames = {k: np.empty((count, *env.observation_space[k].shape), np.uint8) for k in cameras}
-    targets = np.empty((count, len(TARGET_NAMES)), np.float32)
+    targets = np.empty((count, len(ARM_TARGET_NAMES)), np.float32)
     n = 0
     while n < count:
         obs, info = env.reset(seed=int(rng.integers(2**31)))
@@ -87,21 +112,78 @@ def generate(config: PretrainConfig, count: int, seed: int) -> tuple[dict[str, n
             obs, _, terminated, truncated, info = env.step(action)
             done = terminated or truncated
     env.close()
-    return frames, targets
+    return frames, targets, list(ARM_TARGET_NAMES)
+
+
+def body_positions(env: gym.Env) -> tuple[np.ndarray, list[str]]:
+    """World positions of every body but the world itself, flattened, and their names (`block_x`, ...).
+
+    Raises:
+        ValueError: the environment keeps no MuJoCo state where Gymnasium's MuJoCo environments do.
+    """
+    data = getattr(env.unwrapped, "data", None)
+    if not hasattr(data, "xpos") or not hasattr(env.unwrapped, "model"):
+        raise ValueError(f"{env.spec.id if env.spec else env}: pretraining on an environment reads its body positions "
+                         "from env.unwrapped.data / .model (MuJoCo), and this one has none")
+    model = env.unwrapped.model
+    names = [f"{model.body(i).name or f'body{i}'}_{axis}" for i in range(1, model.nbody) for axis in "xyz"]
+    return np.asarray(data.xpos[1:], np.float32).reshape(-1), names
+
+
+def random_action_frames(config: PretrainConfig, count: int,
+                         seed: int) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
+    """Frames of `config.env_id` under uniformly random actions (each held `action_hold_steps`) in episodes of at
+    most `episode_steps`, reset with `seeded_reset` (environments that draw scenes from NumPy's global state
+    too), and the bodies' positions behind each frame."""
+    from robot_rl.envs.canonical import seeded_reset
+
+    env = make_canonical(config.env_id, config.env_kwargs, config.adapter, normalize=False)
+    try:
+        adapter, rng = env.adapter, np.random.default_rng(seed)
+        if not adapter.cameras:
+            raise ValueError(f"{config.env_id} as adapted has no cameras to pretrain an encoder on")
+        frames = {k: np.empty((count, adapter.image_size, adapter.image_size, 3), np.uint8) for k in adapter.cameras}
+        targets, names = None, []
+        n = 0
+        while n < count:
+            obs, _ = seeded_reset(env, int(rng.integers(2**32)))
+            for step in range(config.episode_steps):
+                positions, names = body_positions(env)
+                if targets is None:
+                    targets = np.empty((count, positions.size), np.float32)
+                for k in adapter.cameras:
+                    frames[k][n] = obs[k]
+                targets[n], n = positions, n + 1
+                if n == count:
+                    break
+                if step % config.action_hold_steps == 0:
+                    action = rng.uniform(-1, 1, adapter.action_dim).astype(np.float32)
+                obs, _, terminated, truncated, _ = env.step(action)
+                if terminated or truncated:
+                    break
+    finally:
+        env.close()
+    return frames, targets, names
 
 
 def pretrain(config: PretrainConfig, log=print) -> tuple[ImageEncoder, dict]:
     torch.manual_seed(config.seed)
     start = time.perf_counter()
     held_out = max(config.frames // 10, config.batch_size)
-    train_frames, train_targets = generate(config, config.frames, config.seed)
-    test_frames, test_targets = generate(config, held_out, config.seed + 1)
+    train_frames, train_targets, names = generate(config, config.frames, config.seed)
+    test_frames, test_targets, _ = generate(config, held_out, config.seed + 1)
     log(f"rendered {config.frames} + {held_out} frames in {time.perf_counter() - start:.0f} s")
+    # Targets that never change (bodies fixed to the world) teach nothing.
+    moving = train_targets.std(0) > 1e-6
+    train_targets, test_targets, names = train_targets[:, moving], test_targets[:, moving], \
+        [name for name, keep in zip(names, moving) if keep]
     mean, std = train_targets.mean(0), train_targets.std(0) + 1e-3
+    cameras = tuple(train_frames)
     encoder_config = EncoderConfig(**{**asdict(config.encoder), "kind": "conv", "weights": None, "freeze": False,
-                                      "state_dim": 0})
+                                      "state_dim": 0, "cameras": cameras,
+                                      "image_size": train_frames[cameras[0]].shape[1]})
     encoder = ImageEncoder(encoder_config)
-    head = torch.nn.Linear(encoder.output_dim, len(TARGET_NAMES))
+    head = torch.nn.Linear(encoder.output_dim, len(names))
     params = list(encoder.parameters()) + list(head.parameters())
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=1e-4)
     steps = config.epochs * (config.frames // config.batch_size)
@@ -121,14 +203,14 @@ def pretrain(config: PretrainConfig, log=print) -> tuple[ImageEncoder, dict]:
         schedule.step()
         if step % 200 == 0 or step == steps - 1:
             log(f"step {step}/{steps} loss {loss.item():.4f}")
-    metrics = evaluate(encoder, head, test_frames, test_targets, mean, std)
+    metrics = evaluate(encoder, head, test_frames, test_targets, mean, std, names)
     metrics["train_seconds"] = round(time.perf_counter() - start, 1)
     log(f"held-out: {metrics}")
     return encoder, metrics
 
 
 @torch.no_grad()
-def evaluate(encoder, head, frames, targets, mean, std) -> dict:
+def evaluate(encoder, head, frames, targets, mean, std, names: list[str]) -> dict:
     encoder.eval()
     predictions = []
     for i in range(0, len(targets), 512):
@@ -138,22 +220,28 @@ def evaluate(encoder, head, frames, targets, mean, std) -> dict:
     error = prediction - targets
     r2 = 1 - (error ** 2).mean(0) / targets.var(0).clip(1e-9)
     return {"held_out_frames": len(targets),
-            "rmse": {n: round(float(e), 4) for n, e in zip(TARGET_NAMES, np.sqrt((error ** 2).mean(0)))},
-            "r2": {n: round(float(r), 3) for n, r in zip(TARGET_NAMES, r2)}}
+            "rmse": {n: round(float(e), 4) for n, e in zip(names, np.sqrt((error ** 2).mean(0)))},
+            "r2": {n: round(float(r), 3) for n, r in zip(names, r2)}}
 
 
 def pretrain_and_save(config: PretrainConfig, out: str, log=print) -> dict:
     encoder, metrics = pretrain(config, log)
-    card = {
-        "name": "robot_rl arm pick-cube encoder",
-        "trained_on": f"{config.frames} frames rendered from {config.env_id} with {config.env_kwargs} "
-                      "(scripted grasps with noise and random actions), our own simulation: no external data",
-        "objective": "regress the true scene state from the cameras: " + ", ".join(TARGET_NAMES),
-        "intended_use": "frozen image encoder for RL and success classifiers on the arm tasks "
-                        "(cameras in this order)",
-        "license": "same as robot_rl",
-        "pretrain_config": {k: v for k, v in asdict(config).items() if k != "encoder"},
-        "held_out_metrics": metrics,
-    }
+    targets = ", ".join(metrics["rmse"])
+    if config.adapter is None:
+        about = {"name": "robot_rl arm pick-cube encoder",
+                 "trained_on": f"{config.frames} frames rendered from {config.env_id} with {config.env_kwargs} "
+                               "(scripted grasps with noise and random actions), our own simulation: no external data",
+                 "intended_use": "frozen image encoder for RL and success classifiers on the arm tasks "
+                                 "(cameras in this order)"}
+    else:
+        about = {"name": f"robot_rl encoder for {config.env_id}",
+                 "trained_on": f"{config.frames} frames rendered from {config.env_id} with {config.env_kwargs} under "
+                               f"uniformly random actions (each held {config.action_hold_steps} steps, resets every "
+                               f"{config.episode_steps} steps); no reward, success, expert or demonstration used",
+                 "intended_use": f"frozen image encoder for RL on {config.env_id} (cameras in this order)"}
+    card = {**about, "objective": "regress the true scene state from the cameras: " + targets,
+            "license": "same as robot_rl",
+            "pretrain_config": {k: v for k, v in asdict(config).items() if k != "encoder"},
+            "held_out_metrics": metrics}
     save_pretrained(encoder, out, card)
     return metrics
