@@ -83,3 +83,52 @@ def test_recorded_episodes_load_as_pixel_demonstrations(tmp_path):
         LearnerCore(LearnerConfig(3, 2, feature_views=2), tmp_path / "run_state")
     with pytest.raises(ValueError, match="arm_lift"):
         demonstration_arrays(str(tmp_path / "rec.zarr"), get_task("arm_lift"))
+
+
+def test_a_learner_without_a_pretrained_encoder_trains_one_from_the_frames(tmp_path):
+    """No learner.encoder on a pixel task: the frames go to the frame memory (each stored once per stream), the
+    critic trains a conv encoder (DrQ), the policy it publishes carries it, and a restart replays the journal."""
+    import numpy as np
+
+    from robot_rl.agents.sac import SACConfig
+    from robot_rl.data.frames import FrameReplayBuffer
+    from robot_rl.training.learner import LearnerConfig, LearnerCore
+    from robot_rl.transport import codec
+    from robot_rl.transport.kinds import TRANSITIONS
+    from robot_rl.transport.layout import stack_transitions
+
+    shapes = {"front": (16, 16, 3), "wrist": (16, 16, 3)}
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 255, (6, 16, 16, 3), np.uint8)  # one episode's 6 observations, both cameras alike
+
+    def episode(steps: int) -> dict:
+        fields = {"obs": [[t, 0.0] for t in range(steps)], "next_obs": [[t + 1, 0.0] for t in range(steps)],
+                  "action": rng.uniform(-1, 1, (steps, 2)), "reward": [0.0] * steps,
+                  "terminated": [t == steps - 1 for t in range(steps)], "truncated": [False] * steps,
+                  "intervention": [t == 1 for t in range(steps)]}
+        for camera in shapes:
+            fields[f"obs_{camera}"], fields[f"next_obs_{camera}"] = frames[:steps], frames[1:steps + 1]
+        return stack_transitions(fields, 2, 2, shapes)
+
+    config = LearnerConfig(2, 2, SACConfig(batch_size=4, hidden_dims=(16, 16)), cameras=tuple(shapes), image_size=16,
+                           warmup_transitions=2)
+    core = LearnerCore(config, tmp_path / "run")
+    assert isinstance(core.online, FrameReplayBuffer) and core.agent.encoder is not None
+    assert core.load_demonstrations(episode(5)) == 5
+    assert len(core.demos) == 5 and core.demos.slots_written == 6  # 5 transitions, 6 observations: each once
+    payload = codec.encode(TRANSITIONS, episode(5), {"actor_id": "robot0", "seq": 0})
+    assert core.ingest(payload).transitions == 5
+    assert len(core.online) == 5 and core.online.slots_written == 6 and len(core.demos) == 6  # + the correction
+    encoder_before = {k: v.clone() for k, v in core.agent.encoder.state_dict().items()}
+    core.train_step()
+    assert any(not np.array_equal(v.numpy(), encoder_before[k].numpy())
+               for k, v in core.agent.encoder.state_dict().items())  # the critic's loss trains the encoder
+    policy = codec.decode(core.policy_payload(), expect_kind="policy")
+    assert any(name.startswith("encoder.") for name in policy.arrays)  # the actor gets the encoder it acts with
+    core.save_checkpoint()
+    core.close()
+    restarted = LearnerCore(config, tmp_path / "run")
+    assert restarted.restore() and len(restarted.online) == 5 and restarted.online.slots_written == 6
+    assert restarted.ingest(payload).duplicate  # a resend after the restart is recognised
+    with pytest.raises(ValueError, match="feature_views=4 needs a frozen image encoder"):
+        LearnerCore(LearnerConfig(2, 2, cameras=tuple(shapes), image_size=16, feature_views=4), tmp_path / "views")

@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from robot_rl.agents.encoders import pretrained_config
+from robot_rl.agents.encoders import EncoderConfig, pretrained_config
 from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.config_fields import setting
+from robot_rl.data.frames import FrameReplayBuffer
 from robot_rl.data.replay import ReplayBuffer
 from robot_rl.device import resolve_device
 from robot_rl.training.off_policy import OffPolicyCore
@@ -50,9 +51,10 @@ class LearnerConfig:
     """Pixel tasks: camera frames in each transition (obs_<camera>, next_obs_<camera>)."""
     image_size: int = 64
     """Height and width of those frames."""
-    encoder: str | None = setting(None, "Pixel tasks: pretrained encoder directory (used frozen; '' for state tasks).",
-                                  unset="")
-    """Features are computed once per received frame and the replay memory holds features, not pixels."""
+    encoder: str | None = setting(None, "Pixel tasks: pretrained encoder directory, used frozen ('': a conv encoder "
+                                  "trained from scratch through the critic; state tasks: unused).", unset="")
+    """Frozen: features are computed once per received frame and the replay memory holds features, not pixels.
+    From scratch (DrQ): the replay memory holds the frames (each once) and every update trains the encoder."""
     feature_views: int = setting(1, "Pixel tasks: views of each observation whose features are stored (the clean "
                                  "one, then shifted and photometrically jittered ones; 1: clean only).", low=1, high=16)
     """A frozen encoder's stand-in for augmenting frames at every update (`training/off_policy.py`)."""
@@ -98,20 +100,26 @@ class LearnerCore:
         frame_shapes = {camera: (config.image_size, config.image_size, 3) for camera in config.cameras}
         # What arrives (frames for pixel tasks) and what is stored (features of the frozen encoder).
         self.wire_layout = transition_layout(config.obs_dim, config.action_dim, frame_shapes)
-        encoder = None
-        if config.cameras:
-            if not config.encoder:
-                raise ValueError("a pixel task needs learner.encoder (a pretrained encoder directory); "
-                                 "trainable encoders run in `robot-rl train --env`")
-            encoder = pretrained_config(config.encoder, state_dim=config.obs_dim)
-            if set(encoder.cameras) != set(config.cameras) or encoder.image_size != config.image_size:
-                raise ValueError(f"encoder {config.encoder} is for cameras {encoder.cameras} at {encoder.image_size} "
+        frozen = trained = None
+        if config.cameras and config.encoder:
+            frozen = pretrained_config(config.encoder, state_dim=config.obs_dim)
+            if set(frozen.cameras) != set(config.cameras) or frozen.image_size != config.image_size:
+                raise ValueError(f"encoder {config.encoder} is for cameras {frozen.cameras} at {frozen.image_size} "
                                  f"px, the task has {config.cameras} at {config.image_size} px")
-        self.agent = SAC(config.obs_dim, config.action_dim, config.sac, self.device, policy_encoder=encoder)
+        elif config.cameras:
+            trained = EncoderConfig(cameras=config.cameras, image_size=config.image_size, state_dim=config.obs_dim)
+        self.agent = SAC(0 if trained else config.obs_dim, config.action_dim, config.sac, self.device,
+                         encoder=trained, policy_encoder=frozen)
         if config.initial_actor:
             self._load_initial_actor(config.initial_actor)
-        layout = transition_layout(config.feature_views * self.agent.obs_dim, config.action_dim)
-        self.core = OffPolicyCore(self.agent, lambda: ReplayBuffer(config.buffer_capacity, layout),
+        if trained:
+            # The frames themselves; a state-less task keeps a 1-entry placeholder state (the encoder ignores it).
+            make_memory = lambda: FrameReplayBuffer(config.buffer_capacity, frame_shapes,  # noqa: E731
+                                                    max(config.obs_dim, 1), config.action_dim)
+        else:
+            layout = transition_layout(config.feature_views * self.agent.obs_dim, config.action_dim)
+            make_memory = lambda: ReplayBuffer(config.buffer_capacity, layout)  # noqa: E731
+        self.core = OffPolicyCore(self.agent, make_memory,
                                   np.random.default_rng(config.seed), demo_fraction=config.demo_fraction,
                                   warmup=config.warmup_transitions, max_update_ratio=config.max_update_ratio,
                                   feature_views=config.feature_views, feature_jitter=config.feature_jitter)
@@ -149,17 +157,21 @@ class LearnerCore:
     # ---- data in ------------------------------------------------------------------------------
 
     def load_demonstrations(self, arrays: dict[str, np.ndarray]) -> int:
-        validate_transitions(self.wire_layout, arrays)
-        return self.demos.add_batch(self._featurize(arrays))
+        count = validate_transitions(self.wire_layout, arrays)
+        self.core.store(self._featurize(arrays), stream="demonstrations", demonstration=True)
+        return count
 
-    def _featurize(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Pixel tasks: frames -> the frozen encoder's features (+ proprioception)."""
+    def _featurize(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+        """Pixel tasks: frames + proprioception -> the frozen encoder's features, or (an encoder trained here)
+        observations as the frame memory takes them."""
         if not self.config.cameras:
             return batch
         out = {k: v for k, v in batch.items() if k in ("action", "reward", "terminated", "truncated", "intervention")}
         for key in ("obs", "next_obs"):
-            out[key] = self.core.features({**{camera: batch[f"{key}_{camera}"] for camera in self.config.cameras},
-                                           "state": batch[key]})
+            state = np.asarray(batch[key], np.float32)
+            observation = {**{camera: batch[f"{key}_{camera}"] for camera in self.config.cameras},
+                           "state": state if state.shape[1] else np.zeros((len(state), 1), np.float32)}
+            out[key] = observation if isinstance(self.online, FrameReplayBuffer) else self.core.features(observation)
         return out
 
     def ingest(self, data: bytes | memoryview) -> IngestResult:
@@ -197,7 +209,7 @@ class LearnerCore:
         if late.any():
             self._hold_late(batch, late)
             batch = {k: np.asarray(v)[~late] for k, v in batch.items()}
-        self.core.store(self._featurize(batch))
+        self.core.store(self._featurize(batch), stream=actor_id)
         for episode in payload.meta.get("episodes", []):
             self.episode_stats.append(episode)
         return IngestResult(actor_id, seq, n, duplicate=False)
@@ -239,7 +251,7 @@ class LearnerCore:
                 row = {**row, "reward": np.array([self.recent_rewards[stamp]], np.float32)}
                 if stamp in self.recent_dones:
                     row["terminated"], row["truncated"] = np.array([True]), np.array([False])
-                self.core.store(self._featurize(row))
+                self.core.store(self._featurize(row), stream="late rewards")
                 self.late_rewards_filled += 1
             elif now > deadline:
                 self.late_rewards_dropped += 1

@@ -81,9 +81,21 @@ class OffPolicyCore:
 
     # ---- storage ------------------------------------------------------------------------------
 
-    def store(self, batch: Mapping[str, np.ndarray]) -> None:
-        """Stores N flat transitions (a transport layout batch) in the online memory, and the rows a
-        person drove in the demonstration memory too."""
+    def store(self, batch: Mapping[str, Any], stream: str = "default", demonstration: bool = False) -> None:
+        """Stores N transitions in the online memory, and the rows a person drove in the demonstration memory
+        too; or (`demonstration`) all of them in the demonstration memory only. A flat memory takes a transport
+        layout batch; a frame memory takes `obs` / `next_obs` as dicts of N frames per camera + `state`, and
+        `stream` names whose consecutive observations they are (each frame is stored once)."""
+        if isinstance(self.online, FrameReplayBuffer):
+            obs, next_obs = batch["obs"], batch["next_obs"]
+            for i in range(len(batch["reward"])):
+                self.add({k: v[i] for k, v in obs.items()}, batch["action"][i], batch["reward"][i],
+                         {k: v[i] for k, v in next_obs.items()}, batch["terminated"][i], batch["truncated"][i],
+                         batch["intervention"][i], stream, demonstration)
+            return
+        if demonstration:
+            self.demos.add_batch(batch)
+            return
         self.online.add_batch(batch)
         self.online_transitions += len(batch["reward"])
         intervened = np.asarray(batch["intervention"], dtype=bool)
