@@ -77,14 +77,23 @@ def arm_targets(state: dict) -> np.ndarray:
                            [float(cube_grasped(state))]]).astype(np.float32)
 
 
-def generate(config: PretrainConfig, count: int, seed: int) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
-    """Renders `count` observations with their state targets; returns (frames, targets, target names)."""
+def generate(config: PretrainConfig, count: int, seed: int,
+             log=None) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
+    """Renders `count` observations with their state targets; returns (frames, targets, target names).
+    `log` hears how far it got at every tenth (rendering may take many minutes)."""
+    tenth = max(count // 10, 1)
+
+    def progress(rendered: int) -> None:
+        if log is not None and rendered % tenth == 0:
+            log(f"rendered {rendered}/{count} frames")
+
     if config.adapter is not None:
-        return random_action_frames(config, count, seed)
-    return arm_frames(config, count, seed)
+        return random_action_frames(config, count, seed, progress)
+    return arm_frames(config, count, seed, progress)
 
 
-def arm_frames(config: PretrainConfig, count: int, seed: int) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
+def arm_frames(config: PretrainConfig, count: int, seed: int,
+               progress=lambda n: None) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
     """Scripted/perturbed episodes of our arm task and its privileged state targets."""
     from robot_rl.tasks import expert_for_env
 
@@ -105,6 +114,7 @@ def arm_frames(config: PretrainConfig, count: int, seed: int) -> tuple[dict[str,
                     frames[k][n] = obs[k]
                 targets[n] = target
                 n += 1
+                progress(n)
             if rng.random() < config.random_action_prob:
                 action = rng.uniform(-1, 1, 4).astype(np.float32)
             else:
@@ -130,8 +140,8 @@ def body_positions(env: gym.Env) -> tuple[np.ndarray, list[str]]:
     return np.asarray(data.xpos[1:], np.float32).reshape(-1), names
 
 
-def random_action_frames(config: PretrainConfig, count: int,
-                         seed: int) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
+def random_action_frames(config: PretrainConfig, count: int, seed: int,
+                         progress=lambda n: None) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
     """Frames of `config.env_id` under uniformly random actions (each held `action_hold_steps`) in episodes of at
     most `episode_steps`, reset with `seeded_reset` (environments that draw scenes from NumPy's global state
     too), and the bodies' positions behind each frame."""
@@ -154,6 +164,7 @@ def random_action_frames(config: PretrainConfig, count: int,
                 for k in adapter.cameras:
                     frames[k][n] = obs[k]
                 targets[n], n = positions, n + 1
+                progress(n)
                 if n == count:
                     break
                 if step % config.action_hold_steps == 0:
@@ -170,8 +181,8 @@ def pretrain(config: PretrainConfig, log=print) -> tuple[ImageEncoder, dict]:
     torch.manual_seed(config.seed)
     start = time.perf_counter()
     held_out = max(config.frames // 10, config.batch_size)
-    train_frames, train_targets, names = generate(config, config.frames, config.seed)
-    test_frames, test_targets, _ = generate(config, held_out, config.seed + 1)
+    train_frames, train_targets, names = generate(config, config.frames, config.seed, log)
+    test_frames, test_targets, _ = generate(config, held_out, config.seed + 1, log)
     log(f"rendered {config.frames} + {held_out} frames in {time.perf_counter() - start:.0f} s")
     # Targets that never change (bodies fixed to the world) teach nothing.
     moving = train_targets.std(0) > 1e-6
