@@ -15,19 +15,21 @@ PYTHONPATH (robot_rl imports an unregistered namespace's module). Keyword argume
 
 from __future__ import annotations
 
+import gym_hil  # noqa: F401  (registers gym_hil/...)
 import gymnasium as gym
+import mujoco
+from gym_hil.mujoco_gym_env import GymRenderingSpec
+from gymnasium.envs.registration import load_env_creator
 
 ENV_ID = "gym_hil_cpu/PandaPickCube-v0"
+SOURCE = gym.spec("gym_hil/PandaPickCube-v0")
+"""gym-hil's registration: its factory, the factory's options and the time limit are taken from it as they are."""
 
 
 def make_pick_cube(image_size: int = 64, **kwargs) -> gym.Env:
-    """gym-hil's wrapped pick-cube (its own time limit included) with frames of `image_size` px, unshadowed."""
-    import gym_hil  # noqa: F401  (registers gym_hil/...)
-    import mujoco
-    from gym_hil.mujoco_gym_env import GymRenderingSpec
-
-    env = gym.make("gym_hil/PandaPickCube-v0", render_spec=GymRenderingSpec(height=image_size, width=image_size),
-                   **kwargs)
+    """gym-hil's wrapped pick-cube (as its factory builds it) with frames of `image_size` px, unshadowed."""
+    env = load_env_creator(SOURCE.entry_point)(**{**SOURCE.kwargs, **kwargs},
+                                               render_spec=GymRenderingSpec(height=image_size, width=image_size))
     base = env.unwrapped
     base.model.light_castshadow[:] = 0
     base.model.vis.quality.offsamples = 0
@@ -38,4 +40,4 @@ def make_pick_cube(image_size: int = 64, **kwargs) -> gym.Env:
 
 
 if ENV_ID not in gym.registry:
-    gym.register(ENV_ID, entry_point=make_pick_cube)
+    gym.register(ENV_ID, entry_point=make_pick_cube, max_episode_steps=SOURCE.max_episode_steps)

@@ -21,7 +21,7 @@ import pytest
 
 from robot_rl.cli.gym import checked_env_id
 from robot_rl.data.episodes import EpisodeDataset
-from robot_rl.envs.canonical import AdapterConfig, make_canonical, seeded_reset
+from robot_rl.envs.canonical import AdapterConfig, import_env_namespace, make_canonical, seeded_reset
 from robot_rl.training.experts import run_expert_episode
 
 pytestmark = [pytest.mark.gym_hil, pytest.mark.skipif(
@@ -153,3 +153,37 @@ def test_our_environments_run_through_the_adapter_on_gym_hils_mujoco(env_id):
     for _ in range(3):
         env.step(np.zeros(env.action_space.shape, np.float32))
     env.close()
+
+
+def test_the_cpu_rendered_variant_is_gym_hils_scene_at_64_px_and_the_expert_still_finds_the_cube():
+    """benchmarks/gym_hil_cpu.py changes how the cameras are drawn, nothing else: the expert finds the cube in the
+    64 px front camera, and the same seeded episode moves the robot and the cube alike in both."""
+    import gym_hil_cpu
+
+    cheap = gym.make(gym_hil_cpu.ENV_ID, **PIXELS)
+    assert cheap.spec.max_episode_steps == 100 and str(cheap).count("TimeLimit") == 1  # gym-hil's limit, once
+    expert = PickCubeExpert()
+    errors_mm = []
+    for seed in range(3):
+        obs, info = seeded_reset(cheap, seed)
+        assert obs["pixels"]["front"].shape == (64, 64, 3) and obs["pixels"]["wrist"].shape == (64, 64, 3)
+        expert.reset()
+        start = cube_position(cheap)
+        while expert.cube is None:
+            obs, _, _, _, info = cheap.step(expert(obs, info))
+        errors_mm.append(np.linalg.norm(expert.cube[:2] - start[:2]) * 1000)
+    assert max(errors_mm) < 10.0, errors_mm
+    # Last: with osmesa on MuJoCo 3.8, closing a renderer of another size (gym-hil's 128 px) while this one lives
+    # changes this one's frames from then on.
+    import_env_namespace(ENV_ID)
+    plain = gym.make(ENV_ID, **PIXELS)
+    actions = np.random.default_rng(0).uniform([-1, -1, -1, 0], [1, 1, 1, 2], (15, 4)).astype(np.float32)
+    seeded_reset(plain, 7)
+    seeded_reset(cheap, 7)
+    for action in actions:
+        plain_obs, *_ = plain.step(action)
+        cheap_obs, *_ = cheap.step(action)
+        np.testing.assert_array_equal(plain_obs["agent_pos"], cheap_obs["agent_pos"])
+    np.testing.assert_array_equal(cube_position(plain), cube_position(cheap))
+    plain.close()
+    cheap.close()
