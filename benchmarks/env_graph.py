@@ -11,7 +11,8 @@ The rules, fixed before any result:
   default frames at 2 steps a second, and nothing can then run at 10 Hz. `{"image_obs": true,
   "random_block_position": true, "reset_delay_seconds": 0}`; gym-hil's 100-step limit and success flag.
 * Demonstrations: 20 successful episodes of `benchmarks/gym_hil_expert.py: PickCubeExpert` (it finds the cube in the
-  front camera), recorded once per seed with `robot-rl demos --env --expert` before the clock starts (not counted).
+  front camera) with action noise 0.1, recorded once per seed (reset seeds from 1000 x (seed + 1)) with `robot-rl
+  demos --env --expert` before the clock starts (not counted).
 * Encoder (the issue's rule: from scratch, or pretrained only on renders of gym-hil under random actions without
   task labels): `policies/encoders/gym_hil_pick_cube_64`, pretrained by `robot-rl pretrain-encoder --env` on
   frames of this environment under uniformly random actions, regressing the simulator's body positions; no
@@ -62,6 +63,8 @@ ENV_KWARGS = {"image_obs": True, "random_block_position": True, "reset_delay_sec
 ADAPTER = ["--set", "adapter.gripper_index=3", "--set", "adapter.gripper_open=0", "--set", "adapter.gripper_close=2"]
 """gym-hil's gripper: action entry 3 in [0, 2], 0 opens and 2 closes."""
 EXPERT = "gym_hil_expert:PickCubeExpert"
+DEMO_NOISE = 0.1
+"""Gaussian noise on the expert's actions in its demonstrations (`robot-rl demos`'s default)."""
 ENCODER = ROOT / "policies" / "encoders" / "gym_hil_pick_cube_64"
 CONTROL_HZ = 10.0
 LEARNER = ["--set", f"learner.encoder={ENCODER}", "--set", "learner.feature_views=4", "--set", "learner.utd_ratio=2"]
@@ -98,7 +101,8 @@ def record_demos(out: Path, episodes: int, seed: int) -> float:
     """The expert's successful episodes into `out`; returns the seconds it took (not counted in the run)."""
     started = time.time()
     robot_rl("demos", "--env", ENV_ID, "--expert", EXPERT, "--env-kwargs", json.dumps(ENV_KWARGS), *ADAPTER,
-             "--episodes", str(episodes), "--seed", str(seed), "--out", str(out), log=out.with_suffix(".log"))
+             "--episodes", str(episodes), "--noise", str(DEMO_NOISE), "--seed", str(seed), "--out", str(out),
+             log=out.with_suffix(".log"))
     return time.time() - started
 
 
