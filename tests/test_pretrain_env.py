@@ -35,10 +35,11 @@ def test_random_action_frames_come_with_the_bodies_positions_behind_them():
                             action_hold_steps=2)
     frames, targets, names = generate(config, 10, seed=3)
     assert set(frames) == {"front", "wrist"} and frames["front"].shape == (10, 64, 64, 3)
-    assert targets.shape == (10, len(names)) and "cube_x" in names and "hand_z" in names
-    assert np.isfinite(targets).all()
-    hand = targets[:, names.index("hand_z")]
-    assert len(np.unique(hand)) > 1  # random actions move the hand
+    # The object, and the ends of the arm's chains (its fingers), not every link between
+    assert names == [f"{body}_{axis}" for body in ("table", "finger_left", "finger_right", "cube") for axis in "xyz"]
+    assert targets.shape == (10, len(names)) and np.isfinite(targets).all()
+    finger = targets[:, names.index("finger_left_z")]
+    assert len(np.unique(finger)) > 1  # random actions move the hand
     cube = targets[:, names.index("cube_x")]
     assert cube[0] != cube[4]  # each short episode draws a new scene: the cube moves between them
     again, again_targets, _ = generate(config, 10, seed=3)

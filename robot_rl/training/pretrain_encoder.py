@@ -10,9 +10,10 @@ state from the cameras. Two sources of frames:
   gripper opening, whether the cube is held.
 * any Gymnasium environment simulated in MuJoCo (`--env ID`, seen through its `EnvAdapter`): uniformly
   random actions, each held a few steps, in short episodes (each reset draws a new scene); targets: the
-  world position of every body that moves (`env.unwrapped.data.xpos`, where Gymnasium's MuJoCo
-  environments and gym-hil keep their state). No reward, success, expert or demonstration is used: an
-  encoder for a benchmark whose rule allows pretraining "only on renders with random actions".
+  world positions of the free bodies (objects), mocap bodies (targets) and the last body of each chain
+  (fingers) (`env.unwrapped.data.xpos`, where Gymnasium's MuJoCo environments and gym-hil keep their
+  state). No reward, success, expert or demonstration is used: an encoder for a benchmark whose rule
+  allows pretraining "only on renders with random actions".
 
 Frozen, its features make pixel RL about as cheap as state-based RL on a CPU, and the
 randomization makes them transfer (as SERL and FastRLAP use frozen pretrained encoders).
@@ -126,18 +127,23 @@ def arm_frames(config: PretrainConfig, count: int, seed: int,
 
 
 def body_positions(env: gym.Env) -> tuple[np.ndarray, list[str]]:
-    """World positions of every body but the world itself, flattened, and their names (`block_x`, ...).
+    """World positions of the bodies that say where things are, flattened, and their names (`block_x`, ...): each
+    free-floating body (an object), each mocap body (a target) and the last body of each kinematic chain (a hand's
+    fingers). The links between a base and a hand follow from the hand; were they targets, an arm of twenty
+    bodies would outweigh the one object in the loss.
 
     Raises:
         ValueError: the environment keeps no MuJoCo state where Gymnasium's MuJoCo environments do.
     """
-    data = getattr(env.unwrapped, "data", None)
-    if not hasattr(data, "xpos") or not hasattr(env.unwrapped, "model"):
+    data, model = getattr(env.unwrapped, "data", None), getattr(env.unwrapped, "model", None)
+    if not hasattr(data, "xpos") or not hasattr(model, "body_parentid"):
         raise ValueError(f"{env.spec.id if env.spec else env}: pretraining on an environment reads its body positions "
                          "from env.unwrapped.data / .model (MuJoCo), and this one has none")
-    model = env.unwrapped.model
-    names = [f"{model.body(i).name or f'body{i}'}_{axis}" for i in range(1, model.nbody) for axis in "xyz"]
-    return np.asarray(data.xpos[1:], np.float32).reshape(-1), names
+    free = {int(model.jnt_bodyid[j]) for j in range(model.njnt) if model.jnt_type[j] == 0}  # mjJNT_FREE
+    parents = set(int(p) for p in model.body_parentid[1:])
+    bodies = [i for i in range(1, model.nbody) if i in free or model.body_mocapid[i] >= 0 or i not in parents]
+    names = [f"{model.body(i).name or f'body{i}'}_{axis}" for i in bodies for axis in "xyz"]
+    return np.asarray(data.xpos[bodies], np.float32).reshape(-1), names
 
 
 def random_action_frames(config: PretrainConfig, count: int, seed: int,
@@ -178,18 +184,28 @@ def random_action_frames(config: PretrainConfig, count: int, seed: int,
 
 
 def pretrain(config: PretrainConfig, log=print) -> tuple[ImageEncoder, dict]:
-    torch.manual_seed(config.seed)
     start = time.perf_counter()
     held_out = max(config.frames // 10, config.batch_size)
-    train_frames, train_targets, names = generate(config, config.frames, config.seed, log)
-    test_frames, test_targets, _ = generate(config, held_out, config.seed + 1, log)
+    train = generate(config, config.frames, config.seed, log)
+    test = generate(config, held_out, config.seed + 1, log)
     log(f"rendered {config.frames} + {held_out} frames in {time.perf_counter() - start:.0f} s")
-    # Targets that never change (bodies fixed to the world) teach nothing.
-    moving = train_targets.std(0) > 1e-6
+    encoder, metrics = fit(config, train, test, log)
+    metrics["train_seconds"] = round(time.perf_counter() - start, 1)
+    return encoder, metrics
+
+
+def fit(config: PretrainConfig, train: tuple, test: tuple, log=print) -> tuple[ImageEncoder, dict]:
+    """The encoder (and a linear head) trained to regress `train`'s targets from its frames; metrics on `test`.
+    `train`, `test`: (frames, targets, names) as `generate` returns them."""
+    torch.manual_seed(config.seed)
+    (train_frames, train_targets, names), (test_frames, test_targets, _) = train, test
+    # Targets that do not change (bodies fixed in place) teach nothing: under 0.1 mm of spread is no motion.
+    moving = train_targets.std(0) > 1e-4
     train_targets, test_targets, names = train_targets[:, moving], test_targets[:, moving], \
         [name for name, keep in zip(names, moving) if keep]
     mean, std = train_targets.mean(0), train_targets.std(0) + 1e-3
     cameras = tuple(train_frames)
+    frames = len(train_targets)
     encoder_config = EncoderConfig(**{**asdict(config.encoder), "kind": "conv", "weights": None, "freeze": False,
                                       "state_dim": 0, "cameras": cameras,
                                       "image_size": train_frames[cameras[0]].shape[1]})
@@ -197,13 +213,13 @@ def pretrain(config: PretrainConfig, log=print) -> tuple[ImageEncoder, dict]:
     head = torch.nn.Linear(encoder.output_dim, len(names))
     params = list(encoder.parameters()) + list(head.parameters())
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=1e-4)
-    steps = config.epochs * (config.frames // config.batch_size)
+    steps = config.epochs * max(frames // config.batch_size, 1)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, config.lr, total_steps=steps)
     norm = lambda t: (torch.from_numpy(t) - torch.from_numpy(mean)) / torch.from_numpy(std)  # noqa: E731
     rng = np.random.default_rng(config.seed)
     bf16 = torch.autocast("cpu", dtype=torch.bfloat16, enabled=native_bf16(torch.device("cpu")))
     for step in range(steps):
-        idx = rng.integers(0, config.frames, config.batch_size)
+        idx = rng.integers(0, frames, config.batch_size)
         obs = {k: torch.from_numpy(v[idx]) for k, v in train_frames.items()}
         with bf16:
             prediction = head(encoder(obs, augment=True)).float()
@@ -215,7 +231,6 @@ def pretrain(config: PretrainConfig, log=print) -> tuple[ImageEncoder, dict]:
         if step % 200 == 0 or step == steps - 1:
             log(f"step {step}/{steps} loss {loss.item():.4f}")
     metrics = evaluate(encoder, head, test_frames, test_targets, mean, std, names)
-    metrics["train_seconds"] = round(time.perf_counter() - start, 1)
     log(f"held-out: {metrics}")
     return encoder, metrics
 
