@@ -7,15 +7,16 @@ gym-hil 0.1.14's `PandaPickCube-v0` with image observations (front and wrist cam
 The rules, fixed before any result:
 
 * Environment: `gym_hil_cpu/PandaPickCube-v0` (`benchmarks/gym_hil_cpu.py`): gym-hil's own environment with its
-  cameras rendered at 64 px without shadows or multisampling, because this CPU's software renderer draws gym-hil's
-  default frames at 2 steps a second, and nothing can then run at 10 Hz. `{"image_obs": true,
+  cameras rendered at its 128 px without shadows or multisampling, because this CPU's software renderer draws
+  gym-hil's default frames at 2 steps a second, and nothing can then run at 10 Hz. `{"image_obs": true,
   "random_block_position": true, "reset_delay_seconds": 0}`; gym-hil's 100-step limit and success flag.
 * Demonstrations: 20 successful episodes of `benchmarks/gym_hil_expert.py: PickCubeExpert` (it finds the cube in the
   front camera) with action noise 0.1, recorded once per seed (reset seeds from 1000 x (seed + 1)) with `robot-rl
   demos --env --expert` before the clock starts (not counted).
 * Encoder (the issue's rule: from scratch, or pretrained only on renders of gym-hil under random actions without
-  task labels): `policies/encoders/gym_hil_pick_cube_64`, pretrained by `robot-rl pretrain-encoder --env` on
-  frames of this environment under uniformly random actions, regressing the simulator's body positions; no
+  task labels): `policies/encoders/gym_hil_pick_cube_128`, pretrained by `robot-rl pretrain-encoder --env` on
+  frames of this environment under uniformly random actions, regressing the positions of the simulator's free,
+  mocap and chain-end bodies (the cube, the target, the fingers); no
   reward, success, expert action or demonstration. Frozen in the learner, 4 feature views (as arm_pick_cube).
 * Learner: config/env.yaml's SAC + RLPD (2 critics, batch 256, discount 0.97, 500 warm-up transitions, at most
   1 update per transition) with arm_pick_cube's UTD 2; the actor never waits for it (`sync_updates_per_step` 0).
@@ -65,7 +66,7 @@ ADAPTER = ["--set", "adapter.gripper_index=3", "--set", "adapter.gripper_open=0"
 EXPERT = "gym_hil_expert:PickCubeExpert"
 DEMO_NOISE = 0.1
 """Gaussian noise on the expert's actions in its demonstrations (`robot-rl demos`'s default)."""
-ENCODER = ROOT / "policies" / "encoders" / "gym_hil_pick_cube_64"
+ENCODER = ROOT / "policies" / "encoders" / "gym_hil_pick_cube_128"
 CONTROL_HZ = 10.0
 LEARNER = ["--set", f"learner.encoder={ENCODER}", "--set", "learner.feature_views=4", "--set", "learner.utd_ratio=2"]
 REALTIME = ["--set", "env_sim.clock_mode=realtime", "--set", "env_actor.sync_updates_per_step=0"]
