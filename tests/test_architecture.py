@@ -138,6 +138,7 @@ SAME_CONCEPT = {
     "car_race.py": "the car race task: its environment (envs/), training loop (training/) and benchmark",
     "pick_cube.py": "the pick-cube task: its environment (envs/) and its benchmark",
     "safety.py": "hardware safety: the safety gate (hardware/) and its benchmark",
+    "env_graph.py": "any environment as a robot in the graph: its run's preparation (training/) and its benchmark",
 }
 """Module basenames in more than one folder, each with the reason: the same concept in its layers."""
 
