@@ -130,7 +130,9 @@ def run_arm(arm: str, seed: int, minutes: float, snapshot_s: float, run_dir: Pat
             "learner_updates_per_s": round(learner.get("updates", 0) / max(wall_s, 1.0), 2),
             "act_latency_ms_p99": max((r.get("act_latency_ms_p99") or 0 for r in ledgers), default=None),
             "missed_periods": sum(r.get("missed_periods", 0) for r in ledgers),
-            "snapshots": snapshots, "minutes_to_90": first_reached(snapshots, TARGET, "minutes"),
+            # A snapshot stopped early (success None) is below the target.
+            "snapshots": snapshots, "minutes_to_90": first_reached(
+                [{**row, "success": row["success"] or 0.0} for row in snapshots], TARGET, "minutes"),
             "episodes_per_snapshot": episodes, "date": time.strftime("%Y-%m-%d"), "commit": commit}
 
 
@@ -152,8 +154,7 @@ def judge_snapshots(run_dir: Path, started: float, episodes: int) -> list[dict]:
         print(json.dumps(judged[-1]), flush=True)
         if len(judged) >= 2 and judged[-2]["passed"] and passed:
             break
-    # first_reached compares "success": a snapshot stopped early counts as below the target.
-    return [{**row, "success": row["success"] if row["success"] is not None else 0.0} for row in judged]
+    return judged
 
 
 def summarize(rows: list[dict]) -> dict:

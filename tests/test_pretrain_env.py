@@ -17,7 +17,7 @@ import pytest
 import robot_rl.envs  # noqa: F401 - registers our environments
 from robot_rl.envs.canonical import AdapterConfig
 from robot_rl.training.evaluate import evaluate_policy
-from robot_rl.training.pretrain_encoder import PretrainConfig, body_positions, generate
+from robot_rl.training.pretrain_encoder import PretrainConfig, generate, tracked_bodies
 
 TESTS = Path(__file__).parent
 PIXEL_ENV = "robot_rl/ArmPickCube-v0"
@@ -53,7 +53,7 @@ def test_an_environment_without_mujoco_state_or_cameras_is_refused_before_render
 
     env = gym.make("dict_grip_env:DictGrip-v0")
     with pytest.raises(ValueError, match="MuJoCo"):
-        body_positions(env)
+        tracked_bodies(env)
     env.close()
     state_only = robot_rl("pretrain-encoder", "--env", PIXEL_ENV, "--env-kwargs", '{"observation": "state"}',
                           "--out", str(tmp_path / "enc"))

@@ -38,7 +38,7 @@ from robot_rl.envs.canonical import AdapterConfig, make_canonical
 
 # The arm task's privileged targets read from the simulator state, in this order (metres; flags 0/1).
 ARM_TARGET_NAMES = ("cube_x", "cube_y", "cube_z", "ee_x", "ee_y", "ee_z", "offset_x", "offset_y", "offset_z",
-                "gripper_opening", "cube_grasped")
+                    "gripper_opening", "cube_grasped")
 
 
 @dataclass
@@ -126,8 +126,8 @@ def arm_frames(config: PretrainConfig, count: int, seed: int,
     return frames, targets, list(ARM_TARGET_NAMES)
 
 
-def body_positions(env: gym.Env) -> tuple[np.ndarray, list[str]]:
-    """World positions of the bodies that say where things are, flattened, and their names (`block_x`, ...): each
+def tracked_bodies(env: gym.Env) -> tuple[list[int], list[str]]:
+    """The bodies whose world positions are the targets, and the targets' names (`block_x`, ...): each
     free-floating body (an object), each mocap body (a target) and the last body of each kinematic chain (a hand's
     fingers). The links between a base and a hand follow from the hand; were they targets, an arm of twenty
     bodies would outweigh the one object in the loss.
@@ -142,8 +142,7 @@ def body_positions(env: gym.Env) -> tuple[np.ndarray, list[str]]:
     free = {int(model.jnt_bodyid[j]) for j in range(model.njnt) if model.jnt_type[j] == 0}  # mjJNT_FREE
     parents = set(int(p) for p in model.body_parentid[1:])
     bodies = [i for i in range(1, model.nbody) if i in free or model.body_mocapid[i] >= 0 or i not in parents]
-    names = [f"{model.body(i).name or f'body{i}'}_{axis}" for i in bodies for axis in "xyz"]
-    return np.asarray(data.xpos[bodies], np.float32).reshape(-1), names
+    return bodies, [f"{model.body(i).name or f'body{i}'}_{axis}" for i in bodies for axis in "xyz"]
 
 
 def random_action_frames(config: PretrainConfig, count: int, seed: int,
@@ -158,18 +157,17 @@ def random_action_frames(config: PretrainConfig, count: int, seed: int,
         adapter, rng = env.adapter, np.random.default_rng(seed)
         if not adapter.cameras:
             raise ValueError(f"{config.env_id} as adapted has no cameras to pretrain an encoder on")
+        bodies, names = tracked_bodies(env)
+        data = env.unwrapped.data
         frames = {k: np.empty((count, adapter.image_size, adapter.image_size, 3), np.uint8) for k in adapter.cameras}
-        targets, names = None, []
+        targets = np.empty((count, len(names)), np.float32)
         n = 0
         while n < count:
             obs, _ = seeded_reset(env, int(rng.integers(2**32)))
             for step in range(config.episode_steps):
-                positions, names = body_positions(env)
-                if targets is None:
-                    targets = np.empty((count, positions.size), np.float32)
                 for k in adapter.cameras:
                     frames[k][n] = obs[k]
-                targets[n], n = positions, n + 1
+                targets[n], n = data.xpos[bodies].reshape(-1), n + 1
                 progress(n)
                 if n == count:
                     break
