@@ -147,12 +147,21 @@ def _parameters(optimizer: torch.optim.Optimizer) -> list[torch.nn.Parameter]:
 
 def _allocate_moments(optimizer: torch.optim.Adam) -> None:
     """Zero moments at step 0 for every parameter without any (a fresh optimizer, or a checkpoint saved
-    before its first step)."""
+    before its first step); every moment and step count, new or loaded, marked a static graph input."""
     for p in _parameters(optimizer):
         if not optimizer.state.get(p):
             optimizer.state[p] = {"step": torch.zeros((), dtype=torch.float32, device=p.device),
                                   "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
                                   "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+        _static_inputs(*optimizer.state[p].values())
+
+
+def _static_inputs(*tensors: torch.Tensor) -> None:
+    """Marks tensors the compiled training step updates in place, besides parameters (static already), as static
+    inputs: CUDA graphs (torch.compile on CUDA) skip a graph that mutates any other input, and the whole step would
+    run uncaptured. Unguarded: a tensor replaced (a checkpoint loaded) is re-recorded, not recompiled."""
+    for tensor in tensors:
+        torch._dynamo.mark_static_address(tensor, guard=False)
 
 
 def _take(value, part: slice):
@@ -214,6 +223,7 @@ class SAC:
             self.target_grasp.requires_grad_(False)
         self.log_alpha = torch.tensor(float(torch.log(torch.tensor(cfg.init_temperature))),
                                       device=self.device, requires_grad=True)
+        _static_inputs(self.log_alpha)
         self.target_entropy = cfg.target_entropy if cfg.target_entropy is not None else -self.continuous_dim / 2.0
         # The optimizers hold the hyperparameters and moments (and checkpoint them); `_adam_step` applies
         # their update inside the training step, so the moments exist from the start.
@@ -417,6 +427,18 @@ class SAC:
         The batch is split into utd_ratio minibatches; each trains the critics (and the encoder
         and grasp critic) and moves the targets, the last one also trains actor and temperature.
         """
+        metrics = self.update_on_device(batch)
+        names = ["critic_loss", "grasp_loss", "q_mean", "actor_loss", "temperature", "entropy"]
+        # One host sync for all metrics instead of one per .item().
+        values = dict(zip(names, metrics.tolist()))
+        if self.grasp is None:
+            del values["grasp_loss"]
+        return values
+
+    def update_on_device(self, batch: Mapping) -> torch.Tensor:
+        """`update` without reading its metrics back: the last training step's metrics stacked on the training
+        device (as `train_step` returns them; under CUDA graphs the next update overwrites them). No host sync, so a
+        GPU's queue of launches never drains."""
         cfg = self.config
         size = batch["reward"].shape[0]
         if size != cfg.utd_ratio * cfg.batch_size:
@@ -426,12 +448,7 @@ class SAC:
             minibatch = {k: _take(v, slice(i * cfg.batch_size, (i + 1) * cfg.batch_size)) for k, v in batch.items()}
             metrics = self._compiled("train_step", minibatch, i == cfg.utd_ratio - 1)
         self.num_updates += 1
-        names = ["critic_loss", "grasp_loss", "q_mean", "actor_loss", "temperature", "entropy"]
-        # One host sync for all metrics instead of one per .item().
-        values = dict(zip(names, metrics.tolist()))
-        if self.grasp is None:
-            del values["grasp_loss"]
-        return values
+        return metrics
 
     @torch.no_grad()
     def _adam_step(self, optimizer: torch.optim.Adam, grads) -> None:

@@ -216,8 +216,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     plant_flag(jtrain, "training draw")
     overwrite_flag(jtrain, "the policy and run directories (retraining a shipped policy too)")
     jtrain.add_argument("--device", default="auto")
-    jtrain.add_argument("--physics", default="auto", choices=["auto", "rollout", "warp"],
-                        help="simulation back end (auto: MuJoCo Warp on a GPU, else mujoco.rollout on CPU threads)")
+    jtrain.add_argument("--physics", default="auto", choices=["auto", "rollout", "warp", "mjx"],
+                        help="simulation back end (auto: on a GPU MuJoCo MJX, the whole env on the device, else "
+                             "MuJoCo Warp; mujoco.rollout on CPU threads)")
     jeval = juggle_sub.add_parser("eval", help="juggling trials in randomized sim; prints hits per trial (JSON)")
     jeval.add_argument("--policy", required=True)
     jeval.add_argument("--trials", type=at_least(1), default=10)

@@ -281,10 +281,12 @@ class JuggleCore:
 # --------------------------------------------------------------------------- the API wrappers
 
 
-PHYSICS_BACKENDS = ("auto", "rollout", "warp")
+PHYSICS_BACKENDS = ("auto", "rollout", "warp", "mjx")
 """``rollout``: :class:`RolloutPhysics` (CPU threads); ``warp``: MuJoCo Warp
-(:class:`~robot_rl.envs.quad_juggle_warp.WarpPhysics`, GPU); ``auto``: Warp when the env's torch
-device is a GPU and MuJoCo Warp is installed, else rollout."""
+(:class:`~robot_rl.envs.quad_juggle_warp.WarpPhysics`, GPU, numpy controller); ``mjx``: the whole
+env on JAX (:class:`~robot_rl.envs.quad_juggle_mjx.QuadJuggleMJXVecEnv`: physics, controller, task
+and resets on the device; built by :func:`robot_rl.envs.quad_juggle_backends.make_vec_env`); ``auto``:
+on a GPU ``device`` MJX when installed, else Warp when installed, else rollout; on CPU rollout."""
 
 
 def _make_core(num_envs: int, config: JuggleConfig | None, sim_config: QuadJuggleConfig | None,
@@ -293,8 +295,8 @@ def _make_core(num_envs: int, config: JuggleConfig | None, sim_config: QuadJuggl
     sim_config = sim_config if sim_config is not None else QuadJuggleConfig()
     if config is not None and abs(config.policy_hz - sim_config.policy_hz) > 1e-9:
         raise ValueError(f"task policy_hz {config.policy_hz} != simulator policy_hz {sim_config.policy_hz}")
-    if physics not in PHYSICS_BACKENDS:
-        raise ValueError(f"physics must be one of {PHYSICS_BACKENDS}, got {physics!r}")
+    if physics not in ("auto", "rollout", "warp"):
+        raise ValueError(f"physics must be one of auto, rollout, warp here (mjx: make_vec_env), got {physics!r}")
     if physics == "auto":
         from robot_rl.envs.quad_juggle_warp import warp_available
 

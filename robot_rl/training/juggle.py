@@ -54,8 +54,9 @@ class JuggleTrainConfig:
     device: str = "auto"
     """Torch device of the learner (auto: CUDA when present)."""
     physics: str = "auto"
-    """Simulation back end (robot_rl.envs.quad_juggle_vec.PHYSICS_BACKENDS; auto: MuJoCo Warp on the
-    learner's GPU when there is one and MuJoCo Warp is installed, else mujoco.rollout on CPU threads)."""
+    """Simulation back end (robot_rl.envs.quad_juggle_vec.PHYSICS_BACKENDS; auto: on the learner's GPU
+    MuJoCo MJX when installed (the whole env on the device), else MuJoCo Warp when installed, else
+    mujoco.rollout on CPU threads)."""
     eval_every: int = 50
     """Evaluate (and export if best) every this many iterations."""
     eval_trials: int = 10
@@ -142,7 +143,7 @@ def train_juggling(cfg: JuggleTrainConfig, out_dir: str | Path, run_dir: str | P
 
     from robot_rl.agents.ppo import export_policy
     from robot_rl.device import resolve_device
-    from robot_rl.envs.quad_juggle_vec import QuadJuggleVecEnv
+    from robot_rl.envs.quad_juggle_backends import make_vec_env
     from robot_rl.training.ppo_runner import OnPolicyRunner
 
     torch.manual_seed(cfg.seed)
@@ -150,9 +151,9 @@ def train_juggling(cfg: JuggleTrainConfig, out_dir: str | Path, run_dir: str | P
     out_dir = Path(out_dir)
     run_dir = Path(run_dir) if run_dir is not None else out_dir.parent / f"{out_dir.name}-run"
     run_dir.mkdir(parents=True, exist_ok=True)
-    env = QuadJuggleVecEnv(cfg.num_envs, device=device, config=cfg.task, randomization=cfg.randomization,
-                           seed=cfg.seed, physics=cfg.physics, hard_fraction=cfg.hard_fraction, split=cfg.split,
-                           overrides=cfg.overrides)
+    env = make_vec_env(cfg.num_envs, device=device, config=cfg.task, randomization=cfg.randomization,
+                       seed=cfg.seed, physics=cfg.physics, hard_fraction=cfg.hard_fraction, split=cfg.split,
+                       overrides=cfg.overrides)
     def progress(stats: dict[str, float]) -> None:
         if stats["iteration"] % 10 == 0:
             log(f"[juggle] iteration {stats['iteration']}  {json.dumps(_short(stats))}")
