@@ -21,7 +21,7 @@ GYM_HIL_VENV ?= .venv-gym-hil
 GYM_HIL_PY := $(GYM_HIL_VENV)/bin/python
 GYM_HIL_TESTS := tests/test_gym_hil.py
 
-.PHONY: setup train test benchmarks clean debian-packages gym-hil-env test-gym-hil
+.PHONY: setup train test benchmarks clean debian-packages gym-hil-env test-gym-hil gpu-wheels gpu-dry-run
 setup: $(VENV)/.installed
 
 debian-packages:
@@ -69,6 +69,18 @@ benchmarks: setup gym-hil-env
 	  py=$(abspath $(PY)); case $$b in benchmarks/gym_hil_*) py=$(abspath $(GYM_HIL_PY));; esac; \
 	  (cd "$$(mktemp -d)" && $$py $(CURDIR)/$$b --quick) || exit 1; \
 	done
+
+# The wheels benchmarks/gpu_run.sh carries to the GPU machine (Python 3.12; benchmarks/gpu_wheels.txt says which
+# and why), then its CPU dry run with tiny sizes: the same steps, so the script cannot rot between GPU runs.
+gpu-wheels:
+	mkdir -p .gpu-wheels
+	$(PIP) download -q --no-deps --python-version 3.12 --only-binary=:all: --platform manylinux2014_x86_64 \
+	  --platform manylinux_2_17_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_28_x86_64 \
+	  -d .gpu-wheels -r benchmarks/gpu_wheels.txt
+	du -sh .gpu-wheels
+
+gpu-dry-run: setup
+	bash benchmarks/gpu_run.sh "$$(mktemp -d)" --dry-run
 
 clean:
 	rm -rf $(VENV) $(GYM_HIL_VENV) build *.egg-info

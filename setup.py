@@ -48,8 +48,9 @@ setup(
                      "pyserial"],
         # teleop input devices: SpaceMouse (HID) and Linux gamepads (evdev; prebuilt wheel)
         "teleop": ["hidapi", "evdev-binary"],
-        # the juggling vector env on a GPU (MuJoCo Warp; its CPU mode runs in the tests)
-        "gpu": ["mujoco-warp>=4.0"],
+        # the juggling vector env on a GPU: MuJoCo MJX on JAX (the whole env on the device) or MuJoCo Warp (the
+        # physics only); the CPU modes of both run in the tests. On a GPU install JAX's CUDA build beside it.
+        "gpu": ["mujoco-warp>=4.0", "mujoco-mjx==3.17.0", "jax==0.10.2", "jaxlib==0.10.2"],
         # the large VLAC-style reward backend (InternVL checkpoints from a local path, GPU)
         "vlac": ["transformers>=4.51", "einops", "sentencepiece", "timm"],
         # peer libraries benchmarks/learner_throughput.py measures beside ours (pinned: the versions measured;
@@ -69,7 +70,8 @@ setup(
         # the tests drive the hardware adapters through their real libraries
         "test": ["pytest", "pytest-timeout", "matplotlib", "hypothesis", "pyrealsense2", "opencv-python-headless",
                  "mcap", "mcap-ros2-support", "pymavlink", "cflib", "hidapi", "evdev-binary", "pyserial",
-                 "mujoco-warp>=4.0", "pyarrow==26.0.1", "av==18.1.0", "rerun-sdk==0.41.0",
+                 "mujoco-warp>=4.0", "mujoco-mjx==3.17.0", "jax==0.10.2", "jaxlib==0.10.2", "pyarrow==26.0.1",
+                 "av==18.1.0", "rerun-sdk==0.41.0",
                  "gymnasium-robotics==1.4.2"],
     },
     entry_points={

@@ -109,6 +109,7 @@ def cmd_juggle(args: argparse.Namespace) -> int:
     check_output(out, "policy directory", overwrite=args.overwrite)
     check_output(run_dir, "run directory", overwrite=args.overwrite)
     config = replace(JuggleTrainConfig(), num_envs=args.num_envs, iterations=args.iterations, seed=args.seed,
+                     eval_every=args.eval_every,
                      device=args.device, physics=args.physics, time_budget_s=args.time_budget_min * 60.0,
                      hard_fraction=args.hard_fraction, split=args.split, overrides=dict(args.plant))
     card = train_juggling(config, out, run_dir)
@@ -207,6 +208,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     jtrain.add_argument("--iterations", type=at_least(1), default=1500)
     jtrain.add_argument("--time-budget-min", type=at_least(0.0, float), default=0.0, help="stop after this many minutes (0: none)")
     jtrain.add_argument("--seed", type=at_least(0), default=0)
+    jtrain.add_argument("--eval-every", type=at_least(1), default=50,
+                        help="evaluate (and export the policy if it is the best so far) every this many iterations")
     jtrain.add_argument("--hard-fraction", type=in_range(0.0, 1.0), default=0.0,
                         help="share of training plants from the randomization's train_hard split (every parameter "
                              "at the hard end of its training range at once)")
