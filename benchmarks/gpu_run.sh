@@ -4,7 +4,8 @@
 #   1. the learner: benchmarks/learner_throughput.py --device cuda (SAC at 2 and 10 critics and from pixels, ours
 #      beside sbx on the card's JAX and the compiled CUDA-graph LeanRL-style reference)
 #   2. juggling: benchmarks/juggle_throughput.py on MJX at 4,096 and 32,768 quadrotors against the raw physics
-#   3. a juggling training from scratch on the GPU (robot-rl juggle train --physics mjx), its policy saved for
+#   3. a juggling training from scratch on the GPU (what `robot-rl juggle train --physics mjx` runs, called through
+#      benchmarks/gpu_train.py: the GPU machine has no ROS, which the command line imports), its policy saved for
 #      `robot-rl juggle eval` on a CPU afterwards
 # Every result lands in OUT_DIR as JSON (plus each part's log). The carried wheels (.gpu-wheels/, `make gpu-wheels`)
 # are installed first into a scratch prefix, each only where the machine lacks the package.
@@ -78,16 +79,15 @@ if [ -n "$DRY" ]; then
     --out "$OUT_DIR/learner_throughput.json"
   run_part juggle 240 "$PY" benchmarks/juggle_throughput.py --device cpu --physics mjx --num-envs 4 --steps 2 \
     --reference-envs 2 --reference-steps 2 --out "$OUT_DIR/juggle_throughput.json"
-  run_part train 300 "$PY" -m robot_rl.cli juggle train --device cpu --physics mjx --num-envs 4 --iterations 1 \
-    --out "$OUT_DIR/quad_juggle_gpu" --run-dir "$OUT_DIR/quad_juggle_gpu-run"
+  run_part train 300 "$PY" - cpu 4 1 0 "$OUT_DIR" < benchmarks/gpu_train.py
 else
   DEVICE=cuda
   run_part learner 180 "$PY" benchmarks/learner_throughput.py --device cuda --seconds 3 --no-ppo \
     --out "$OUT_DIR/learner_throughput_cuda.json"
-  run_part juggle 150 "$PY" benchmarks/juggle_throughput.py --device cuda --physics mjx --num-envs 4096 32768 \
+  # shellcheck disable=SC2086 - sizes as words; JUGGLE_SIZES="32768 131072" adds a size without a longer run
+  run_part juggle 170 "$PY" benchmarks/juggle_throughput.py --device cuda --physics mjx --num-envs ${JUGGLE_SIZES:-4096 32768} \
     --steps 50 --reference-envs 16 --reference-steps 50 --out "$OUT_DIR/juggle_throughput_cuda.json"
-  run_part train 200 "$PY" -m robot_rl.cli juggle train --device cuda --physics mjx --num-envs 16384 \
-    --eval-every 20 --time-budget-min 1.5 --out "$OUT_DIR/quad_juggle_gpu" --run-dir "$OUT_DIR/quad_juggle_gpu-run"
+  run_part train 200 "$PY" - cuda 16384 10000 90 "$OUT_DIR" < benchmarks/gpu_train.py
 fi
 echo "gpu_run.sh ($DEVICE): $(( $(date +%s) - started )) s, parts: $(tr '\n' ' ' < "$OUT_DIR/parts.jsonl")"
 exit $status
