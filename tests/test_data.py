@@ -106,3 +106,18 @@ def test_outbox_resends_spills_and_reloads(tmp_path):
     again = Outbox(tmp_path)
     assert sorted(s for s, _ in again.due(now=0.0)) == [1, 2]
     assert again.allocate_seq() == 5
+
+
+def test_outbox_resends_only_a_few_while_the_learner_answers_nothing(tmp_path):
+    box = Outbox(tmp_path, resend_after_s=2.0, silent_resends=2)
+    for _ in range(10):
+        box.put(box.allocate_seq(), b"x" * 10)
+    assert len(box.due(now=0.0)) == 10  # first sends
+    assert len(box.due(now=2.0)) == 10  # the first resend round: the learner may have missed them all
+    # no acknowledgement since: two of the oldest per resend period, however often it is asked
+    assert [s for s, _ in box.due(now=4.0)] == [0, 1] and box.due(now=4.5) == []
+    assert [s for s, _ in box.due(now=6.0)] == [2, 3]
+    box.put(box.allocate_seq(), b"y")  # new data still goes at once
+    assert [s for s, _ in box.due(now=6.1)] == [10]
+    assert box.ack(0)  # the learner is back: everything due goes again
+    assert sorted(s for s, _ in box.due(now=8.5)) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] and box.resends == 10 + 4 + 10

@@ -1,6 +1,9 @@
 """The actor's side of at-least-once delivery: `Outbox` keeps every transition batch until the
 learner acknowledges it, resends the unacknowledged ones after a timeout, and spills to disk past a
-memory bound so a long learner outage costs disk, not RAM, and loses nothing. (The learner's side,
+memory bound so a long learner outage costs disk, not RAM, and loses nothing. While the learner answers
+nothing (starting, loading demonstrations, gone) only a few of the oldest are resent per timeout: resending
+every unacknowledged payload each time filled a starting learner's transport queue with copies (two pixel
+actors: ~90 MB/s) until the kernel killed it. (The learner's side,
 which makes storage exactly-once, is `sequences.SequenceTracker`.)
 """
 
@@ -30,11 +33,16 @@ class Outbox:
     """
 
     def __init__(self, spill_dir: str | os.PathLike, max_memory_bytes: int = 256 << 20,
-                 resend_after_s: float = 2.0):
+                 resend_after_s: float = 2.0, silent_resends: int = 2):
         self.spill_dir = Path(spill_dir)
         self.spill_dir.mkdir(parents=True, exist_ok=True)
         self.max_memory_bytes = max_memory_bytes
         self.resend_after_s = resend_after_s
+        self.silent_resends = silent_resends
+        """Payloads resent per resend_after_s while no acknowledgement came since the last resend."""
+        self._acks = 0
+        self._acks_at_last_resend: int | None = None  # None: nothing resent yet
+        self._last_resend = float("-inf")
         self._pending: dict[int, _Pending] = {}
         self.memory_bytes = 0
         self.resends = 0
@@ -72,6 +80,7 @@ class Outbox:
         entry = self._pending.pop(seq, None)
         if entry is None:
             return False
+        self._acks += 1
         if entry.payload is None:
             self.spill_path(seq).unlink(missing_ok=True)
         else:
@@ -79,15 +88,23 @@ class Outbox:
         return True
 
     def due(self, now: float | None = None, limit: int = 64) -> list[tuple[int, bytes]]:
-        """Payloads never sent or unacknowledged for resend_after_s, oldest first; marks them sent."""
+        """Payloads never sent or unacknowledged for resend_after_s, longest waiting first; marks them sent. While the
+        learner acknowledged nothing since the last resend, resends are `silent_resends` per resend_after_s."""
         now = time.monotonic() if now is None else now
+        silent = self._acks_at_last_resend == self._acks
+        budget = (self.silent_resends if now - self._last_resend >= self.resend_after_s else 0) if silent else limit
         out = []
-        for seq in sorted(self._pending):
-            entry = self._pending[seq]
+        # the longest unanswered first: never-sent ones, then the resends in the order they were last tried
+        for entry in sorted(self._pending.values(), key=lambda e: (e.last_sent, e.seq)):
+            seq = entry.seq
             if now - entry.last_sent < self.resend_after_s:
                 continue
             if entry.last_sent != float("-inf"):
+                if budget <= 0:
+                    continue
+                budget -= 1
                 self.resends += 1
+                self._acks_at_last_resend, self._last_resend = self._acks, now
             entry.last_sent = now
             out.append((seq, self._payload(entry)))
             if len(out) >= limit:
