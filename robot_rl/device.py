@@ -64,9 +64,9 @@ def reuse_freed_cpu_memory() -> bool:
     except (OSError, AttributeError):
         return False
     # Setting the mmap threshold also stops glibc from adjusting it dynamically. The trim threshold applies to each
-    # of malloc's arenas (one per thread that allocates, up to 8 per core): at 1 GiB a learner fed pixel payloads by
-    # two actors kept ~1 GiB free in each and grew to 11 GiB in 90 s until the kernel killed it; 128 MiB holds an
-    # update's working set and bounds what the arenas keep.
+    # of malloc's arenas (one per thread that allocates, up to 8 per core), so at 1 GiB a learner whose transport
+    # threads churn through multi-MB pixel payloads may keep a GiB free per arena; 128 MiB holds an update's
+    # working set and bounds what the arenas keep.
     return bool(mallopt(_GLIBC_M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(_GLIBC_M_TRIM_THRESHOLD, 128 << 20))
 
 
