@@ -244,33 +244,36 @@ def mix(
     return np.clip(f, 0.0, fmax)
 
 
-def _desaturate(rp: np.ndarray, yaw: np.ndarray, c: np.ndarray, fmax: np.ndarray) -> np.ndarray:
+def _desaturate(rp: Any, yaw: Any, c: Any, fmax: Any, xp: Any = np) -> Any:
     """Saturated rows of :func:`mix`: roll/pitch ``rp`` (M, 4), full yaw part ``yaw`` (M, 4),
-    requested collective per rotor ``c`` (M, 1), limit ``fmax`` (M, 1) -> thrusts (M, 4)."""
+    requested collective per rotor ``c`` (M, 1), limit ``fmax`` (M, 1) -> thrusts (M, 4).
+    ``xp``: the array namespace (numpy here; ``jax.numpy`` in :mod:`robot_rl.control.quad_rate_jax`,
+    one implementation for both): divisions take a safe denominator where their result is discarded."""
     # 1. roll/pitch, scaled only if they cannot fit on their own
     spread = rp.max(axis=-1, keepdims=True) - rp.min(axis=-1, keepdims=True)
-    rp = rp * np.where(spread > fmax, fmax / np.maximum(spread, 1e-300), 1.0)
+    too_wide = spread > fmax
+    rp = rp * xp.where(too_wide, fmax / xp.where(too_wide, spread, 1.0), 1.0)
     # largest yaw fraction whose spread still fits: (a_i - a_j) + alpha (b_i - b_j) <= fmax
     da = rp[:, :, None] - rp[:, None, :]
     db = yaw[:, :, None] - yaw[:, None, :]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        pair_bound = np.where(db > 1e-15, (fmax[:, :, None] - da) / db, np.inf)
-        crossings = np.where(np.abs(db) > 1e-15, -da / db, np.nan)
-    alpha_s = np.clip(pair_bound.min(axis=(1, 2)), 0.0, 1.0)[:, None]
+    safe_db = xp.where(xp.abs(db) > 1e-15, db, 1.0)
+    pair_bound = xp.where(db > 1e-15, (fmax[:, :, None] - da) / safe_db, xp.inf)
+    crossings = xp.where(xp.abs(db) > 1e-15, -da / safe_db, xp.nan)
+    alpha_s = xp.clip(pair_bound.min(axis=(1, 2)), 0.0, 1.0)[:, None]
     # 2. collective band over alpha in [0, alpha_s]: the extremes of the convex / concave
     #    piecewise-linear bounds lie at an end or where two rotors' yaw-shifted values cross
-    cand = np.concatenate([np.zeros_like(alpha_s), alpha_s, crossings.reshape(len(rp), -1)], axis=1)
-    valid = np.isfinite(cand) & (cand >= 0.0) & (cand <= alpha_s)
-    cand = np.where(valid, cand, 0.0)
+    cand = xp.concatenate([xp.zeros_like(alpha_s), alpha_s, crossings.reshape(rp.shape[0], -1)], axis=1)
+    valid = xp.isfinite(cand) & (cand >= 0.0) & (cand <= alpha_s)
+    cand = xp.where(valid, cand, 0.0)
     u = rp[:, None, :] + cand[:, :, None] * yaw[:, None, :]
-    lower = np.where(valid, -u.min(axis=-1), np.inf).min(axis=-1, keepdims=True)
-    upper = np.where(valid, fmax - u.max(axis=-1), -np.inf).max(axis=-1, keepdims=True)
-    c = np.clip(c, lower, upper)
+    lower = xp.where(valid, -u.min(axis=-1), xp.inf).min(axis=-1, keepdims=True)
+    upper = xp.where(valid, fmax - u.max(axis=-1), -xp.inf).max(axis=-1, keepdims=True)
+    c = xp.clip(c, lower, upper)
     # 3. yaw: the largest fraction that fits with that collective
     base = rp + c
-    with np.errstate(divide="ignore", invalid="ignore"):
-        room = np.where(yaw > 0, (fmax - base) / yaw, np.where(yaw < 0, base / -yaw, np.inf))
-    alpha = np.clip(room.min(axis=-1, keepdims=True), 0.0, alpha_s)
+    safe_yaw = xp.where(yaw != 0, yaw, 1.0)
+    room = xp.where(yaw > 0, (fmax - base) / safe_yaw, xp.where(yaw < 0, base / -safe_yaw, xp.inf))
+    alpha = xp.clip(room.min(axis=-1, keepdims=True), 0.0, alpha_s)
     return base + alpha * yaw
 
 

@@ -2,10 +2,11 @@
 keep the whole control loop on the accelerator (:mod:`robot_rl.envs.quad_juggle_mjx`).
 
 Same math as :class:`~robot_rl.control.quad_rate.QuadController` (its docstrings define every term);
+the mixer's desaturation search is that module's own ``_desaturate`` on ``jax.numpy``. The rest is
 written again because JAX traces pure functions over immutable arrays, where the numpy controller
-updates its state in place and skips the mixer's desaturation search when no row saturates (the
-CPU simulators' 500 Hz loop depends on both). ``tests/test_quad_juggle_mjx.py`` holds the two to
-the same outputs, step by step, on random commands that saturate the mixer.
+updates its state in place and runs the search only on saturated rows (the CPU simulators' 500 Hz
+loop depends on both). ``tests/test_quad_juggle_mjx.py`` holds the two to the same outputs, step by
+step, on random commands that saturate the mixer.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from robot_rl.control.quad_rate import ROTOR_SIGNS_XY, ROTOR_YAW_SIGNS, QuadController
+from robot_rl.control.quad_rate import ROTOR_SIGNS_XY, ROTOR_YAW_SIGNS, QuadController, _desaturate
 
 __all__ = ["ControllerConstants", "ControllerState", "controller_reset", "controller_step", "mix"]
 
@@ -84,31 +85,9 @@ def mix(collective: jax.Array, torques: jax.Array, c: ControllerConstants) -> ja
     col = collective[:, None] / 4.0
     f = rp + col + yaw
     bad = jnp.any((f < 0.0) | (f > fmax), axis=-1, keepdims=True)
-    return jnp.clip(jnp.where(bad, _desaturate(rp, yaw, col, fmax), f), 0.0, fmax)
-
-
-def _desaturate(rp: jax.Array, yaw: jax.Array, col: jax.Array, fmax: float) -> jax.Array:
-    """:func:`robot_rl.control.quad_rate._desaturate` for every row (the caller keeps the saturated ones)."""
-    spread = rp.max(axis=-1, keepdims=True) - rp.min(axis=-1, keepdims=True)
-    rp = rp * jnp.where(spread > fmax, fmax / jnp.maximum(spread, 1e-30), 1.0)
-    da = rp[:, :, None] - rp[:, None, :]
-    db = yaw[:, :, None] - yaw[:, None, :]
-    safe_db = jnp.where(jnp.abs(db) > 1e-15, db, 1.0)
-    pair_bound = jnp.where(db > 1e-15, (fmax - da) / safe_db, jnp.inf)
-    crossings = jnp.where(jnp.abs(db) > 1e-15, -da / safe_db, jnp.nan)
-    alpha_s = jnp.clip(pair_bound.min(axis=(1, 2)), 0.0, 1.0)[:, None]
-    cand = jnp.concatenate([jnp.zeros_like(alpha_s), alpha_s, crossings.reshape(rp.shape[0], -1)], axis=1)
-    valid = jnp.isfinite(cand) & (cand >= 0.0) & (cand <= alpha_s)
-    cand = jnp.where(valid, cand, 0.0)
-    u = rp[:, None, :] + cand[:, :, None] * yaw[:, None, :]
-    lower = jnp.where(valid, -u.min(axis=-1), jnp.inf).min(axis=-1, keepdims=True)
-    upper = jnp.where(valid, fmax - u.max(axis=-1), -jnp.inf).max(axis=-1, keepdims=True)
-    col = jnp.clip(col, lower, upper)
-    base = rp + col
-    safe_yaw = jnp.where(yaw != 0, yaw, 1.0)
-    room = jnp.where(yaw > 0, (fmax - base) / safe_yaw, jnp.where(yaw < 0, base / -safe_yaw, jnp.inf))
-    alpha = jnp.clip(room.min(axis=-1, keepdims=True), 0.0, alpha_s)
-    return base + alpha * yaw
+    # every row desaturated (shapes stay static), the saturated ones kept
+    desaturated = _desaturate(rp, yaw, col, jnp.full_like(col, fmax), xp=jnp)
+    return jnp.clip(jnp.where(bad, desaturated, f), 0.0, fmax)
 
 
 def controller_step(state: ControllerState, ctbr: jax.Array, rates: jax.Array, dt: float, motor_tau: jax.Array,

@@ -178,7 +178,6 @@ class MJXJuggleEnv:
         from robot_rl.control.quad_rate_jax import ControllerConstants
 
         self._jax = jax
-
         if not 0.0 <= hard_fraction <= 1.0:
             raise ValueError(f"hard_fraction must be in [0, 1], got {hard_fraction}")
         overrides = dict(overrides or {})
@@ -277,8 +276,9 @@ class QuadJuggleMJXVecEnv:
         a = t.as_tensor(actions).detach().to(self.device, t.float32).contiguous()
         if a.shape != (self.num_envs, 4):
             raise ValueError(f"actions must have shape ({self.num_envs}, 4), got {tuple(a.shape)}")
-        if not bool(t.isfinite(a).all()):
-            bad = t.nonzero(~t.isfinite(a).all(1)).flatten()[:8].tolist()
+        finite_rows = t.isfinite(a).all(1)
+        if not bool(finite_rows.all()):
+            bad = t.nonzero(~finite_rows).flatten()[:8].tolist()
             raise ValueError(f"actions must be finite; non-finite rows {bad}")
         out = self.env.step(self._jax.dlpack.from_dlpack(a))
         values = np.asarray(out.log)  # the one wait for the device per step: the log's scalars
