@@ -6,8 +6,8 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 PACKAGE = "robot_rl"
-NODES = ["arm_sim", "arm_actor", "learner", "camera", "arm", "quadrotor", "teleop", "scripted_human", "reward",
-         "quad_sim", "juggle_actor", "ppo_learner", "car_sim", "car", "car_actor", "session_view", "env_sim", "env_actor"]
+NODES = sorted(path.stem for path in Path(PACKAGE, "nodes").glob("*.py") if path.stem != "__init__")
+"""One console script per node module (`ros2 run robot_rl <node>`): a robot's nodes need no edit here."""
 DEPRECATED_NODES = ["sim", "actor"]  # robot_rl/ros/node_kinds.py: DEPRECATED_NODE_NAMES
 
 

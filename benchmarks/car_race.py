@@ -66,7 +66,7 @@ EVAL_DRAWS = tuple(range(5000, 5020))
 
 
 def sac_preset(name: str):
-    from robot_rl.training.car_race import fastrlap_sac
+    from robot_rl.robots.car.train import fastrlap_sac
 
     if name == "fastrlap":
         return fastrlap_sac()
@@ -75,7 +75,7 @@ def sac_preset(name: str):
 
 def expert_lap_time(laps: int = 4, seed: int = 0) -> float:
     """Median clean lap of the true-state expert on the benchmark's track, car and randomization."""
-    from robot_rl.envs.car_race import CarRaceEnv
+    from robot_rl.robots.car.sim import CarRaceEnv
 
     env = CarRaceEnv(track_seed=TRACK_SEED, render=False, randomization_split="train")
     env.reset(seed=seed)
@@ -96,8 +96,8 @@ def expert_lap_time(laps: int = 4, seed: int = 0) -> float:
 
 def expert_eval_laps(draws) -> list[float | None]:
     """The true-state expert timed like the policy (`timed_laps`: one lap per draw, eval split)."""
-    from robot_rl.envs.car_race import CarRaceEnv
-    from robot_rl.training.car_race import timed_laps
+    from robot_rl.robots.car.sim import CarRaceEnv
+    from robot_rl.robots.car.train import timed_laps
 
     env = CarRaceEnv(track_seed=TRACK_SEED, render=False, randomization_split="eval")
     try:
@@ -111,7 +111,7 @@ def run_arm(arm: str, seed: int, steps: int, sac: str, stop_lap_time: float | No
     """One training run in a worker process (one thread: two runs share the two cores)."""
     import torch
 
-    from robot_rl.training.car_race import CarTrainConfig, CarTrainer
+    from robot_rl.robots.car.train import CarTrainConfig, CarTrainer
 
     torch.set_num_threads(1)
     config = CarTrainConfig(policy=ARMS[arm], load_actor=arm == "pretrained", track_seed=TRACK_SEED,
@@ -170,7 +170,7 @@ def _median_first_lap(runs: list[dict]) -> float | None:
 
 def summarize(runs: list[dict], expert: float, expert_laps: list[float | None], arms: list[str]) -> dict:
     """The benchmark's keys from its runs (see the module docstring)."""
-    from robot_rl.training.car_race import lap_time_median, lap_time_ratio
+    from robot_rl.robots.car.train import lap_time_median, lap_time_ratio
 
     by_arm = {arm: [r for r in runs if r["arm"] == arm] for arm in arms}
     pretrained = by_arm.get("pretrained", [])

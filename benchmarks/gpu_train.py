@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from robot_rl.training.juggle import JuggleTrainConfig, train_juggling
+from robot_rl.robots.quad.train import JuggleTrainConfig, train_juggling
 
 device, num_envs, iterations, budget_s, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), \
     Path(sys.argv[5])

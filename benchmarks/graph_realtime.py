@@ -248,7 +248,7 @@ def car_results(run_dir: Path, started: float, ledger: dict, laps: int) -> dict:
     on the eval draws, and the scripted expert on the same draws."""
     from car_race import EVAL_DRAWS, expert_eval_laps
 
-    from robot_rl.training.car_race import lap_time_ratio
+    from robot_rl.robots.car.train import lap_time_ratio
 
     first = ledger["laps"][0] if ledger["laps"] else None
     expert = expert_eval_laps(EVAL_DRAWS[:laps])

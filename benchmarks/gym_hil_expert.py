@@ -148,7 +148,7 @@ def _scene_path() -> Path:
 def measure(env_kwargs: dict, episodes: int, seed: int) -> dict:
     """Success rate, steps and (where the expert located the cube itself) localisation errors over `episodes`
     seeded episodes of `ENV_ID` with `env_kwargs`, through robot_rl's adapter."""
-    from robot_rl.envs.canonical import AdapterConfig, make_canonical
+    from robot_rl.envs.adapter import AdapterConfig, make_canonical
     from robot_rl.training.experts import run_expert_episode
 
     env = make_canonical(ENV_ID, env_kwargs, AdapterConfig(gripper_index=3, gripper_open=OPEN, gripper_close=CLOSE),
@@ -174,7 +174,7 @@ def _true_cube_start(env_kwargs: dict, seed: int) -> np.ndarray:
     """Where the cube was placed at the reset with `seed` (the environment's own sensor, for the benchmark only)."""
     import gymnasium as gym
 
-    from robot_rl.envs.canonical import import_env_namespace, seeded_reset
+    from robot_rl.envs.adapter import import_env_namespace, seeded_reset
 
     import_env_namespace(ENV_ID)
     env = gym.make(ENV_ID, **{k: v for k, v in env_kwargs.items() if k != "image_obs"})

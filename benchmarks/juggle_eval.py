@@ -8,7 +8,7 @@ noise all beyond their training ranges); then 10 on the ``train_hard`` split (th
 at the hard end of their training ranges at once: inside what the policy trained on, and the
 nearest the training ranges come to the held-out plants).
 
-Counted as JuggleRL counts (`robot_rl/envs/juggle_task.py`): a true hit is a racket contact with
+Counted as JuggleRL counts (`robot_rl/robots/quad/juggling.py`): a true hit is a racket contact with
 the ball's centre inside the racket cylinder, a velocity jump, and at least 0.6 s after the last
 one. Apexes are measured above the racket surface where it met the ball. JuggleRL's 311 / 462 /
 146 were counted on a real quadrotor; ours are simulated.
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from robot_rl.agents.ppo import DeployedPolicy
 from robot_rl.resources import package_path
-from robot_rl.training.juggle import evaluate_policy, summarize
+from robot_rl.robots.quad.train import evaluate_policy, summarize
 
 
 def main() -> None:

@@ -28,9 +28,9 @@ import gymnasium as gym
 import torch
 
 import robot_rl.envs  # noqa: F401 - registers robot_rl/QuadJuggle-v0
-from robot_rl.envs.juggle_task import OBS_DIM, PRIVILEGED_DIM
-from robot_rl.envs.quad_juggle_backends import make_vec_env
-from robot_rl.envs.quad_juggle_vec import PHYSICS_BACKENDS
+from robot_rl.robots.quad.juggling import OBS_DIM, PRIVILEGED_DIM
+from robot_rl.robots.quad.backends import make_vec_env
+from robot_rl.robots.quad.vec_env import PHYSICS_BACKENDS
 from robot_rl.resources import package_path
 
 

@@ -30,10 +30,10 @@ import yaml
 import robot_rl.envs  # noqa: F401 - registers the environments
 from robot_rl.agents.encoders import pretrained_config
 from robot_rl.agents.sac import SACConfig
-from robot_rl.envs.canonical import AdapterConfig
+from robot_rl.envs.adapter import AdapterConfig
 from robot_rl.tasks import expert_for_env
 from robot_rl.training.gym_loop import GymTrainConfig, Trainer
-from robot_rl.training.interventions import ScriptedIntervener
+from robot_rl.teleop.scripted_human import ScriptedIntervener
 
 ROOT = Path(__file__).resolve().parents[1]
 ENCODER = ROOT / "policies" / "encoders" / "arm_pick_cube_64"

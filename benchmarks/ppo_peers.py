@@ -16,8 +16,8 @@ from typing import Callable
 import torch
 
 from robot_rl.agents.ppo import PPO
-from robot_rl.envs.juggle_task import OBS_DIM, PRIVILEGED_DIM
-from robot_rl.training.juggle import JuggleTrainConfig
+from robot_rl.robots.quad.juggling import OBS_DIM, PRIVILEGED_DIM
+from robot_rl.robots.quad.train import JuggleTrainConfig
 
 ACTIONS = 4
 

@@ -93,7 +93,7 @@ def run_peer(seed: int, steps: int, eval_every: int, episodes: int) -> list[dict
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.logger import Logger
 
-    from robot_rl.envs.canonical import EnvAdapter
+    from robot_rl.envs.adapter import EnvAdapter
     from robot_rl.training.evaluate import evaluate_policy
 
     env_id = ENV_ID.partition(":")[2]

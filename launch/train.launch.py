@@ -25,6 +25,7 @@ from launch.substitutions import EnvironmentVariable, EqualsSubstitution, Launch
 from launch_ros.actions import Node
 
 from launch import LaunchDescription
+from robot_rl.robots.registry import default_task
 from robot_rl.ros.graph import (
     apply_overrides,
     build_graph,
@@ -93,7 +94,8 @@ def _nodes(context, *args, **kwargs):
 
 def generate_launch_description():
     return LaunchDescription([
-        DeclareLaunchArgument("task", default_value="arm_lift", description="Task name (config/<task>.yaml)."),
+        DeclareLaunchArgument("task", default_value=default_task("train"),
+                              description="Task name (config/<task>.yaml, or a robot package's)."),
         DeclareLaunchArgument("backend", default_value="sim", choices=["sim", "real"],
                               description="sim: MuJoCo simulator node; real: hardware drivers publish the topics."),
         DeclareLaunchArgument("config", default_value="", description="Task config YAML overriding the packaged one."),

@@ -6,6 +6,7 @@ and build the config back from the parameter values (`config_from_params`)."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence, TypeVar
 
@@ -46,3 +47,53 @@ def config_from_params(cls: type[Config], params: Mapping[str, Any], **others: A
         if name in params:
             values[name] = None if s.unset is not None and params[name] == s.unset else params[name]
     return cls(**values, **others)
+
+
+class ParameterError(ValueError):
+    """A parameter or setting value refused; a node exits with this message, a command prints it."""
+
+
+def coerce_to_default(name: str, default: Any, value: Any) -> Any:
+    """`value` as the type of `default` (a parameter's or a config field's): an integer where a float is declared
+    becomes a float (`sync_updates_per_step=0`), a list where a tuple is declared a tuple of the elements' type;
+    any other mismatch raises ParameterError naming `name`, the value and the type expected."""
+    if isinstance(default, (list, tuple)):  # tuples: the defaults of config dataclasses
+        if not isinstance(value, (list, tuple)):
+            raise ParameterError(f"parameter {name!r}={value!r}: expected a list")
+        if not default:
+            return type(default)(value)
+        return type(default)(coerce_to_default(name, default[0], v) for v in value)
+    if isinstance(default, bool) or isinstance(value, bool):
+        ok = isinstance(default, bool) and isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float))
+        value = float(value) if ok else value
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        raise ParameterError(f"parameter {name!r}={value!r} ({type(value).__name__}): expected "
+                             f"{type(default).__name__}, like its default {default!r}")
+    return value
+
+
+def closest_name(name: str, known) -> str:
+    """' (did you mean 'x'?)' for the known name closest to a mistyped one; '' when none is close."""
+    match = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def checked_fields(defaults: Any, values: Mapping[str, Any], prefix: str, exclude: tuple[str, ...] = ()) -> dict:
+    """`values` for fields of the dataclass instance `defaults`, each converted to the type of its default as node
+    parameters are (`coerce_to_default`); an unknown field or a value of the wrong type raises ParameterError naming
+    it as `prefix` + field (and the closest field)."""
+    declared = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(defaults) if f.name not in exclude}
+    out = {}
+    for name, value in values.items():
+        if name not in declared:
+            raise ParameterError(f"unknown setting {prefix}{name}{closest_name(name, declared)}")
+        default = declared[name]
+        if default is None or value is None or isinstance(default, dict):  # no type to hold it to
+            out[name] = value
+        else:
+            out[name] = coerce_to_default(f"{prefix}{name}", default, value)
+    return out

@@ -1,20 +1,21 @@
-"""Task registry: one place that says what a task observes, how it is rewarded and when it succeeds.
+"""Tasks: one place that says what a task observes, how it is rewarded and when it succeeds.
 
 The simulator env, the ROS actor (which rebuilds the same state dict from topics) and
-the learner all read the task from here, so the three can never disagree.
+the learner all read the task from here, so the three can never disagree. Robots declare their tasks
+(`robot_rl/robots/registry.py`); a Gymnasium environment run as a graph is the `env` task.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
-from functools import partial
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from robot_rl.outputs import atomic_write_text
+from robot_rl.robots.registry import expert_factories, task_factories
 
 State = dict[str, np.ndarray]
 
@@ -44,8 +45,9 @@ class TaskSpec:
     """A terminal failure (a crash): the episode terminates there, without success."""
     action_rate_limit: float | None = None
     """Every executed action within this of the previous one (FastRLAP: 0.2); None: off."""
-    actor_node: str = "arm_actor"
-    """The node that builds this task's states from the robot's topics."""
+    actor_node: str = ""
+    """The node that builds this task's states from the robot's topics (how `robot-rl eval` judges a graph run's
+    policy: the robot's graph evaluator for that node)."""
     terminated: Callable[[State], bool] | None = None
     """The episode ends here as terminal (an environment's own `terminated`); None: success ends it where
     `terminate_on_success` says so."""
@@ -55,65 +57,6 @@ class TaskSpec:
     @property
     def frame_shapes(self) -> dict[str, tuple[int, int, int]]:
         return {camera: (self.image_size, self.image_size, 3) for camera in self.cameras}
-
-
-def _arm_lift() -> TaskSpec:
-    from robot_rl.envs import arm_sim
-
-    return TaskSpec(
-        name="arm_lift", obs_dim=arm_sim.LIFT_OBS_DIM, action_dim=4, max_episode_steps=50, control_hz=10.0,
-        observation=arm_sim.lift_observation, reward=arm_sim.lift_reward, success=arm_sim.lift_success,
-        terminate_on_success=False, expert=arm_sim.scripted_lift_action, env_id="robot_rl/ArmLift-v0",
-    )
-
-
-def _arm_pick_cube() -> TaskSpec:
-    from robot_rl.envs import arm_sim, pick_cube
-
-    # Through ROS the gripper command is not a topic of its own: the proprioception's last entry
-    # is rebuilt from the gripper opening (closed when the fingers are within the cube's width).
-    def observation(state: State) -> np.ndarray:
-        closed = float(np.asarray(state["gripper"]).reshape(-1)[0]) < arm_sim.CUBE_SIZE + 0.004
-        return pick_cube.proprioception(state, 1.0 if closed else -1.0)
-
-    return TaskSpec(
-        name="arm_pick_cube", obs_dim=pick_cube.PROPRIO_DIM, action_dim=4, max_episode_steps=60, control_hz=10.0,
-        observation=observation, reward=lambda s: float(arm_sim.lift_success(s)), success=arm_sim.lift_success,
-        terminate_on_success=True, expert=partial(arm_sim.scripted_lift_action, gain=0.5),  # latency-tolerant
-        env_id="robot_rl/ArmPickCube-v0",
-        cameras=("front", "wrist"), image_size=64,
-    )
-
-
-def _car_race() -> TaskSpec:
-    from robot_rl.envs.car_race import CarRaceConfig
-    from robot_rl.training.car_observer import FEATURE_DIM, car_observation
-
-    config = CarRaceConfig()
-    # States come from robot_rl.training.car_observer.CarObserver (frozen-encoder features of the
-    # last frames, proprioception, progress reward, lap and crash flags), assembled by car_actor.
-    return TaskSpec(
-        name="car_race", obs_dim=FEATURE_DIM, action_dim=2, max_episode_steps=config.max_episode_steps,
-        control_hz=config.control_hz, observation=car_observation, reward=lambda s: float(s["reward"]),
-        success=lambda s: int(s["laps"]) > 0, terminate_on_success=False, expert=None,
-        env_id="robot_rl/CarRace-v0", failure=lambda s: bool(s["crashed"]),
-        action_rate_limit=config.action_rate_limit, actor_node="car_actor",
-    )
-
-
-_TASKS: dict[str, Callable[[], TaskSpec]] = {"arm_lift": _arm_lift, "arm_pick_cube": _arm_pick_cube,
-                                             "car_race": _car_race}
-
-
-def _arm_push_cube_expert() -> Callable[..., np.ndarray]:
-    from robot_rl.envs import push_cube
-
-    return partial(push_cube.scripted_push_action, gain=0.5)  # latency-tolerant, as pick-cube's
-
-
-# Experts of simulated envs that are not (yet) tasks: push-cube's success needs the cube's position
-# at the episode start (`cube_start`), which the ROS actor's state, rebuilt from topics, lacks.
-_SIM_EXPERTS: dict[str, Callable[[], Callable[..., np.ndarray]]] = {"robot_rl/ArmPushCube-v0": _arm_push_cube_expert}
 
 
 ENV_TASK = "env"
@@ -150,7 +93,7 @@ class EnvTaskFile:
         return cls(**data)
 
     def make_adapter(self):
-        from robot_rl.envs.canonical import EnvAdapter
+        from robot_rl.envs.adapter import EnvAdapter
 
         return EnvAdapter.from_json(self.adapter)
 
@@ -175,22 +118,22 @@ def get_task(name: str, env_task: str = "") -> TaskSpec:
                              "`robot-rl train --env ID --graph` into the run directory)")
         return EnvTaskFile.load(env_task).task()
     try:
-        factory = _TASKS[name]
+        factory = task_factories()[name]
     except KeyError:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(task_names())}") from None
     return factory()
 
 
 def task_names() -> list[str]:
-    return sorted([*_TASKS, ENV_TASK])
+    return sorted([*task_factories(), ENV_TASK])
 
 
 def expert_for_env(env_id: str) -> Callable[..., np.ndarray] | None:
     """The scripted expert of the task whose simulated environment is `env_id`, or of that
-    simulation-only environment (`_SIM_EXPERTS`); None if none."""
-    for name in _TASKS:
-        task = get_task(name)
+    simulation-only environment (a robot's `experts`); None if none."""
+    for factory in task_factories().values():
+        task = factory()
         if task.env_id == env_id:
             return task.expert
-    factory = _SIM_EXPERTS.get(env_id)
+    factory = expert_factories().get(env_id)
     return factory() if factory is not None else None

@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from robot_rl.envs.canonical import AdapterConfig
+from robot_rl.envs.adapter import AdapterConfig
 
 WORKSPACE_MM = 400.0
 REACH_MM = 60.0

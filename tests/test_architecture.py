@@ -135,23 +135,78 @@ SAME_CONCEPT = {
     "learner.py": "the learner: its core (training/) and its node (nodes/)",
     "arm_sim.py": "the simulated arm: the simulation (envs/) and its node (nodes/)",
     "graph.py": "the node graph: its spec (ros/) and the commands that start it (cli/)",
-    "car_race.py": "the car race task: its environment (envs/), training loop (training/) and benchmark",
+    "car_race.py": "the car race task: its benchmark, and the old paths of its environment (envs/) and training loop "
+                   "(training/), kept as deprecation shims until 0.2.0",
     "pick_cube.py": "the pick-cube task: its environment (envs/) and its benchmark",
     "safety.py": "hardware safety: the safety gate (hardware/) and its benchmark",
     "env_graph.py": "any environment as a robot in the graph: its run's preparation (training/) and its benchmark",
+    "scripted_human.py": "HIL-SERL's scripted human: when it takes over (teleop/) and its node (nodes/)",
 }
 """Module basenames in more than one folder, each with the reason: the same concept in its layers."""
 
 
 def test_no_basename_in_two_folders_unless_the_same_concept():
     """A basename names one concept: two modules of that name in different folders are the same
-    thing in different layers (listed in SAME_CONCEPT with why), or one of them needs a clearer name."""
+    thing in different layers (listed in SAME_CONCEPT with why), or one of them needs a clearer name. Inside
+    robot packages the same role has the same name in every robot (robots/arm/tasks.py, robots/car/tasks.py)."""
     folders: dict[str, set[str]] = defaultdict(set)
     for top in ("robot_rl", "benchmarks"):
         for path in (ROOT / top).rglob("*.py"):
-            if path.name not in ("__init__.py", "__main__.py"):
+            if path.name not in ("__init__.py", "__main__.py") and not in_robot_package(path):
                 folders[path.name].add(str(path.parent.relative_to(ROOT)))
     repeated = {name: sorted(where) for name, where in folders.items() if len(where) > 1}
     unexplained = {name: where for name, where in repeated.items() if name not in SAME_CONCEPT}
     assert not unexplained, f"rename one, or list it in SAME_CONCEPT with why it is the same concept: {unexplained}"
     assert not set(SAME_CONCEPT) - set(repeated), f"no longer repeated: {sorted(set(SAME_CONCEPT) - set(repeated))}"
+
+
+ROBOTS = PACKAGE / "robots"
+
+
+def in_robot_package(path: Path) -> bool:
+    """`path` lies in one robot's package (robot_rl/robots/<robot>/...), not the registry beside them."""
+    return ROBOTS in path.parents and path.parent != ROBOTS
+
+
+def robot_of(module: str) -> str | None:
+    """`robot_rl.robots.car.evaluate` -> "car"; None outside robot packages (the registry included)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "robots" and parts[2] != "registry" else None
+
+
+def test_no_generic_module_imports_a_robot_package():
+    """Generic code finds robots through robot_rl.robots.registry; only a robot's own package and its ROS side
+    (nodes/, ros/) import it, and no robot imports another."""
+    crossing = []
+    for module in MODULES:
+        own = robot_of(module)
+        for target in internal_imports(module):
+            robot = robot_of(target)
+            if robot is None or robot == own or (own is None and part_of(module) in ("nodes", "ros")):
+                continue
+            crossing.append(f"{module} -> {target}")
+    assert not crossing, "imports of a robot package from outside it:\n" + "\n".join(sorted(crossing))
+
+
+ROBOT_WORDS = re.compile(r"(?<![a-z])(arm|car|quad|quadrotor|juggle|juggling)(?![a-z])", re.IGNORECASE)
+GENERIC_MODULES = ["robot_rl/tasks.py", "robot_rl/training/evaluate.py", "robot_rl/ros/node_kinds.py",
+                   *sorted(str(p.relative_to(ROOT)) for p in (PACKAGE / "cli").glob("*.py"))]
+
+
+@pytest.mark.parametrize("relative", GENERIC_MODULES)
+def test_generic_modules_name_no_robot(relative):
+    """A robot's name in a generic module (in an identifier or a string, docstrings too; comments aside) means
+    a new robot would need an edit there: it belongs in the robot's package, reached through the registry."""
+    import io
+    import tokenize
+
+    path = ROOT / relative
+    named = [f"{relative}:{tok.start[0]}: {tok.string.splitlines()[0][:80]}"
+             for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+             if tok.type in (tokenize.NAME, tokenize.STRING) and ROBOT_WORDS.search(tok.string)]
+    assert not named, "robot names in a generic module:\n" + "\n".join(named)
+
+
+def test_robot_words_rule_matches_whole_words_only():
+    assert ROBOT_WORDS.search("arm_sim") and ROBOT_WORDS.search("the Car") and ROBOT_WORDS.search("quad-juggle")
+    assert not any(ROBOT_WORDS.search(word) for word in ("argparse", "cartesian", "quadratic", "alarm", "warm"))

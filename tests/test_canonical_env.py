@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from robot_rl.envs.canonical import AdapterConfig, EnvAdapter, StateNormalizer, make_canonical
+from robot_rl.envs.adapter import AdapterConfig, EnvAdapter, StateNormalizer, make_canonical
 
 sys.path.insert(0, str(Path(__file__).parent))
 import dict_grip_env  # noqa: E402

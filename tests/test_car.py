@@ -8,8 +8,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from robot_rl.control.car_practice import PracticeConfig, PracticeMonitor, Recovery
-from robot_rl.envs.track import LapTimer, Track, TrackConfig, extract_checkpoints, generate_track
+from robot_rl.robots.car.control import PracticeConfig, PracticeMonitor, Recovery
+from robot_rl.robots.car.track import LapTimer, Track, TrackConfig, extract_checkpoints, generate_track
 
 G = np.array([0.0, 0.0, 9.81])
 
@@ -92,7 +92,7 @@ def test_crash_detector_by_hand():
 
 pytest.importorskip("mujoco")
 
-from robot_rl.envs.car_race import CarRaceEnv, CarSim, DriverConfig  # noqa: E402
+from robot_rl.robots.car.sim import CarRaceEnv, CarSim, DriverConfig  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +216,7 @@ def test_cones_and_randomization_change_the_scene():
 
 
 def test_frame_stacks_stay_inside_their_episode():
-    from robot_rl.data.car_prior import frame_stack_indices
+    from robot_rl.robots.car.prior_driving import frame_stack_indices
 
     # two episodes of 2 and 3 steps: observations 0-2 and 3-6
     np.testing.assert_array_equal(frame_stack_indices(np.array([2, 5]), 3), [
@@ -226,7 +226,7 @@ def test_frame_stacks_stay_inside_their_episode():
 
 
 def test_prior_driving_dataset_round_trip(tmp_path):
-    from robot_rl.data.car_prior import frame_stack_indices, record_prior_driving
+    from robot_rl.robots.car.prior_driving import frame_stack_indices, record_prior_driving
     from robot_rl.data.episodes import EpisodeDataset
 
     counts = record_prior_driving(str(tmp_path / "prior.zarr"), tracks=2, steps_per_track=60, seed=0, image_size=32,

@@ -13,10 +13,10 @@ pytest.importorskip("rclpy")
 
 from robot_rl.agents.frame_stack_policy import load_frame_stack_policy  # noqa: E402
 from robot_rl.agents.iql import IQL, IQLConfig, encode_stack  # noqa: E402
-from robot_rl.envs.car_race import CarRaceEnv  # noqa: E402
+from robot_rl.robots.car.sim import CarRaceEnv  # noqa: E402
 from robot_rl.ros.probe import fresh_domain_id  # noqa: E402
 from robot_rl.tasks import get_task  # noqa: E402
-from robot_rl.training.car_observer import CarObserver, load_checkpoints  # noqa: E402
+from robot_rl.robots.car.observer import CarObserver, load_checkpoints  # noqa: E402
 from robot_rl.training.evaluate import evaluate_saved  # noqa: E402
 
 

@@ -22,11 +22,11 @@ from sensor_msgs.msg import CameraInfo, Image, Imu
 from std_msgs.msg import Bool, String
 from std_srvs.srv import Trigger
 
-from robot_rl.control.car_practice import PracticeConfig
-from robot_rl.envs.car_race import car_state_observation
+from robot_rl.robots.car.control import PracticeConfig
+from robot_rl.robots.car.sim import car_state_observation
 from robot_rl.hardware.files import hardware_path
 from robot_rl.hardware.safety import Rejected
-from robot_rl.hardware.vesc import (COMM_GET_VALUES, COMM_SET_RPM, COMM_SET_SERVO_POS, GET_VALUES_REQUEST, CarLimits,
+from robot_rl.robots.car.hardware import (COMM_GET_VALUES, COMM_SET_RPM, COMM_SET_SERVO_POS, GET_VALUES_REQUEST, CarLimits,
                                     PacketDecoder, VescConfig, VescError, VescLink, WheelOdometry, crc16, drive_packets,
                                     erpm_to_speed, frame, load_car_hardware, parse_car_hardware, parse_values, set_rpm,
                                     set_servo_pos, speed_to_erpm, steer_to_servo)

@@ -10,9 +10,9 @@ import torch
 from robot_rl.agents.frame_stack_policy import load_frame_stack_policy
 from robot_rl.agents.iql import IQLConfig, encode_stack
 from robot_rl.data.episodes import EpisodeDataset
-from robot_rl.envs.car_race import STATE_DIM
-from robot_rl.training.car_race import CarTrainConfig, CarTrainer, fastrlap_sac
-from robot_rl.training.pretrain_car import CarPretrainConfig, PriorData, pretrain_car
+from robot_rl.robots.car.sim import STATE_DIM
+from robot_rl.robots.car.train import CarTrainConfig, CarTrainer, fastrlap_sac
+from robot_rl.robots.car.pretrain import CarPretrainConfig, PriorData, pretrain_car
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +92,8 @@ def test_scratch_arm_has_the_same_architecture_and_rejects_mismatched_policies(p
 
 
 def test_laps_are_timed_per_draw_the_same_way_for_any_driver():
-    from robot_rl.envs.car_race import CarRaceEnv
-    from robot_rl.training.car_race import lap_time_median, lap_time_ratio, timed_laps
+    from robot_rl.robots.car.sim import CarRaceEnv
+    from robot_rl.robots.car.train import lap_time_median, lap_time_ratio, timed_laps
 
     env = CarRaceEnv(track_seed=7, render=False, randomization_split="eval")
     try:

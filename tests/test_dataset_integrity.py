@@ -11,7 +11,7 @@ import pytest
 import zarr
 
 from robot_rl.cli import main
-from robot_rl.cli.args import replace_dataset
+from robot_rl.arguments import replace_dataset
 from robot_rl.data import dataset
 from robot_rl.data.dataset import load_transitions, save_transitions
 from robot_rl.data.episodes import EpisodeDataset, EpisodeSchema, EpisodeWriter

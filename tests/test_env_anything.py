@@ -16,7 +16,7 @@ import torch
 
 from robot_rl.agents.sac import SACConfig
 from robot_rl.data.env_recorder import EnvEpisodeRecorder
-from robot_rl.envs.canonical import EnvAdapter, make_canonical
+from robot_rl.envs.adapter import EnvAdapter, make_canonical
 from robot_rl.training.gym_loop import GymTrainConfig, Trainer
 
 TESTS = Path(__file__).parent

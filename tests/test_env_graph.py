@@ -125,7 +125,7 @@ def test_a_malformed_or_unknown_env_section_is_refused_in_one_line(tmp_path):
 
 
 def test_env_messages_round_trip_and_refuse_what_a_node_must_not_act_on():
-    from robot_rl.envs.canonical import AdapterConfig, make_canonical
+    from robot_rl.envs.adapter import AdapterConfig, make_canonical
     from robot_rl.ros.env_io import TRUNCATED, action_names, msgs_to_state, outcome_msg, state_names, vector_msg
 
     import dict_grip_env  # noqa: F401 - registers DictGrip-v0

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from robot_rl.cli.gym import checked_env_id
-from robot_rl.envs.canonical import AdapterConfig, import_env_namespace, make_canonical, seeded_reset
+from robot_rl.envs.adapter import AdapterConfig, import_env_namespace, make_canonical, seeded_reset
 from robot_rl.outputs import UserError
 
 TESTS = Path(__file__).parent

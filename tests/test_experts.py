@@ -14,7 +14,7 @@ import pytest
 from robot_rl.cli import main
 from robot_rl.data.env_recorder import EnvEpisodeRecorder
 from robot_rl.data.episodes import EpisodeDataset
-from robot_rl.envs.canonical import make_canonical
+from robot_rl.envs.adapter import make_canonical
 from robot_rl.training.experts import ATTEMPTS_PER_EPISODE, load_expert, record_expert_episodes
 from robot_rl.training.gym_loop import GymTrainConfig, Trainer
 

@@ -21,7 +21,7 @@ import pytest
 
 from robot_rl.cli.gym import checked_env_id
 from robot_rl.data.episodes import EpisodeDataset
-from robot_rl.envs.canonical import AdapterConfig, import_env_namespace, make_canonical, seeded_reset
+from robot_rl.envs.adapter import AdapterConfig, import_env_namespace, make_canonical, seeded_reset
 from robot_rl.training.experts import run_expert_episode
 
 pytestmark = [pytest.mark.gym_hil, pytest.mark.skipif(

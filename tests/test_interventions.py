@@ -1,4 +1,4 @@
-"""The scripted human of HIL-SERL (robot_rl.training.interventions)."""
+"""The scripted human of HIL-SERL (robot_rl.teleop.scripted_human)."""
 
 import os
 
@@ -9,7 +9,7 @@ import pytest  # noqa: E402
 
 from robot_rl.envs.arm_sim import ArmSim  # noqa: E402
 from robot_rl.tasks import get_task  # noqa: E402
-from robot_rl.training.interventions import InterventionConfig, ScriptedIntervener  # noqa: E402
+from robot_rl.teleop.scripted_human import InterventionConfig, ScriptedIntervener  # noqa: E402
 
 TASK = get_task("arm_pick_cube")
 ZERO = np.zeros(4, np.float32)

@@ -12,9 +12,9 @@ import torch
 
 import robot_rl.envs  # noqa: F401 - registers robot_rl/QuadJuggle-v0
 
-from robot_rl.envs.juggle_task import OBS_DIM, PRIVILEGED_DIM, JuggleConfig, JuggleRewardWeights, JuggleState, JuggleTask
-from robot_rl.envs.quad_juggle_physics import NOMINAL_PLANT, RolloutPhysics
-from robot_rl.envs.quad_juggle_vec import (DEFAULT_RANDOMIZATION, HOVER_ACTION, JuggleCore, QuadJuggleEnv,
+from robot_rl.robots.quad.juggling import OBS_DIM, PRIVILEGED_DIM, JuggleConfig, JuggleRewardWeights, JuggleState, JuggleTask
+from robot_rl.robots.quad.physics import NOMINAL_PLANT, RolloutPhysics
+from robot_rl.robots.quad.vec_env import (DEFAULT_RANDOMIZATION, HOVER_ACTION, JuggleCore, QuadJuggleEnv,
                                            QuadJuggleGymVectorEnv, QuadJuggleVecEnv)
 from robot_rl.envs.randomization import Randomization
 from robot_rl.resources import package_path
@@ -224,7 +224,7 @@ def test_juggle_eval_fixes_plant_parameters_from_the_command_line(capsys):
 
 def test_juggle_training_draws_from_the_split_and_fixed_plant_it_is_given(tmp_path, monkeypatch):
     # An oracle for held-out plants: trained and evaluated on that split (BENCHMARKS.md's ceiling row).
-    import robot_rl.training.juggle as juggle
+    import robot_rl.robots.quad.train as juggle
 
     built, evaluated = [], []
     real_env, real_evaluate = QuadJuggleVecEnv.__init__, juggle.evaluate_policy
@@ -278,7 +278,7 @@ def test_a_hard_fraction_draws_whole_plants_from_the_hard_end_of_the_training_ra
 def _physics(backend: str, n: int):
     if backend == "warp":
         pytest.importorskip("mujoco_warp", reason="MuJoCo Warp is not installed (pip install mujoco-warp)")
-        from robot_rl.envs.quad_juggle_warp import WarpPhysics
+        from robot_rl.robots.quad.warp import WarpPhysics
 
         return WarpPhysics(n, device="cpu")  # Warp's CPU backend: the GPU kernels, compiled for the CPU
     return RolloutPhysics(n, nthread=1, model_variants=n)

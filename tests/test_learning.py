@@ -9,7 +9,7 @@ from robot_rl.envs.arm_sim import ArmSim
 from robot_rl.tasks import get_task
 from robot_rl.training.actor import ActorConfig, ActorCore
 from robot_rl.training.learner import LearnerConfig, LearnerCore
-from robot_rl.training.local import collect_demonstrations, train_in_process
+from robot_rl.training.in_process import collect_demonstrations, train_in_process
 from robot_rl.transport.outbox import Outbox
 
 

@@ -155,3 +155,62 @@ def test_one_view_stores_what_it_did_before():
         _frozen_feature_core(views=0, jitter=0.0)
     with pytest.raises(ValueError, match="learns from state vectors"):  # nothing to view twice
         _core(feature_views=2)
+
+
+class BehaviourCloning:
+    """Not SAC: regresses the policy's deterministic action onto the stored actions (MSE, Adam), implementing
+    training/off_policy.py's OffPolicyAgent and nothing more."""
+
+    def __init__(self, obs_dim: int, action_dim: int, batch_rows: int = 16):
+        from robot_rl.agents.policy import Policy, PolicySpec
+
+        self.device, self.obs_dim, self.num_updates, self.batch_rows = torch.device("cpu"), obs_dim, 0, batch_rows
+        self.trains_encoder = False
+        self.policy = Policy(PolicySpec(obs_dim, action_dim, (16,), False))
+        self.policy.network.train()
+        self.optimizer = torch.optim.Adam(self.policy.network.actor.parameters(), lr=1e-2)
+
+    def update(self, batch):
+        predicted = self.policy.network.act_on_features(batch["obs"], batch["obs"], deterministic=True)
+        loss = torch.nn.functional.mse_loss(predicted, batch["action"])
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        self.num_updates += 1
+        return {"bc_loss": loss.item()}
+
+    def state_dict(self):
+        return {"policy": self.policy.network.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "num_updates": self.num_updates}
+
+    def load_state_dict(self, state):
+        self.policy.network.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.num_updates = state["num_updates"]
+
+
+def test_any_agent_with_the_protocol_trains_through_the_core_and_checkpoints(tmp_path):
+    """The core names no algorithm: a behaviour-cloning agent learns the demonstrated actions through its storage,
+    schedule and checkpoints (a = tanh-range linear map of the observation, learnable exactly)."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    agent = BehaviourCloning(OBS, ACT)
+    core = OffPolicyCore(agent, lambda: ReplayBuffer(500, transition_layout(OBS, ACT)), rng, warmup=1,
+                         demo_fraction=0.5)
+    obs = rng.uniform(-1, 1, (400, OBS)).astype(np.float32)
+    rows = {**_rows(400), "obs": obs, "action": (0.5 * obs[:, :ACT] - 0.2 * obs[:, 1:]).astype(np.float32)}
+    core.store(rows, demonstration=True)
+    core.store(rows)
+    first = core.update()["bc_loss"]
+    core.catch_up(1.0)  # one update per online transition: 399 more
+    assert agent.num_updates == 400
+    last = np.mean([core.update()["bc_loss"] for _ in range(10)])
+    assert last < 0.05 * first, (first, last)
+
+    core.save_checkpoint(tmp_path, {"hidden_dims": [16]}, keep=2)
+    restored = BehaviourCloning(OBS, ACT)
+    OffPolicyCore(restored, lambda: ReplayBuffer(500, transition_layout(OBS, ACT)), np.random.default_rng(1)) \
+        .load_checkpoint(tmp_path / "checkpoint.pt", {"hidden_dims": [16]})
+    assert restored.num_updates == agent.num_updates
+    np.testing.assert_allclose(restored.policy.act(obs[:5], deterministic=True),
+                               agent.policy.act(obs[:5], deterministic=True), atol=1e-6)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import robot_rl.envs  # noqa: F401 - registers our environments
-from robot_rl.envs.canonical import AdapterConfig
+from robot_rl.envs.adapter import AdapterConfig
 from robot_rl.training.evaluate import evaluate_policy
 from robot_rl.training.pretrain_encoder import PretrainConfig, generate, tracked_bodies
 

@@ -17,13 +17,13 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import torch  # noqa: E402
 
-from robot_rl.control.quad_rate import QuadController, QuadParams, mix  # noqa: E402
-from robot_rl.control.quad_rate_jax import ControllerConstants, ControllerState, controller_step  # noqa: E402
-from robot_rl.control.quad_rate_jax import mix as mix_jax  # noqa: E402
-from robot_rl.envs.quad_juggle_mjx import QuadJuggleMJXVecEnv, _PlantDraws  # noqa: E402
-from robot_rl.envs.quad_juggle_physics import RolloutPhysics  # noqa: E402
-from robot_rl.envs.quad_juggle_backends import make_vec_env  # noqa: E402
-from robot_rl.envs.quad_juggle_vec import DEFAULT_RANDOMIZATION, HOVER_ACTION, JuggleCore  # noqa: E402
+from robot_rl.robots.quad.control import QuadController, QuadParams, mix  # noqa: E402
+from robot_rl.robots.quad.control_jax import ControllerConstants, ControllerState, controller_step  # noqa: E402
+from robot_rl.robots.quad.control_jax import mix as mix_jax  # noqa: E402
+from robot_rl.robots.quad.mjx import QuadJuggleMJXVecEnv, _PlantDraws  # noqa: E402
+from robot_rl.robots.quad.physics import RolloutPhysics  # noqa: E402
+from robot_rl.robots.quad.backends import make_vec_env  # noqa: E402
+from robot_rl.robots.quad.vec_env import DEFAULT_RANDOMIZATION, HOVER_ACTION, JuggleCore  # noqa: E402
 from robot_rl.envs.randomization import Randomization  # noqa: E402
 
 N = 2
@@ -180,7 +180,7 @@ def test_plants_the_device_cannot_draw_are_refused():
 def test_ppo_trains_on_it_through_the_runner(vec_env, tmp_path):
     from dataclasses import replace
 
-    from robot_rl.training.juggle import _juggle_ppo_defaults
+    from robot_rl.robots.quad.train import _juggle_ppo_defaults
     from robot_rl.training.ppo_runner import OnPolicyRunner
 
     config = replace(_juggle_ppo_defaults(), num_steps_per_env=8, num_mini_batches=1, compile=False)

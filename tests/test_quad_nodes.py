@@ -14,7 +14,7 @@ from nav_msgs.msg import Odometry
 from std_msgs.msg import Bool
 from std_srvs.srv import Trigger
 
-from robot_rl.envs.juggle_task import JuggleState
+from robot_rl.robots.quad.juggling import JuggleState
 from robot_rl.resources import package_path
 from robot_rl.ros import qos
 from robot_rl.ros.hardware_node import ESTOP_QOS

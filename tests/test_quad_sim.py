@@ -1,5 +1,5 @@
 """Quadrotor physics and low-level control: hover, rate tracking, motor lag, mixer, CTBR mapping,
-ball-racket restitution, input validation (robot_rl.control.quad_rate, robot_rl.envs.quad_juggle)."""
+ball-racket restitution, input validation (robot_rl.robots.quad.control, robot_rl.robots.quad.env)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import mujoco
 import numpy as np
 import pytest
 
-from robot_rl.control.quad_rate import (
+from robot_rl.robots.quad.control import (
     CTBR_MAX_RATE, MotorModel, QuadController, QuadParams, RateController, ctbr_from_action, mix,
 )
-from robot_rl.envs.quad_juggle import (
+from robot_rl.robots.quad.env import (
     QuadJuggleConfig, QuadJuggleSim, contact_restitution, solref_for_restitution,
 )
 

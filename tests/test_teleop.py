@@ -708,7 +708,7 @@ def test_scripted_gamepad_takes_over_through_the_joy_layout():
     from robot_rl.envs.arm_sim import ArmSim, ArmSimConfig, scripted_lift_action
     from robot_rl.teleop.joy import JoyDecoder
     from robot_rl.teleop.scripted_gamepad import ScriptedGamepad
-    from robot_rl.training.interventions import InterventionConfig, ScriptedIntervener
+    from robot_rl.teleop.scripted_human import InterventionConfig, ScriptedIntervener
 
     mapping = load_mapping("teleop_gamepad", "joy")
     gamepad = ScriptedGamepad(ScriptedIntervener(scripted_lift_action, InterventionConfig(off_track_steps=2,

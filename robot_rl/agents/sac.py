@@ -236,6 +236,15 @@ class SAC:
             self.precision = "bfloat16" if native_bf16(self.device) else "float32"
         self._compiled = CompiledMethods(self, ("train_step",), self.device, cfg.compile, differentiates=True)
 
+    @property
+    def batch_rows(self) -> int:
+        """Transitions one `update` consumes: utd_ratio minibatches (training/off_policy.py: OffPolicyAgent)."""
+        return self.config.utd_ratio * self.config.batch_size
+
+    @property
+    def trains_encoder(self) -> bool:
+        return self.encoder is not None
+
     def _critic_parameters(self) -> list[torch.nn.Parameter]:
         params = list(self.critic.parameters())
         if self.encoder is not None:

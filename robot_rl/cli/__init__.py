@@ -1,20 +1,20 @@
 """The `robot-rl` command.
 
-  robot-rl train [--task arm_lift] [--steps N] ...   start the task's node graph and train
+  robot-rl train [--task TASK] [--steps N] ...        start the task's node graph and train
   robot-rl train --env <gymnasium id> [--encoder DIR]  SAC/RLPD on any Gymnasium env, no ROS
-  robot-rl pretrain-encoder --out DIR                 pretrain the shipped arm vision encoder
+  robot-rl pretrain-encoder --out DIR                 pretrain the shipped vision encoder
   robot-rl node NAME [--ros-args ...]                run one node (what `ros2 run` would)
-  robot-rl demos --task arm_lift --episodes 20 --out demos.zarr
-  robot-rl demos --env robot_rl/ArmPickCube-v0 --goal "pick up the cube" --out pick.zarr
-  robot-rl record --task arm_pick_cube --device spacemouse --episodes 20 --out demos.zarr
+  robot-rl demos --task TASK --episodes 20 --out demos.zarr
+  robot-rl demos --env ID --goal "pick up the cube" --out pick.zarr
+  robot-rl record --task TASK --device spacemouse --episodes 20 --out demos.zarr
   robot-rl dataset verify demos.zarr                 check every chunk of a dataset (exists, checksum)
   robot-rl report RUN_DIR                            success and intervention rate over a run (PNG)
   robot-rl view DATASET|RUN_DIR --out view.rrd       replay episodes / a run's learning curve in Rerun
   robot-rl eval --policy RUN_DIR|POLICY_DIR          evaluate a saved policy (train --env, graph run, shipped)
   robot-rl reward train --demos DATASET... --out DIR  train the local progress reward model
   robot-rl reward eval --demos DATASET... --model DIR  VOC, negative share, wrong goal, done F1
-  robot-rl juggle train --out policies/quad_juggle   PPO quadrotor juggling in the randomized vector sim
-  robot-rl juggle eval --policy policies/quad_juggle  long juggling trials (hits per trial)
+
+and each robot's own recipes (`robot_rl/robots/<robot>/recipes.py`; `robot-rl --help` lists them).
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import sys
 import yaml
 
 from robot_rl.cli import data, evaluation, graph, models, view
-from robot_rl.cli.args import Parser
+from robot_rl.arguments import Parser
 from robot_rl.outputs import UserError
+from robot_rl.robots import registry
 
 
 def build_parser() -> Parser:
@@ -34,6 +35,8 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (graph, models, data, evaluation, view):
         module.add_parsers(sub)
+    for add_parsers in registry.recipe_parsers():
+        add_parsers(sub)
     return parser
 
 

@@ -7,9 +7,10 @@ import contextlib
 import sys
 from pathlib import Path
 
-from robot_rl.cli.args import at_least, dataset_flags, dataset_out, overwrite_flag
+from robot_rl.arguments import at_least, dataset_flags, dataset_out, overwrite_flag
 from robot_rl.cli.gym import checked_env_id, cmd_record_expert
 from robot_rl.outputs import UserError, atomic_path, check_output
+from robot_rl.robots import registry
 
 DEFAULT_IMAGE_SIZE = 128
 """Camera frame size of `demos --env` with a built-in expert."""
@@ -27,16 +28,10 @@ def cmd_demos(args: argparse.Namespace) -> int:
     if args.env:
         return _demos_episodes(args)
     from robot_rl.data.dataset import save_transitions
-    from robot_rl.envs.arm_sim import ArmSim
     from robot_rl.tasks import get_task
-    from robot_rl.training.local import collect_demonstrations
 
     task = get_task(args.task)
-    robot = ArmSim()
-    try:
-        arrays, info = collect_demonstrations(task, robot, args.episodes, args.seed, args.noise)
-    finally:
-        robot.close()
+    arrays, info = registry.scripted_demos(task.name)({}, task, args.episodes, args.seed, args.noise)
     save_transitions(args.out, arrays, {"task": task.name, "source": "scripted_expert", **info},
                      overwrite=args.overwrite, append=args.append)
     print(f"wrote {len(arrays['reward'])} transitions from {info['episodes']} episodes to {args.out}")
@@ -149,7 +144,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     demos = sub.add_parser("demos", help="record scripted demonstrations to a zarr dataset")
-    demos.add_argument("--task", default="arm_lift")
+    demos.add_argument("--task", default=registry.default_task("demos"), help="task whose scripted expert records")
     demos.add_argument("--episodes", type=at_least(1), default=20)
     demos.add_argument("--noise", type=at_least(0.0, float), default=0.1)
     demos.add_argument("--seed", type=at_least(0), default=0)
@@ -172,7 +167,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     demos.add_argument("--env-kwargs", metavar="JSON", help="with --expert: the environment's own options (JSON object)")
     demos.add_argument("--obs-keys", metavar="KEY,KEY", help="with --expert: observation entries to record, in order")
     demos.add_argument("--set", action="append", default=[], metavar="adapter.FIELD=VALUE",
-                       help="with --expert: declare the environment's conventions (robot_rl.envs.canonical.AdapterConfig)")
+                       help="with --expert: declare the environment's conventions (robot_rl.envs.adapter.AdapterConfig)")
     demos.add_argument("--keep-failures", action="store_true",
                        help="with --expert: keep every attempt (by default only successful episodes are kept)")
     demos.set_defaults(handler=cmd_demos)

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import asdict
 from pathlib import Path
 
-from robot_rl.cli.args import parse_settings
+from robot_rl.arguments import parse_settings
 from robot_rl.cli.gym import adapter_config, checked_env_id, env_kwargs_arg
 from robot_rl.outputs import UserError
 
@@ -14,7 +14,7 @@ from robot_rl.outputs import UserError
 def env_section(args: argparse.Namespace) -> tuple[dict, list[str]]:
     """--env ID --graph: the graph section's `env` (training/env_graph.py: EnvSection) from --env, --env-kwargs,
     --obs-keys, --set adapter.FIELD=VALUE, --expert, --demos and --control-hz; and the other --set pairs."""
-    from robot_rl.envs.canonical import AdapterConfig
+    from robot_rl.envs.adapter import AdapterConfig
 
     if args.encoder:
         raise UserError("--encoder is the in-process path's; with --graph set --set learner.encoder=DIR")

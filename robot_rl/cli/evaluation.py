@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from robot_rl.cli.args import at_least
+from robot_rl.arguments import at_least
 from robot_rl.outputs import atomic_write_text, check_output
 
 
@@ -27,15 +27,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser("eval", help="evaluate a saved policy: a train --env run, a graph run or a shipped policy")
     ev.add_argument("--policy", required=True, help="run directory (train --env or train), policy.pt, or a shipped "
-                                                     "policy directory (policies/quad_juggle, policies/car_race_iql_64)")
+                                                     "policy directory (card.json; policies/)")
     ev.add_argument("--task", help="a graph run's task (default: the one in its params.yaml)")
     ev.add_argument("--env", help="a train --env policy on another registered Gymnasium id (default: its own)")
     ev.add_argument("--env-kwargs", metavar="JSON", help="options for the environment (default: the run's)")
-    ev.add_argument("--episodes", type=at_least(1), default=50, help="episodes (juggling: trials; car: timed laps)")
+    ev.add_argument("--episodes", type=at_least(1), default=50, help="episodes (or the robot's trials or timed laps)")
     ev.add_argument("--seed", type=at_least(0), default=10_000, help="first seed of the evaluation draws")
-    ev.add_argument("--split", help="randomization split of graph-run tasks, juggling and the car (default: eval)")
+    ev.add_argument("--split", help="randomization split of the evaluation draws (default: eval)")
     ev.add_argument("--max-s", type=at_least(0.02, float),
-                    help="simulated seconds a juggling trial (default 600) or a car's lap (default 90) may last")
+                    help="simulated seconds a trial or a timed lap may last (default: the robot's own)")
     ev.add_argument("--out", help="also write the full result (every episode) to this JSON file")
     ev.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     ev.set_defaults(handler=cmd_eval)

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from robot_rl.cli.args import (
+from robot_rl.arguments import (
     at_least,
     dataset_flags,
     dataset_out,
@@ -25,7 +25,9 @@ from robot_rl.cli.args import (
 from robot_rl.cli.env_section import env_section
 from robot_rl.cli.gym import cmd_record_env, cmd_train_env
 from robot_rl.outputs import UserError, atomic_write_text
-from robot_rl.ros.graph import ACTORS
+from robot_rl.robots import registry
+from robot_rl.ros.graph import ACTORS, LEARNERS
+from robot_rl.ros.node_kinds import NODE_KINDS
 from robot_rl.ros.security import ENFORCEMENT_NOTE, init_keystore
 from robot_rl.ros.session import Monitor, check_resumable, claim_run_dir, run_graph
 from robot_rl.transport.secret import ensure_run_secret
@@ -137,7 +139,7 @@ def _person_overrides(args: argparse.Namespace, config: dict, robot: list[str]) 
     actor = next(n for n in config["robot_rl"]["nodes"] if n in ACTORS)  # `robot` lacks it when recording
     overrides = {"teleop.device": "joy" if scripted else device,
                  f"{actor}.reset_time_s": args.reset_time_s, f"{actor}.sync_updates_per_step": 0.0}
-    for sim in {"arm_sim", "env_sim"} & set(robot):
+    for sim in (n for n in robot if NODE_KINDS[n].role == "simulator"):
         overrides[f"{sim}.clock_mode"] = "realtime"  # a person (scripted too: it reacts in wall time) needs real time
     if _keyboard_here(args):
         if not sys.stdin.isatty():
@@ -155,20 +157,21 @@ def _view_overrides(args: argparse.Namespace, config: dict, robot: list[str], de
     """Settings of the person's view (`--view`; `device` picks its key legend): MuJoCo's window, the
     session_view node and the cameras it shows."""
     overrides = {}
-    if args.view in ("auto", "window") and "arm_sim" in robot and args.backend == "sim":
+    view_sim = next((n for n in robot if n in registry.view_simulators()), None)  # renders cameras for the view
+    if args.view in ("auto", "window") and view_sim and args.backend == "sim":
         display = bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
         if args.view == "window" and not display:
             raise UserError("--view window needs a display (DISPLAY is not set); over SSH use --view browser")
         if display:  # MuJoCo's own window where a display exists
-            overrides["arm_sim.viewer"] = "always" if args.view == "window" else "auto"
+            overrides[f"{view_sim}.viewer"] = "always" if args.view == "window" else "auto"
     if args.view != "off":
         from robot_rl.tasks import ENV_TASK, get_task
 
         task = config["robot_rl"]["task"]
         cameras = [] if task == ENV_TASK else list(get_task(task).cameras)
-        if not cameras and "arm_sim" in robot:
-            overrides.update({"arm_sim.publish_images": True, "arm_sim.cameras": VIEW_CAMERAS,
-                              "arm_sim.image_size": VIEW_IMAGE_SIZE})
+        if not cameras and view_sim:
+            overrides.update({f"{view_sim}.publish_images": True, f"{view_sim}.cameras": VIEW_CAMERAS,
+                              f"{view_sim}.image_size": VIEW_IMAGE_SIZE})
             cameras = VIEW_CAMERAS
         if cameras:  # else the view node's own: an environment's, from the run's env task file
             overrides["session_view.cameras"] = cameras
@@ -267,7 +270,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.nodes:
         _check_nodes_here(args.nodes, nodes, config["robot_rl"].get("actors", 1))
     config = apply_overrides(config, _flag_settings(args, nodes))
-    actor = node_using("total_steps", nodes) or "arm_actor"  # the node that steps the task: arm_actor, car_actor
+    actor = node_using("total_steps", nodes) or next((n for n in nodes if n in ACTORS), "")  # it steps the task
     warning = warmup_warning(config, nodes)
     if warning:
         print(f"robot_rl: warning: {warning}", file=sys.stderr, flush=True)
@@ -294,8 +297,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     eval_path = run_dir / "eval.json"
     for stale in [eval_path, *run_dir.glob("robot*/eval.json")]:
         stale.unlink(missing_ok=True)
-    juggle_path = run_dir / "juggle_actor_summary.json"  # the juggling actor's result instead
-    juggle_path.unlink(missing_ok=True)
+    summary_path = run_dir / f"{actor}_summary.json"  # an actor's own result instead (its `headline` first)
+    summary_path.unlink(missing_ok=True)
 
     if args.teleop or args.view == "rerun":
         _print_view_address(args, config["robot_rl"].get("actors", 1))
@@ -320,10 +323,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(json.dumps(result), flush=True)
         if not result.get("transitions_acked_all", True):
             code = code or 3
-    elif juggle_path.exists():
-        result = json.loads(juggle_path.read_text())
-        print(f"robot_rl: juggling, {result['mean_hits']:.1f} hits per episode over {result['episodes']} episodes "
-              f"(ended by {result['ended_by']})", flush=True)
+    elif summary_path.exists():
+        result = json.loads(summary_path.read_text())
+        print(f"robot_rl: {result.pop('headline', 'done')}", flush=True)
         print(json.dumps(result), flush=True)
     elif code == 0:
         code = 1
@@ -332,7 +334,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _check_nodes_here(wanted: list[str], nodes: list[str], actors: int) -> None:
-    """--nodes names nodes of this graph: node names, or a fleet robot's node (robot0/arm_actor)."""
+    """--nodes names nodes of this graph: node names, or a fleet robot's node (robot0/NODE)."""
     from robot_rl.ros.graph import robot_namespace
 
     robots = {robot_namespace(i) for i in range(actors)} if actors > 1 else set()
@@ -371,7 +373,7 @@ def fleet_evaluation(paths: list[Path]) -> dict:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    """A teleop recording session: robot (sim in real time, or the real arm), teleop node, and the
+    """A teleop recording session: robot (sim in real time, or the real robot), teleop node, and the
     actor in record mode writing the person's episodes to a zarr dataset (with --env: in one process)."""
     if args.env:
         return cmd_record_env(args)
@@ -392,12 +394,15 @@ def cmd_record(args: argparse.Namespace) -> int:
     # otherwise the actor commits episode by episode into --out itself.
     recording = recording_path(args, out)
     scripted = args.teleop == "scripted"
-    robot = [n for n in config["robot_rl"]["nodes"] if n not in ("arm_actor", "learner", *PERSON_NODES)]
-    nodes = [*robot, "arm_actor", *_person_nodes(args, scripted)]
+    actor = next((n for n in config["robot_rl"]["nodes"] if n in ACTORS), None)  # records the person's episodes
+    if actor is None:
+        raise UserError(f"task {config['robot_rl']['task']}'s graph has no actor node to record with")
+    robot = [n for n in config["robot_rl"]["nodes"] if n not in (actor, *LEARNERS, *PERSON_NODES)]
+    nodes = [*robot, actor, *_person_nodes(args, scripted)]
     overrides = {"robot_rl.nodes": nodes, "robot_rl.demos": {"episodes": 0},
-                 "arm_actor.mode": "record", "arm_actor.record_path": str(recording),
-                 "arm_actor.record_episodes": args.episodes, "arm_actor.keep_idle": args.keep_idle,
-                 "arm_actor.episode_time_s": args.episode_time_s,
+                 f"{actor}.mode": "record", f"{actor}.record_path": str(recording),
+                 f"{actor}.record_episodes": args.episodes, f"{actor}.keep_idle": args.keep_idle,
+                 f"{actor}.episode_time_s": args.episode_time_s,
                  **_person_overrides(args, config, robot)}
     keyboard_here = _keyboard_here(args)
     if scripted:
@@ -420,7 +425,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     specs = build_graph(config, args.backend, str(run_dir))
     params_path = params_file(specs, run_dir / "params.yaml")
     (run_dir / "record.json").unlink(missing_ok=True)
-    monitor = Monitor(0, 0, record_episodes=args.episodes, person=True)
+    monitor = Monitor(0, 0, record_episodes=args.episodes, actor=actor, person=True)
     # The keyboard puts this terminal in raw mode: plain lines with their own carriage returns.
     codes, code = run_graph(specs, params_path, run_dir, env, monitor, plain=args.plain or keyboard_here,
                             status_period=args.status_period, line_end="\r" if keyboard_here else "")
@@ -434,7 +439,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 
         data = EpisodeDataset(out)
         print(json.dumps({"dataset": str(out), "episodes": len(data), "steps": data.num_steps}), flush=True)
-    if codes.get("arm_actor", 0) not in (0, None):
+    if codes.get(actor, 0) not in (0, None):
         code = code or 1
     return code
 
@@ -481,8 +486,8 @@ def person_flags(parser: argparse.ArgumentParser, reset_time_s: float) -> None:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    train = sub.add_parser("train", help="start the task's node graph (arm_sim, arm_actor, learner) and train")
-    train.add_argument("--task", default="arm_lift")
+    train = sub.add_parser("train", help="start the task's node graph (simulator, actor, learner) and train")
+    train.add_argument("--task", default=registry.default_task("train"), help="task (config/<task>.yaml)")
     train.add_argument("--env", help="train on this Gymnasium id in one process, without ROS (--set FIELD=VALUE "
                                      "and --set sac.FIELD=VALUE set GymTrainConfig/SACConfig)")
     train.add_argument("--encoder", help="with --env: a pretrained encoder directory, used frozen")
@@ -510,7 +515,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--resume", action="store_true", help="carry on an existing run directory (its checkpoint, "
                                                              "journal, step counters and logs)")
     train.add_argument("--overwrite", action="store_true", help="empty an existing run directory and start afresh")
-    train.add_argument("--steps", type=at_least(1), help="training environment steps (arm_actor.total_steps)")
+    train.add_argument("--steps", type=at_least(1), help="training environment steps (the actor's total_steps)")
     train.add_argument("--eval-episodes", type=at_least(0), help="evaluation episodes after training")
     train.add_argument("--seed", type=at_least(0))
     train.add_argument("--domain-id", type=domain_id_arg, help="ROS_DOMAIN_ID (default: the exported one, else a random one)")
@@ -519,7 +524,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--plain", action="store_true", help="plain status lines instead of a live display")
     train.add_argument("--status-period", type=at_least(0.1, float), default=10.0, help="seconds between plain status lines")
     train.add_argument("--nodes", nargs="+", metavar="NODE",
-                       help="run only these nodes of the graph here (names, or robot0/arm_actor in a fleet); the "
+                       help="run only these nodes of the graph here (names, or robot0/NODE in a fleet); the "
                             "others run on other machines: see README, 'One graph on several machines'")
     train.add_argument("--network", action="store_true",
                        help="discover and talk to nodes on other machines (the subnet, or your ROS_STATIC_PEERS); "
@@ -535,7 +540,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     node.add_argument("name")
     node.set_defaults(handler=cmd_node)
     rec = sub.add_parser("record", help="teleop recording session: a person drives, episodes go to a zarr dataset")
-    rec.add_argument("--task", default="arm_pick_cube", help="task (its config/<task>.yaml gives the robot and cameras)")
+    rec.add_argument("--task", default=registry.default_task("record"),
+                     help="task (its config/<task>.yaml gives the robot and cameras)")
     rec.add_argument("--config", help="task config YAML instead of the package's")
     rec.add_argument("--out", required=True, help="zarr episode dataset")
     rec.add_argument("--env", help="record from this Gymnasium id in one process, without ROS (keyboard, spacemouse "
@@ -574,7 +580,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     security = sub.add_parser("security", help="SROS2 keystore with least-privilege enclaves for a task's graph")
     security_sub = security.add_subparsers(dest="action", required=True)
     sinit = security_sub.add_parser("init", help="write a CA and one enclave per node (permissions from the graph)")
-    sinit.add_argument("--task", default="arm_lift")
+    sinit.add_argument("--task", default=registry.default_task("init"))
     sinit.add_argument("--keystore", default="keystore", help="output directory")
     sinit.add_argument("--backend", default="sim", choices=["sim", "real"])
     sinit.add_argument("--namespace", default="", help="namespace of the graph's nodes")

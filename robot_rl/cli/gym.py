@@ -11,32 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from robot_rl.cli.args import dataset_out, parse_settings, recording_path, replace_dataset
+from robot_rl.arguments import dataset_out, parse_settings, recording_path, replace_dataset
+from robot_rl.config_fields import checked_fields
 from robot_rl.outputs import UserError, atomic_path, check_output
-
-
-def checked_fields(defaults, values: dict, prefix: str, exclude: tuple[str, ...] = ()) -> dict:
-    """`values` for fields of the dataclass instance `defaults`, each converted to the type of its
-    default as node parameters are (an integer where a float is declared is that float); an
-    unknown field or a value of the wrong type raises UserError naming it (and the closest field)."""
-    from dataclasses import fields
-
-    from robot_rl.ros.node_utils import Param, ParameterError, closest_name, coerce_value
-
-    declared = {f.name: getattr(defaults, f.name) for f in fields(defaults) if f.name not in exclude}
-    out = {}
-    for name, value in values.items():
-        if name not in declared:
-            raise UserError(f"unknown setting {prefix}{name}{closest_name(name, declared)}")
-        default = declared[name]
-        if default is None or value is None or isinstance(default, dict):  # no type to hold it to
-            out[name] = value
-            continue
-        try:
-            out[name] = coerce_value(Param(f"{prefix}{name}", default, ""), value)
-        except ParameterError as exc:
-            raise UserError(str(exc)) from None
-    return out
 
 
 def checked_env_id(env_id: str) -> str:
@@ -47,7 +24,7 @@ def checked_env_id(env_id: str) -> str:
     import gymnasium as gym
 
     import robot_rl.envs  # noqa: F401 - registers our environments
-    from robot_rl.envs.canonical import import_env_namespace
+    from robot_rl.envs.adapter import import_env_namespace
 
     try:
         registry_id = import_env_namespace(env_id)
@@ -88,7 +65,7 @@ def _grouped_settings(items: list[str], groups: tuple[str, ...]) -> dict[str, di
 
 def adapter_config(args: argparse.Namespace, settings: dict):
     """AdapterConfig from --set adapter.FIELD=VALUE and --obs-keys."""
-    from robot_rl.envs.canonical import NORMALIZE_MODES, AdapterConfig, parse_obs_keys
+    from robot_rl.envs.adapter import NORMALIZE_MODES, AdapterConfig, parse_obs_keys
 
     adapter = checked_fields(AdapterConfig(), settings, "--set adapter.", exclude=("obs_keys",))
     if "normalize_state" in adapter and adapter["normalize_state"] not in NORMALIZE_MODES:
@@ -105,7 +82,7 @@ def gym_train_config(args: argparse.Namespace):
 
     from robot_rl.agents.encoders import pretrained_config
     from robot_rl.agents.sac import SACConfig
-    from robot_rl.envs.canonical import AdapterConfig
+    from robot_rl.envs.adapter import AdapterConfig
     from robot_rl.training.gym_loop import GymTrainConfig, make_env
 
     checked_env_id(args.env)
@@ -235,7 +212,7 @@ def cmd_record_env(args: argparse.Namespace) -> int:
     """`robot-rl record --env`: a person's episodes from any Gymnasium environment into a dataset, no ROS
     (with --expert: a scripted expert's, `cmd_record_expert`)."""
     from robot_rl.data.env_recorder import EnvEpisodeRecorder
-    from robot_rl.envs.canonical import make_canonical
+    from robot_rl.envs.adapter import make_canonical
     from robot_rl.training.env_session import EnvSessionConfig, record_env_session
 
     if args.expert:
@@ -284,7 +261,7 @@ def cmd_record_expert(args: argparse.Namespace) -> int:
     Without --append the dataset is built beside --out and renamed into place when complete: an expert that
     fails too often leaves no partial dataset and an existing one (--overwrite) unchanged."""
     from robot_rl.data.env_recorder import EnvEpisodeRecorder
-    from robot_rl.envs.canonical import make_canonical
+    from robot_rl.envs.adapter import make_canonical
     from robot_rl.training.experts import ATTEMPTS_PER_EPISODE, load_expert, record_expert_episodes
 
     adapter = _record_env_adapter(args)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from robot_rl.cli.args import at_least, overwrite_flag
+from robot_rl.arguments import at_least, overwrite_flag
 from robot_rl.outputs import UserError
 
 

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from robot_rl.data.episodes import EpisodeSchema, EpisodeWriter
-from robot_rl.envs.canonical import EnvAdapter
+from robot_rl.envs.adapter import EnvAdapter
 
 
 def env_schema(adapter: EnvAdapter) -> EpisodeSchema:

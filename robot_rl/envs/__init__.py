@@ -9,25 +9,21 @@ when an environment is created):
   ``render_mode``).  The horizon is enforced by the environment itself (default 50 steps).
 * ``robot_rl/ArmPickCube-v0`` -- :class:`robot_rl.envs.pick_cube.ArmPickCubeEnv` (the same arm
   picking the cube from two cameras + proprioception, sparse reward, randomized scenes).
-* ``robot_rl/QuadJuggle-v0`` -- :class:`robot_rl.envs.quad_juggle_vec.QuadJuggleEnv` (a quadrotor
+* ``robot_rl/QuadJuggle-v0`` -- :class:`robot_rl.robots.quad.vec_env.QuadJuggleEnv` (a quadrotor
   with a racket juggling a ball, randomized; ``gymnasium.make_vec(..., vectorization_mode=
-  "vector_entry_point")`` gives the batched :class:`~robot_rl.envs.quad_juggle_vec.QuadJuggleGymVectorEnv`).
+  "vector_entry_point")`` gives the batched :class:`~robot_rl.robots.quad.vec_env.QuadJuggleGymVectorEnv`).
 * ``robot_rl/ArmPushCube-v0`` -- :class:`robot_rl.envs.push_cube.ArmPushCubeEnv` (the same scenes
   and observations; push the cube 6 cm to the left along the table, sparse reward).
-* ``robot_rl/CarRace-v0`` -- :class:`robot_rl.envs.car_race.CarRaceEnv` (a 1/10-scale car racing a
+* ``robot_rl/CarRace-v0`` -- :class:`robot_rl.robots.car.sim.CarRaceEnv` (a 1/10-scale car racing a
   procedural track from 3 stacked camera frames and its IMU, with autonomous recovery: FastRLAP).
-  Keyword arguments are fields of :class:`~robot_rl.envs.car_race.CarRaceConfig`.
+  Keyword arguments are fields of :class:`~robot_rl.robots.car.sim.CarRaceConfig`.
 
-Headless rendering: if ``MUJOCO_GL`` is unset and there is no display, ``osmesa`` is selected
-here, before any of the environments imports MuJoCo (set ``MUJOCO_GL=egl`` yourself on a GPU machine).
+Headless rendering: if ``MUJOCO_GL`` is unset and there is no display, ``osmesa`` is selected when
+``robot_rl`` is imported, before anything of it imports MuJoCo (set ``MUJOCO_GL=egl`` yourself on a GPU
+machine).
 """
 
-import os
-
-if "MUJOCO_GL" not in os.environ and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-    os.environ["MUJOCO_GL"] = "osmesa"
-
-from gymnasium.envs.registration import register, registry  # noqa: E402
+from gymnasium.envs.registration import register, registry
 
 ARM_LIFT_ENV_ID = "robot_rl/ArmLift-v0"
 ARM_PICK_CUBE_ENV_ID = "robot_rl/ArmPickCube-v0"
@@ -42,11 +38,11 @@ if ARM_PUSH_CUBE_ENV_ID not in registry:
     register(id=ARM_PUSH_CUBE_ENV_ID, entry_point="robot_rl.envs.push_cube:ArmPushCubeEnv")
 
 if QUAD_JUGGLE_ENV_ID not in registry:
-    register(id=QUAD_JUGGLE_ENV_ID, entry_point="robot_rl.envs.quad_juggle_vec:QuadJuggleEnv",
-             vector_entry_point="robot_rl.envs.quad_juggle_vec:QuadJuggleGymVectorEnv")
+    register(id=QUAD_JUGGLE_ENV_ID, entry_point="robot_rl.robots.quad.vec_env:QuadJuggleEnv",
+             vector_entry_point="robot_rl.robots.quad.vec_env:QuadJuggleGymVectorEnv")
 
 CAR_RACE_ENV_ID = "robot_rl/CarRace-v0"
 if CAR_RACE_ENV_ID not in registry:
-    register(id=CAR_RACE_ENV_ID, entry_point="robot_rl.envs.car_race:CarRaceEnv")
+    register(id=CAR_RACE_ENV_ID, entry_point="robot_rl.robots.car.sim:CarRaceEnv")
 
 __all__ = ["CAR_RACE_ENV_ID", "ARM_LIFT_ENV_ID", "ARM_PICK_CUBE_ENV_ID", "ARM_PUSH_CUBE_ENV_ID", "QUAD_JUGGLE_ENV_ID"]

@@ -14,7 +14,7 @@ Layers:
 Action (4,) in [-1, 1]: ``dx, dy, dz`` (scaled by ``action_scale``; the EE target moves by
 that delta and is clamped to the workspace box) and ``gripper`` (> 0 close, <= 0 open).
 
-Headless rendering: see the package (``robot_rl.envs``) for how ``MUJOCO_GL`` is chosen.
+Headless rendering: see the package (``robot_rl``) for how ``MUJOCO_GL`` is chosen.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from sensor_msgs.msg import Imu
 from std_msgs.msg import String
 
 from robot_rl.hardware.safety import StopReason
-from robot_rl.hardware.vesc import GET_VALUES_REQUEST, VescError, VescLink, VescValues, WheelOdometry, drive_packets, \
+from robot_rl.robots.car.hardware import GET_VALUES_REQUEST, VescError, VescLink, VescValues, WheelOdometry, drive_packets, \
     erpm_to_speed, load_car_hardware
 from robot_rl.ros import qos
 from robot_rl.ros.car_io import CarCommand, CarPractice, odometry_msg, parse_cmd_vel, parse_imu, practice_msg

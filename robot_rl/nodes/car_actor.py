@@ -43,7 +43,7 @@ from std_srvs.srv import Trigger
 from robot_rl.agents.frame_stack_policy import load_frame_stack_policy
 from robot_rl.agents.policy import Policy, PolicySpec
 from robot_rl.config_fields import config_from_params
-from robot_rl.envs.car_race import CarRaceConfig
+from robot_rl.robots.car.sim import CarRaceConfig
 from robot_rl.hardware.safety import Rejected
 from robot_rl.outputs import atomic_write_text
 from robot_rl.ros import qos
@@ -65,7 +65,7 @@ from robot_rl.ros.node_utils import (
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.tasks import get_task
 from robot_rl.training.actor import ActorConfig, ActorCore
-from robot_rl.training.car_observer import CarObserver, load_checkpoints
+from robot_rl.robots.car.observer import CarObserver, load_checkpoints
 from robot_rl.transport.outbox import Outbox
 from robot_rl.transport.secret import run_key
 

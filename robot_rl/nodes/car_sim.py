@@ -34,12 +34,12 @@ from sensor_msgs.msg import CameraInfo, Image, Imu
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from robot_rl.envs.car_race import CarSim
+from robot_rl.robots.car.sim import CarSim
 from robot_rl.envs.randomization import OPTIONAL_SPLITS, SPLITS, Randomization
-from robot_rl.envs.track import generate_track
+from robot_rl.robots.car.track import generate_track
 from robot_rl.hardware.cameras.frame_geometry import Intrinsics
 from robot_rl.hardware.safety import Rejected
-from robot_rl.hardware.vesc import CarLimits, load_car_hardware
+from robot_rl.robots.car.hardware import CarLimits, load_car_hardware
 from robot_rl.resources import package_path
 from robot_rl.ros import qos
 from robot_rl.ros.camera_io import camera_info_msg

@@ -25,7 +25,7 @@ from sensor_msgs.msg import Image, JointState
 from std_srvs.srv import Trigger
 
 import robot_rl.envs  # noqa: F401 - registers ours (robot_rl/...), which an env task may name
-from robot_rl.envs.canonical import make_canonical, seeded_reset
+from robot_rl.envs.adapter import make_canonical, seeded_reset
 from robot_rl.ros import qos
 from robot_rl.ros.env_io import (
     COMMAND_TOPIC,

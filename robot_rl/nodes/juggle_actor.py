@@ -4,10 +4,10 @@ Subscribes `quad/odom` and `ball/pose` (paired by stamp; validated by the real q
 functions), publishes `quad/cmd_ctbr` stamped with the observation it answers. With
 `follow_learner`, policies arriving on `rl/policy` (from the `ppo_learner` node; with a `run_dir`,
 only those signed with its run secret) replace the loaded one at the next episode. The observation,
-hit counting and termination are the training env's own (robot_rl/envs/juggle_task.py): the
+hit counting and termination are the training env's own (robot_rl/robots/quad/juggling.py): the
 policy sees here what it saw in training, less the simulated noise. An episode ends when the task
 terminates (ball lost, crash) or after `max_episode_s`; the actor then calls `reset_service` and
-starts the next. After `episodes` episodes it writes `<run_dir>/juggle_actor_summary.json` (hits per
+starts the next. After `episodes` episodes it writes `<run_dir>/<node name>_summary.json` (hits per
 episode) and exits.
 """
 
@@ -26,8 +26,8 @@ from std_msgs.msg import UInt8MultiArray
 from std_srvs.srv import Trigger
 
 from robot_rl.agents.ppo import DeployedPolicy
-from robot_rl.control.quad_rate import ctbr_from_action
-from robot_rl.envs.juggle_task import JuggleConfig, JuggleTask
+from robot_rl.robots.quad.control import ctbr_from_action
+from robot_rl.robots.quad.juggling import JuggleConfig, JuggleTask
 from robot_rl.hardware.quad_links.config import load_quad_hardware
 from robot_rl.hardware.safety import Rejected
 from robot_rl.resources import package_path
@@ -205,11 +205,13 @@ class JuggleActorNode(Node):
         return {"episodes": len(hits), "hits": hits, "mean_hits": float(np.mean(hits)) if hits else 0.0,
                 "episode_s": [s / self.config.policy_hz for s in self.episode_steps], "ended_by": self.ended_by,
                 "invalid_observations": self.invalid, "policy": str(package_path(self.params["policy_dir"])),
-                "policy_version": self.policy_version, "invalid_policies": self.invalid_policies}
+                "policy_version": self.policy_version, "invalid_policies": self.invalid_policies,
+                "headline": f"juggling, {np.mean(hits) if hits else 0.0:.1f} hits per episode over {len(hits)} "
+                            f"episodes (ended by {self.ended_by})"}
 
     def _write_summary(self) -> None:
         if self.params["run_dir"]:
-            path = Path(self.params["run_dir"]) / "juggle_actor_summary.json"
+            path = Path(self.params["run_dir"]) / f"{self.get_name()}_summary.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(self.summary(), indent=1))
 

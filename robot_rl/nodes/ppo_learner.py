@@ -57,9 +57,9 @@ class PPOLearnerNode(Node):
         p = self.params = declare_params(self, PARAMS)
         set_torch_threads(p["torch_threads"])
         from robot_rl.device import resolve_device
-        from robot_rl.envs.quad_juggle_vec import QuadJuggleVecEnv
+        from robot_rl.robots.quad.vec_env import QuadJuggleVecEnv
         from robot_rl.resources import package_path
-        from robot_rl.training.juggle import JuggleTrainConfig
+        from robot_rl.robots.quad.train import JuggleTrainConfig
         from robot_rl.training.ppo_runner import OnPolicyRunner
 
         try:

@@ -26,9 +26,9 @@ from nav_msgs.msg import Odometry
 from rclpy.node import Node
 from std_srvs.srv import Trigger
 
-from robot_rl.control.quad_rate import GRAVITY
-from robot_rl.envs.quad_juggle_physics import SimPhysics
-from robot_rl.envs.quad_juggle_vec import JuggleCore
+from robot_rl.robots.quad.control import GRAVITY
+from robot_rl.robots.quad.physics import SimPhysics
+from robot_rl.robots.quad.vec_env import JuggleCore
 from robot_rl.hardware.quad_links.config import load_quad_hardware
 from robot_rl.hardware.safety import Rejected
 from robot_rl.resources import package_path

@@ -26,7 +26,7 @@ from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagn
 from robot_rl.tasks import get_task, task_names
 from robot_rl.teleop.mapping import load_mapping
 from robot_rl.teleop.scripted_gamepad import ScriptedGamepad
-from robot_rl.training.interventions import InterventionConfig, ScriptedIntervener
+from robot_rl.teleop.scripted_human import InterventionConfig, ScriptedIntervener
 
 _DEFAULT = InterventionConfig()
 

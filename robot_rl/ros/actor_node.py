@@ -124,7 +124,8 @@ def actor_params(default_task: str, default_reset_service: str, robot_params: Se
     return [
         Param("task", default_task, "Task name.", choices=task_names()),
         *COMMON_PARAMS,
-        Param("reset_service", default_reset_service, "std_srvs/Trigger service that resets the robot or simulator."),
+        Param("reset_service", default_reset_service, "std_srvs/Trigger service that resets the robot or simulator "
+              "('' for none: each episode starts where the robot is)."),
         *robot_params,
     ]
 
@@ -224,7 +225,7 @@ class ActorNode(Node):
         if p["reward_source"] == "reward_node":
             self.create_subscription(Vector3Stamped, "reward", self._on_reward, qos.EVENTS)
             self.create_subscription(Header, "reward/done", self._on_reward_done, qos.EVENTS)
-        self.reset_client = self.create_client(Trigger, p["reset_service"])
+        self.reset_client = self.create_client(Trigger, p["reset_service"]) if p["reset_service"] else None
         # Transport and diagnostics run on wall time even when the node follows /clock (use_sim_time):
         # draining to the learner must go on after the simulator stops stepping.
         self.wall_clock = Clock(clock_type=ClockType.STEADY_TIME)
@@ -393,6 +394,9 @@ class ActorNode(Node):
         self._request_reset()
 
     def _request_reset(self) -> None:
+        if self.reset_client is None:  # no reset service: the next observation begins the episode
+            self._start_episode(self.latest[0] + 1 if self.latest is not None else 0)
+            return
         if not self.reset_client.wait_for_service(timeout_sec=0.0):
             timer_once(self, 0.2, self._request_reset, self.wall_clock)
             return
@@ -409,6 +413,10 @@ class ActorNode(Node):
             self.get_logger().warning(f"reset failed ({response.message!r}); retrying")
             timer_once(self, 0.5, self._request_reset, self.wall_clock)
             return
+        self._start_episode(stamp)
+
+    def _start_episode(self, stamp: int) -> None:
+        """The new episode begins with the observation stamped `stamp` (or the first after it)."""
         with self.core_lock:
             self.core.start_episode(commit_recording=False)
         self.session.reset_done(time.monotonic())

@@ -33,10 +33,10 @@ from nav_msgs.msg import Odometry
 from sensor_msgs.msg import Imu
 from std_msgs.msg import String
 
-from robot_rl.control.car_practice import PracticeConfig, PracticeMonitor, Recovery
+from robot_rl.robots.car.control import PracticeConfig, PracticeMonitor, Recovery
 from robot_rl.control.checks import finite
 from robot_rl.hardware.safety import Rejected
-from robot_rl.hardware.vesc import CarLimits
+from robot_rl.robots.car.hardware import CarLimits
 from robot_rl.ros.messages import ns_to_stamp
 
 __all__ = ["BODY_FRAME", "ODOM_FRAME", "PRACTICE_EVENTS", "PRACTICE_STATES", "CarCommand", "CarPractice",

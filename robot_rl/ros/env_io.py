@@ -5,7 +5,7 @@ An environment has no fixed kinematics to put in a Twist or a Pose, so its vecto
 standard stamped vector message, `sensor_msgs/JointState` (one named entry per value in `position`):
 
 * `env/state` (JointState): the environment's state entries as its adapter declares them
-  (`robot_rl/envs/canonical.py`), raw (the actor normalises them with the adapter saved in the run);
+  (`robot_rl/envs/adapter.py`), raw (the actor normalises them with the adapter saved in the run);
   one name per value, `key` or `key[i]`.
 * `env/outcome` (Vector3Stamped, the same stamp): x the reward of the step that reached this
   observation, y success (1 or 0), z how the episode goes on: 0 running, 1 terminated, 2 truncated by
@@ -22,7 +22,7 @@ import numpy as np
 from geometry_msgs.msg import Vector3Stamped
 from sensor_msgs.msg import JointState
 
-from robot_rl.envs.canonical import EnvAdapter
+from robot_rl.envs.adapter import EnvAdapter
 from robot_rl.ros import qos
 from robot_rl.ros.messages import ns_to_stamp
 from robot_rl.ros.node_utils import Param

@@ -24,7 +24,14 @@ from typing import Any, Mapping
 import yaml
 
 from robot_rl.resources import share_dir
-from robot_rl.ros.node_kinds import BACKEND_REPLACEMENTS, DEPRECATED_NODE_NAMES, NODE_KINDS, NodeKind, current_name
+from robot_rl.ros.node_kinds import (
+    BACKEND_REPLACEMENTS,
+    DEPRECATED_NODE_NAMES,
+    NODE_KINDS,
+    NodeKind,
+    current_name,
+    nodes_with_role,
+)
 from robot_rl.tasks import ENV_TASK
 
 PACKAGE = "robot_rl"
@@ -51,9 +58,9 @@ class NodeSpec:
         return f"/{self.key}"
 
 
-LEARNERS = ("learner", "ppo_learner")
+LEARNERS = nodes_with_role("learner")
 """Nodes a fleet shares; every other node of the graph runs once per robot."""
-ACTORS = ("arm_actor", "env_actor", "juggle_actor", "car_actor")
+ACTORS = nodes_with_role("actor")
 """Nodes that act on a robot: each gets the run directory and its robot's reset service."""
 LEARNER_TOPICS = ("rl/transitions", "rl/policy", "rl/acks")
 
@@ -69,11 +76,15 @@ def robot_view_file(rrd: str, robot: str) -> str:
 
 
 def config_path(task: str) -> Path:
-    path = share_dir() / "config" / f"{task}.yaml"
-    if not path.exists():
-        known = sorted(p.stem for p in (share_dir() / "config").glob("*.yaml"))
-        raise FileNotFoundError(f"no config for task {task!r} at {path}; available: {known}")
-    return path
+    """config/<task>.yaml: robot_rl's own, or one a robot package brings (`Robot.configs`)."""
+    from robot_rl.robots.registry import config_dirs
+
+    folders = [share_dir() / "config", *config_dirs()]
+    for folder in folders:
+        if (folder / f"{task}.yaml").exists():
+            return folder / f"{task}.yaml"
+    known = sorted({p.stem for folder in folders for p in folder.glob("*.yaml")})
+    raise FileNotFoundError(f"no config for task {task!r} in {', '.join(map(str, folders))}; available: {known}")
 
 
 def load_config(path: str | os.PathLike) -> dict[str, Any]:
@@ -138,7 +149,7 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
     config = _with_current_names(config)
     names = node_names(config, backend)
     # The node that owns ~/reset: the simulator, or the robot node that replaces it.
-    robot = next((n for n in names if n in ("arm_sim", "arm", "quad_sim", "car_sim", "env_sim")), None)
+    robot = next((n for n in names if NODE_KINDS[n].serves_reset), None)
     prefix = f"/{namespace.strip('/')}" if namespace else ""
     restarts = _restart_budgets(config["robot_rl"].get("restarts") or {})
     actors = config["robot_rl"].get("actors", 1)
@@ -151,10 +162,8 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
                                                                                    robot_namespace(index)]))
             if run_dir is not None and name in (*ACTORS, *LEARNERS, "session_view"):
                 params["run_dir"] = str(run_dir)
-            if name in ACTORS and robot is not None:
-                params["reset_service"] = f"{'/' + ns if ns else ''}/{robot}/reset"
-            elif name in ("juggle_actor", "car_actor"):
-                params["reset_service"] = ""  # no reset on a real quadrotor or car: they start where they are
+            if name in ACTORS:  # a real robot without ~/reset starts each episode where it is
+                params["reset_service"] = f"{'/' + ns if ns else ''}/{robot}/reset" if robot is not None else ""
             spec = NodeSpec(name, NODE_KINDS[name], params, ns, restarts.get(name, NODE_KINDS[name].max_restarts))
             if index is not None:
                 _as_fleet_member(spec, index, prefix, run_dir)
@@ -200,8 +209,8 @@ def _restart_budgets(restarts: Mapping[str, Any]) -> dict[str, int]:
 def _check_lockstep_sync(config: Mapping[str, Any]) -> None:
     """A lockstep actor waiting for learner updates must be allowed to run ahead far enough to
     fill the learner's warm-up, or the two wait for each other forever."""
-    name = next((n for n in ("arm_actor", "env_actor") if n in config), "car_actor")
-    actor = config.get(name, {}).get("ros__parameters", {})
+    name = next((n for n in ACTORS if n in config), None)
+    actor = config.get(name, {}).get("ros__parameters", {}) if name else {}
     learner = config.get("learner", {}).get("ros__parameters", {})
     if float(actor.get("sync_updates_per_step", 0.0)) <= 0 or not learner:
         return
@@ -309,32 +318,12 @@ def prepare_run(config: Mapping[str, Any], run_dir: str | os.PathLike, episodes:
     path = Path(run_dir) / "demos.zarr"
     if not path.exists():
         from robot_rl.data.dataset import save_transitions
-        from robot_rl.envs.arm_sim import ArmSim, ArmSimConfig
+        from robot_rl.robots import registry
         from robot_rl.tasks import get_task
-        from robot_rl.training.local import collect_demonstrations
 
         task = get_task(config["robot_rl"]["task"])
-        sim_params = config.get("arm_sim", {}).get("ros__parameters", {})
-        robot = ArmSim(ArmSimConfig(**{k: sim_params[k] for k in ("control_hz", "action_scale", "cube_xy_range")
-                                       if k in sim_params}, render=bool(task.cameras)))
-        before_reset = None
-        if sim_params.get("randomization"):  # demonstrations in the same randomized scenes as training
-            from robot_rl.envs.pick_cube import ArmRandomizer
-            from robot_rl.envs.randomization import Randomization
-            from robot_rl.resources import package_path
-
-            randomization = Randomization.load(package_path(sim_params["randomization"]))
-            randomizer = ArmRandomizer(robot)
-            split = sim_params.get("randomization_split", "train")
-
-            def before_reset(rng):
-                sample = randomization.sample(split, rng)
-                randomizer.apply({k: v for k, v in sample.items() if k in ArmRandomizer.SCENE_PARAMETERS})
-        try:
-            arrays, info = collect_demonstrations(task, robot, episodes, int(demos.get("seed", 0)),
-                                                  float(demos.get("noise", 0.0)), before_reset=before_reset)
-        finally:
-            robot.close()
+        arrays, info = registry.scripted_demos(task.name)(config, task, episodes, int(demos.get("seed", 0)),
+                                                          float(demos.get("noise", 0.0)))
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         save_transitions(path, arrays, {"task": task.name, "source": "scripted_expert", **info})
     config.setdefault("learner", {}).setdefault("ros__parameters", {})["demos"] = str(path)

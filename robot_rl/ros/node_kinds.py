@@ -1,32 +1,15 @@
-"""The kinds of node a graph can hold: how each is started, whether the run depends on it, and
-how often it is respawned after a crash (the restart policy); and the one table of node names
-renamed since (`DEPRECATED_NODE_NAMES`), with the old executables that warn and run the new node."""
+"""The kinds of node a graph can hold: the generic ones and every robot's (`robot_rl/robots/registry.py`: how
+each is started, whether the run depends on it, how often it is respawned after a crash); and the one table
+of node names renamed since (`DEPRECATED_NODE_NAMES`), with the old executables that warn and run the new
+node."""
 
 from __future__ import annotations
 
 import importlib
 import sys
-from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class NodeKind:
-    executable: str
-    """Console script (`ros2 run robot_rl <executable>`)."""
-    module: str
-    """Python module with main(), for starting the node without the ROS CLI."""
-    critical: bool
-    """The graph shuts down when this node dies unexpectedly."""
-    finishes_run: bool = False
-    """A clean exit of this node means the run is complete (the actor after evaluation)."""
-    max_restarts: int = 0
-    """Times the node is respawned after a crash before its death ends the run (see `crashed`);
-    a config's `robot_rl: {restarts: {learner: 5}}` overrides it per node. Only nodes that resume
-    where they stopped (the learner from checkpoint + journal, actors from their outbox and
-    counters, the stateless reward node) restart by default."""
-
-
-DEFAULT_RESTARTS = 3
+from robot_rl.robots import registry
+from robot_rl.robots.registry import DEFAULT_RESTARTS, NodeKind
 
 
 def crashed(returncode: int) -> bool:
@@ -36,39 +19,39 @@ def crashed(returncode: int) -> bool:
     return returncode < 0 or returncode == 1
 
 
-NODE_KINDS: dict[str, NodeKind] = {
-    "arm_sim": NodeKind("arm_sim", "robot_rl.nodes.arm_sim", critical=True),
-    "arm_actor": NodeKind("arm_actor", "robot_rl.nodes.arm_actor", critical=True, finishes_run=True,
-                          max_restarts=DEFAULT_RESTARTS),
-    "learner": NodeKind("learner", "robot_rl.nodes.learner", critical=True, max_restarts=DEFAULT_RESTARTS),
-    "env_sim": NodeKind("env_sim", "robot_rl.nodes.env_sim", critical=True),
+GENERIC_NODE_KINDS: dict[str, NodeKind] = {
+    "learner": NodeKind("learner", "robot_rl.nodes.learner", critical=True, max_restarts=DEFAULT_RESTARTS,
+                        role="learner"),
+    # Any Gymnasium environment as a robot (`robot-rl train --env ID --graph`).
+    "env_sim": NodeKind("env_sim", "robot_rl.nodes.env_sim", critical=True, role="simulator", serves_reset=True),
     "env_actor": NodeKind("env_actor", "robot_rl.nodes.env_actor", critical=True, finishes_run=True,
-                          max_restarts=DEFAULT_RESTARTS),
+                          max_restarts=DEFAULT_RESTARTS, role="actor"),
     "camera": NodeKind("camera", "robot_rl.nodes.camera", critical=False),
-    "arm": NodeKind("arm", "robot_rl.nodes.arm", critical=True),
-    "quadrotor": NodeKind("quadrotor", "robot_rl.nodes.quadrotor", critical=True),
-    "teleop": NodeKind("teleop", "robot_rl.nodes.teleop", critical=False),
-    "scripted_human": NodeKind("scripted_human", "robot_rl.nodes.scripted_human", critical=False),
+    "teleop": NodeKind("teleop", "robot_rl.nodes.teleop", critical=False, role="person"),
+    "scripted_human": NodeKind("scripted_human", "robot_rl.nodes.scripted_human", critical=False, role="person"),
     # What the person sees: the session goes on without it (they may watch the console instead).
-    "session_view": NodeKind("session_view", "robot_rl.nodes.session_view", critical=False),
+    "session_view": NodeKind("session_view", "robot_rl.nodes.session_view", critical=False, role="person"),
     # Critical: a graph that learns from its rewards must not go on without them (a model that
     # fails to load ends the node, and so the run, with the reason).
-    "reward": NodeKind("reward", "robot_rl.nodes.reward", critical=True, max_restarts=DEFAULT_RESTARTS),
-    "quad_sim": NodeKind("quad_sim", "robot_rl.nodes.quad_sim", critical=True),
-    "juggle_actor": NodeKind("juggle_actor", "robot_rl.nodes.juggle_actor", critical=True, finishes_run=True),
-    "ppo_learner": NodeKind("ppo_learner", "robot_rl.nodes.ppo_learner", critical=True),
-    "car_sim": NodeKind("car_sim", "robot_rl.nodes.car_sim", critical=True),
-    "car": NodeKind("car", "robot_rl.nodes.car", critical=True),
-    "car_actor": NodeKind("car_actor", "robot_rl.nodes.car_actor", critical=True, finishes_run=True,
-                          max_restarts=DEFAULT_RESTARTS),
+    "reward": NodeKind("reward", "robot_rl.nodes.reward", critical=True, max_restarts=DEFAULT_RESTARTS,
+                       role="reward"),
 }
+"""The nodes every robot shares; each robot adds its own (`robot_rl/robots/registry.py`)."""
 
-# Real-robot nodes take the simulator's place with `backend: real` (see hardware/).
-BACKEND_REPLACEMENTS = {"real": {"arm_sim": "arm", "quad_sim": "quadrotor", "car_sim": "car"}}
+NODE_KINDS: dict[str, NodeKind] = {**GENERIC_NODE_KINDS, **registry.node_kinds()}
+
+# Real-robot nodes take the simulator's place with `backend: real` (see each robot's `hardware_nodes`).
+BACKEND_REPLACEMENTS = {"real": registry.hardware_nodes()}
+
+
+def nodes_with_role(role: str) -> tuple[str, ...]:
+    """The node kinds that are `role` to a graph (see NodeKind.role)."""
+    return tuple(name for name, kind in NODE_KINDS.items() if kind.role == role)
+
 
 # ---- names before the robot-explicit ones, accepted until 0.2.0 --------------------------------------
 
-DEPRECATED_NODE_NAMES = {"sim": "arm_sim", "actor": "arm_actor"}
+DEPRECATED_NODE_NAMES = registry.renamed_nodes()
 """Old node name -> its new name. Every place a user names a node (executables, config sections and
 `robot_rl.nodes` / `robot_rl.restarts` entries, `--set node.x=...`, `robot-rl node`, a run directory's
 logs) takes the old name with one deprecation line on stderr; keystores with old enclave names are refused
@@ -144,10 +127,10 @@ def renamed_params_file(path: str) -> str:
 
 
 def sim_main() -> int:
-    """The deprecated `sim` executable (`arm_sim` now)."""
+    """The deprecated `sim` executable (see DEPRECATED_NODE_NAMES)."""
     return _run_deprecated("sim")
 
 
 def actor_main() -> int:
-    """The deprecated `actor` executable (`arm_actor` now)."""
+    """The deprecated `actor` executable (see DEPRECATED_NODE_NAMES)."""
     return _run_deprecated("actor")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import faulthandler
 import json
 import signal
@@ -20,11 +19,7 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from robot_rl.config_fields import settings_of
-
-
-class ParameterError(ValueError):
-    """A parameter value the node refuses; the node exits with a clear message."""
+from robot_rl.config_fields import ParameterError, closest_name, coerce_to_default, settings_of
 
 
 @dataclass(frozen=True)
@@ -84,28 +79,8 @@ def params_from_dataclass(cls: type, exclude: Sequence[str] = (),
 
 
 def coerce_value(param: Param, value: Any) -> Any:
-    """`value` as the type of `param`'s default: an integer where a float is declared becomes a
-    float (`sync_updates_per_step=0`); any other mismatch raises ParameterError naming the
-    parameter, the value and the type expected."""
-    default = param.default
-    if isinstance(default, (list, tuple)):  # tuples: the defaults of config dataclasses
-        if not isinstance(value, (list, tuple)):
-            raise ParameterError(f"parameter {param.name!r}={value!r}: expected a list")
-        if not default:
-            return type(default)(value)
-        element = Param(param.name, default[0], param.description)
-        return type(default)(coerce_value(element, v) for v in value)
-    if isinstance(default, bool) or isinstance(value, bool):
-        ok = isinstance(default, bool) and isinstance(value, bool)
-    elif isinstance(default, float):
-        ok = isinstance(value, (int, float))
-        value = float(value) if ok else value
-    else:
-        ok = isinstance(value, type(default))
-    if not ok:
-        raise ParameterError(f"parameter {param.name!r}={value!r} ({type(value).__name__}): expected "
-                             f"{type(default).__name__}, like its default {default!r}")
-    return value
+    """`value` as the type of `param`'s default (see `config_fields.coerce_to_default`)."""
+    return coerce_to_default(param.name, param.default, value)
 
 
 def check_bounds(param: Param, value: Any) -> None:
@@ -114,12 +89,6 @@ def check_bounds(param: Param, value: Any) -> None:
         raise ParameterError(f"parameter {param.name!r}={value!r} is outside its range [{param.low}, {param.high}]")
     if param.choices is not None and value not in param.choices:
         raise ParameterError(f"parameter {param.name!r}={value!r} is not one of {list(param.choices)}")
-
-
-def closest_name(name: str, known) -> str:
-    """' (did you mean 'x'?)' for the known name closest to a mistyped one; '' when none is close."""
-    match = difflib.get_close_matches(name, list(known), n=1)
-    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 def declare_params(node: Node, params: Sequence[Param]) -> dict[str, Any]:

@@ -19,28 +19,16 @@ from typing import Iterable
 from xml.sax.saxutils import escape
 
 from robot_rl.outputs import UserError, atomic_path
+from robot_rl.robots.registry import RESET, Endpoints
 from robot_rl.ros.graph import NodeSpec
 from robot_rl.ros.node_kinds import DEPRECATED_NODE_NAMES
 
 # ---- what each node may publish and subscribe -----------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Endpoints:
-    """A node's topics and services as it names them (relative names resolve in its namespace,
-    `~/x` under its own name). `cameras` in a name stands for each of the task's cameras."""
-
-    publish: tuple[str, ...] = ()
-    subscribe: tuple[str, ...] = ()
-    serves: tuple[str, ...] = ()
-    calls: tuple[str, ...] = ()
-
-
 CAMERA_TOPICS = ("{camera}/color/image_raw", "{camera}/color/camera_info")
 ARM_STATE = ("joint_states", "arm/ee_pose", "cube/pose")
 TELEOP = ("teleop/cmd", "teleop/gripper", "teleop/engaged", "teleop/event")
-RESET = "{reset_service}"
-"""The service named by the node's `reset_service` parameter (the graph sets it)."""
 
 EVERY_NODE = Endpoints(
     publish=("/rosout", "/parameter_events", "/diagnostics"),
@@ -113,7 +101,10 @@ class DdsTopics:
 
 def node_dds_topics(spec: NodeSpec, cameras: Iterable[str]) -> DdsTopics:
     """What `spec`'s node may publish and subscribe on DDS."""
-    own, common = NODE_ENDPOINTS[spec.name], EVERY_NODE
+    own, common = NODE_ENDPOINTS.get(spec.name) or spec.kind.endpoints, EVERY_NODE
+    if own is None:
+        raise UserError(f"node {spec.name} declares no topics or services for its SROS2 permissions: give its "
+                        "NodeKind endpoints=Endpoints(...)")
 
     def names(declared: Iterable[str]) -> list[str]:
         out = []

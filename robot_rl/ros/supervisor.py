@@ -21,9 +21,13 @@ from pathlib import Path
 from robot_rl.ros.graph import NodeSpec
 from robot_rl.ros.node_kinds import crashed
 
-# Stop order: the actor first (it stops commanding the robot), the learner next (it writes
-# its final checkpoint), the robot side last.
-STOP_ORDER = ("arm_actor", "env_actor", "learner")
+STOP_ORDER = ("actor", "learner")
+"""Stop order by role: every robot's actor first (it stops commanding the robot), the learners next (they write
+their final checkpoints), the robot side and the rest last."""
+
+
+def stop_rank(kind) -> int:
+    return STOP_ORDER.index(kind.role) if kind.role in STOP_ORDER else len(STOP_ORDER)
 
 STACK_DUMP_WAIT_S = 1.0
 """Time a hung node gets to write its stacks before SIGKILL."""
@@ -191,8 +195,7 @@ class Supervisor:
         stacks to its log, see `run_node`) and then SIGKILL."""
         self.stopping = True
         codes = {}
-        rank = {name: i for i, name in enumerate(STOP_ORDER)}  # every robot's actor first, then the learner
-        order = sorted(self.nodes, key=lambda key: rank.get(self.nodes[key].spec.name, len(STOP_ORDER)))
+        order = sorted(self.nodes, key=lambda key: stop_rank(self.nodes[key].spec.kind))
         for name in order:
             node = self.nodes[name]
             if node.process.poll() is None:

@@ -1,7 +1,7 @@
 """A scripted person with a gamepad: HIL-SERL's human, for tests and benchmarks in simulation.
 
 It watches the robot state and each executed action, decides like
-`robot_rl.training.interventions.ScriptedIntervener` (take over when the policy goes off track,
+`robot_rl.teleop.scripted_human.ScriptedIntervener` (take over when the policy goes off track,
 with a probability that decays as training goes on) and expresses the decision as a gamepad's
 raw state: takeover button held, sticks deflected toward the expert's motion, gripper buttons
 pressed. The scripted human node publishes that state as a Joy message, so the teleop node,
@@ -15,7 +15,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from robot_rl.teleop.mapping import DeviceMapping, InputMapper
-from robot_rl.training.interventions import ScriptedIntervener
+from robot_rl.teleop.scripted_human import ScriptedIntervener
 
 __all__ = ["ScriptedGamepad"]
 

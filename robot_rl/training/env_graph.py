@@ -19,7 +19,7 @@ import numpy as np
 
 from robot_rl.data.dataset import save_transitions
 from robot_rl.data.episodes import EpisodeDataset
-from robot_rl.envs.canonical import AdapterConfig, EnvAdapter, make_canonical, resize_frame, seeded_reset
+from robot_rl.envs.adapter import AdapterConfig, EnvAdapter, make_canonical, resize_frame, seeded_reset
 from robot_rl.outputs import atomic_path
 from robot_rl.tasks import ENV_TASK, EnvTaskFile
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from robot_rl.data.env_recorder import EnvEpisodeRecorder
-from robot_rl.envs.canonical import CanonicalEnv
+from robot_rl.envs.adapter import CanonicalEnv
 from robot_rl.teleop.inputs import EPISODE_LABELS
 from robot_rl.teleop.person import LocalTeleop
 

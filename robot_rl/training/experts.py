@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 
 from robot_rl.data.env_recorder import EnvEpisodeRecorder
-from robot_rl.envs.canonical import CanonicalEnv, seeded_reset
+from robot_rl.envs.adapter import CanonicalEnv, seeded_reset
 
 ATTEMPTS_PER_EPISODE = 5
 """Keeping only successful episodes, recording stops with an error after this many attempts per episode asked for."""

@@ -2,7 +2,7 @@
 
 For algorithm benchmarking (`robot-rl train --env <id>`) and the pixel pick-cube benchmark.
 The agent is the same `SAC` / `Policy` the learner and actor nodes run. The environment is seen
-through its `EnvAdapter` (`robot_rl.envs.canonical`: any (nested) Dict of state vectors and
+through its `EnvAdapter` (`robot_rl.envs.adapter`: any (nested) Dict of state vectors and
 camera images, actions in the environment's own ranges, success under the usual info keys), so
 the agent gets either
 
@@ -38,11 +38,11 @@ from robot_rl.agents.sac import SAC, SACConfig
 from robot_rl.data.frames import FrameReplayBuffer
 from robot_rl.data.replay import ReplayBuffer
 from robot_rl.device import resolve_device
-from robot_rl.envs.canonical import AdapterConfig, CanonicalEnv, EnvAdapter, make_canonical, resize_frame
+from robot_rl.envs.adapter import AdapterConfig, CanonicalEnv, EnvAdapter, make_canonical, resize_frame
 from robot_rl.rewards.env_reward import LearnedRewardConfig, learned_reward_env
 from robot_rl.training.env_session import Pacer
 from robot_rl.training.evaluate import evaluate_policy
-from robot_rl.training.interventions import InterventionConfig, ScriptedIntervener
+from robot_rl.teleop.scripted_human import InterventionConfig, ScriptedIntervener
 from robot_rl.training.off_policy import OffPolicyCore
 from robot_rl.transport.layout import transition_layout
 
@@ -116,7 +116,7 @@ class GymTrainConfig:
     compete for cores stall each other: with 2 threads a paced run on a loaded 2-core machine ran
     ten times slower than with 1 (the actor nodes' `torch_threads` is 1 for the same reason)."""
     adapter: AdapterConfig = field(default_factory=AdapterConfig)
-    """How the environment's observations, actions and success map to the agent's (robot_rl.envs.canonical)."""
+    """How the environment's observations, actions and success map to the agent's (robot_rl.envs.adapter)."""
 
 
 def make_env(config: GymTrainConfig, adapter: EnvAdapter | None = None, evaluation: bool = False) -> CanonicalEnv:

@@ -1,8 +1,9 @@
-"""The off-policy core: one SAC agent, its online and demonstration memories, and how it trains.
+"""The off-policy core: one agent (any `OffPolicyAgent`; SAC with RLPD is ours), its online and demonstration
+memories, and how it trains.
 
 Every SAC trainer runs through this class: the learner node's core (`training/learner.py`, which
-`training/local.py` also drives in one process), the Gymnasium loop (`training/gym_loop.py`) and the
-car trainer (`training/car_race.py`). They differ only in how transitions reach it (payloads from
+`training/in_process.py` also drives in one process), the Gymnasium loop (`training/gym_loop.py`) and the
+car trainer (`robots/car/train.py`). They differ only in how transitions reach it (payloads from
 actors, environment steps) and in configuration:
 
 * Storage: every transition goes to the online memory; a person's corrections (`intervention`
@@ -35,7 +36,7 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 import torch
 
-from robot_rl.agents.sac import SAC
+from robot_rl.agents.policy import Policy
 from robot_rl.data.frames import FrameReplayBuffer
 from robot_rl.data.replay import MixedSampler
 from robot_rl.outputs import TEMP_PREFIX, atomic_path
@@ -51,8 +52,35 @@ class Memory(Protocol):
     def sample(self, count: int, rng: np.random.Generator) -> dict[str, np.ndarray]: ...
 
 
+class OffPolicyAgent(Protocol):
+    """What the core needs of an agent (`agents/sac.py: SAC` is one): updates from batches, a deployable policy,
+    state for checkpoints. An agent that implements it trains through every loop built on the core."""
+
+    device: torch.device
+    obs_dim: int
+    """Values per stored observation: the state vector, or a frozen encoder's features."""
+    num_updates: int
+    policy: Policy
+    """The deployable policy (what actors run); its network's encoder is the frozen one whose features the
+    memories store, if any."""
+
+    @property
+    def batch_rows(self) -> int:
+        """Transitions one `update` consumes."""
+
+    @property
+    def trains_encoder(self) -> bool:
+        """Whether the agent trains an image encoder on the frames themselves (memories then keep frames)."""
+
+    def update(self, batch: Mapping[str, Any]) -> dict[str, float]:
+        """One update on `batch_rows` transitions as tensors on `device`; increments `num_updates`."""
+
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: Mapping) -> None: ...
+
+
 class OffPolicyCore:
-    def __init__(self, agent: SAC, make_memory: Callable[[], Memory], rng: np.random.Generator, *,
+    def __init__(self, agent: OffPolicyAgent, make_memory: Callable[[], Memory], rng: np.random.Generator, *,
                  demo_fraction: float = 0.5, warmup: int = 256, max_update_ratio: float = 0.0,
                  updates_from: str = "start", feature_views: int = 1, feature_jitter: float = 0.0):
         """`make_memory` builds one empty replay memory (called twice: online and demonstrations);
@@ -63,8 +91,8 @@ class OffPolicyCore:
         if feature_views < 1 or feature_jitter < 0:
             raise ValueError(f"need feature_views >= 1 and feature_jitter >= 0, got {feature_views} and "
                              f"{feature_jitter}")
-        if feature_views > 1 and (agent.encoder is not None or agent.policy.network.encoder is None):
-            learns = "trains its encoder" if agent.encoder is not None else "learns from state vectors"
+        if feature_views > 1 and (agent.trains_encoder or agent.policy.network.encoder is None):
+            learns = "trains its encoder" if agent.trains_encoder else "learns from state vectors"
             raise ValueError(f"feature_views={feature_views} needs a frozen image encoder's features (what the "
                              f"memories store); this agent {learns}")
         self.feature_views, self.feature_jitter = feature_views, feature_jitter
@@ -145,9 +173,8 @@ class OffPolicyCore:
     # ---- training -----------------------------------------------------------------------------
 
     def batch(self) -> dict[str, Any]:
-        """A mixed batch of utd_ratio * batch_size transitions as tensors on the training device."""
-        sac = self.agent.config
-        raw = self.sampler.sample(sac.utd_ratio * sac.batch_size, self.rng)
+        """A mixed batch of the agent's `batch_rows` transitions as tensors on the training device."""
+        raw = self.sampler.sample(self.agent.batch_rows, self.rng)
         to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(self.device, non_blocking=True)  # noqa: E731
         if isinstance(self.online, FrameReplayBuffer):
             keys = (*self.online.frame_shapes, "state")
@@ -165,7 +192,7 @@ class OffPolicyCore:
         return rows[np.arange(len(rows)), self.rng.integers(self.feature_views, size=len(rows))]
 
     def update(self) -> dict[str, float]:
-        """One agent update (utd_ratio critic steps and one actor step) on a fresh batch."""
+        """One agent update (SAC: utd_ratio critic steps and one actor step) on a fresh batch."""
         return self.agent.update(self.batch())
 
     def _counted_transitions(self) -> int:

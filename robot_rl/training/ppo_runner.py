@@ -4,7 +4,7 @@ The env has ``num_envs``, ``num_actions``, ``reset() -> (obs, extras)`` and
 ``step(actions) -> (obs, reward, terminated, truncated, extras)`` with torch tensors, ``obs`` a dict
 with ``"policy"`` and optionally ``"critic"`` (privileged; the critic sees the policy obs without
 it), finished sub-environments reset inside ``step``. ``extras["log"]`` (scalars) is averaged into
-the iteration's statistics. So :class:`~robot_rl.envs.quad_juggle_vec.QuadJuggleVecEnv` and an
+the iteration's statistics. So :class:`~robot_rl.robots.quad.vec_env.QuadJuggleVecEnv` and an
 Isaac Lab ``ManagerBasedRLEnv`` / ``DirectRLEnv`` task plug in alike.
 """
 

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from robot_rl.agents.encoders import EncoderConfig, ImageEncoder, save_pretrained
 from robot_rl.agents.sac import native_bf16
-from robot_rl.envs.canonical import AdapterConfig, make_canonical
+from robot_rl.envs.adapter import AdapterConfig, make_canonical
 
 # The arm task's privileged targets read from the simulator state, in this order (metres; flags 0/1).
 ARM_TARGET_NAMES = ("cube_x", "cube_y", "cube_z", "ee_x", "ee_y", "ee_z", "offset_x", "offset_y", "offset_z",
@@ -150,7 +150,7 @@ def random_action_frames(config: PretrainConfig, count: int, seed: int,
     """Frames of `config.env_id` under uniformly random actions (each held `action_hold_steps`) in episodes of at
     most `episode_steps`, reset with `seeded_reset` (environments that draw scenes from NumPy's global state
     too), and the bodies' positions behind each frame."""
-    from robot_rl.envs.canonical import seeded_reset
+    from robot_rl.envs.adapter import seeded_reset
 
     env = make_canonical(config.env_id, config.env_kwargs, config.adapter, normalize=False)
     try:
