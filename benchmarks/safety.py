@@ -34,7 +34,7 @@ Metrics:
   per topic, summed; ``fuzz_dropped``: messages that never reached the node's callback (its
   `rx_<input>` count), which would make the former inconclusive.
 * Quadrotor fuzz (`robot_rl.nodes.quadrotor`, hardware `px4_quad`, `auto_arm`): the node flies a
-  fake PX4 (`robot_rl.hardware.fake_autopilot`, pymavlink on 127.0.0.1: heartbeats, COMMAND_ACKs,
+  fake PX4 (`robot_rl.robots.quad.fake_autopilot`, pymavlink on 127.0.0.1: heartbeats, COMMAND_ACKs,
   OFFBOARD/arm/land, as in the quadrotor tests) with fake odometry and a 20 Hz actor; N messages
   into quad/cmd_ctbr, quad/odom and ball/pose (also nonzero lateral thrust, implausible positions,
   zero ball orientations). Every SET_ATTITUDE_TARGET the fake

@@ -243,7 +243,7 @@ def fuzz_arm(b: ArmBench, proc, n: int, seed: int) -> dict:
 
 
 def run_arm(quick: bool, n_fuzz: int, tmp: Path) -> dict:
-    from robot_rl.hardware.arm_config import load_hardware
+    from robot_rl.robots.arm.hardware_config import load_hardware
 
     hw = load_hardware(HARDWARE)
     params = {"hardware": HARDWARE, "control_hz": CONTROL_HZ, "command_timeout_s": COMMAND_TIMEOUT_S,

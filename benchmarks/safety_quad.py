@@ -1,5 +1,5 @@
 """The safety benchmark's quadrotor part: `robot_rl.nodes.quadrotor` (hardware `px4_quad`, `auto_arm`)
-as its own process, flying the fake PX4 of `robot_rl.hardware.fake_autopilot` with fake odometry and a
+as its own process, flying the fake PX4 of `robot_rl.robots.quad.fake_autopilot` with fake odometry and a
 20 Hz actor, fuzzed on quad/cmd_ctbr, quad/odom and ball/pose; every SET_ATTITUDE_TARGET the fake
 receives must be finite, thrust in [0, 1] (at most that of the YAML's max thrust) and FRD rates within
 the YAML's max_rate."""
@@ -16,9 +16,9 @@ from safety_harness import (
     FUTURE_TOLERANCE_S, MAX_COMMAND_AGE_S, Bench, deep, fuzz_inputs, log, start_node_under_test, stop_node_under_test,
 )
 
-from robot_rl.hardware.fake_autopilot import FakeAutopilot, free_udp_port
-from robot_rl.hardware.quad_links.config import load_quad_hardware
-from robot_rl.hardware.quad_links.mavlink import flu_to_frd, px4_thrust
+from robot_rl.robots.quad.fake_autopilot import FakeAutopilot, free_udp_port
+from robot_rl.robots.quad.links.config import load_quad_hardware
+from robot_rl.robots.quad.links.mavlink import flu_to_frd, px4_thrust
 from robot_rl.ros.messages import ns_to_stamp
 
 QUAD_HARDWARE = "px4_quad"

@@ -27,7 +27,7 @@ class SimBench(Bench):
         from sensor_msgs.msg import JointState
         from std_msgs.msg import Float32
 
-        from robot_rl.envs.arm_sim import ArmSimConfig
+        from robot_rl.robots.arm.sim import ArmSimConfig
         from robot_rl.ros import qos
 
         cfg = ArmSimConfig()

@@ -133,11 +133,13 @@ def test_no_file_over_600_lines(folder):
 
 SAME_CONCEPT = {
     "learner.py": "the learner: its core (training/) and its node (nodes/)",
-    "arm_sim.py": "the simulated arm: the simulation (envs/) and its node (nodes/)",
+    "arm_sim.py": "the simulated arm: its node (nodes/) and the old path of its simulation (envs/), a deprecation "
+                  "shim until 0.2.0",
     "graph.py": "the node graph: its spec (ros/) and the commands that start it (cli/)",
     "car_race.py": "the car race task: its benchmark, and the old paths of its environment (envs/) and training loop "
                    "(training/), kept as deprecation shims until 0.2.0",
-    "pick_cube.py": "the pick-cube task: its environment (envs/) and its benchmark",
+    "pick_cube.py": "the pick-cube task: its benchmark and the old path of its environment (envs/), a deprecation "
+                    "shim until 0.2.0",
     "safety.py": "hardware safety: the safety gate (hardware/) and its benchmark",
     "env_graph.py": "any environment as a robot in the graph: its run's preparation (training/) and its benchmark",
     "scripted_human.py": "HIL-SERL's scripted human: when it takes over (teleop/) and its node (nodes/)",

@@ -1,4 +1,4 @@
-"""Tests of the simulated arm pick/lift task (robot_rl.envs.arm_sim, robot_rl.control.osc)."""
+"""Tests of the simulated arm pick/lift task (robot_rl.robots.arm.sim, robot_rl.robots.arm.control)."""
 
 import os
 
@@ -12,9 +12,9 @@ import pytest  # noqa: E402
 from gymnasium.utils.env_checker import check_env  # noqa: E402
 
 import robot_rl.envs  # noqa: E402,F401  (registers robot_rl/ArmLift-v0)
-from robot_rl.control.osc import TOP_DOWN_QUAT, quat_error  # noqa: E402
-from robot_rl.envs.arm_lift import ArmLiftEnv  # noqa: E402
-from robot_rl.envs.arm_sim import (  # noqa: E402
+from robot_rl.robots.arm.control import TOP_DOWN_QUAT, quat_error  # noqa: E402
+from robot_rl.robots.arm.lift import ArmLiftEnv  # noqa: E402
+from robot_rl.robots.arm.sim import (  # noqa: E402
     CUBE_REST_Z,
     LIFT_OBS_DIM,
     ArmSim,

@@ -24,9 +24,9 @@ from std_msgs.msg import Float32, Float64MultiArray  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
 from robot_rl.ros.probe import RosProbe, start_node, stop_node  # noqa: E402
-from robot_rl.control.arm_kinematics import DHChain, dls_step  # noqa: E402
-from robot_rl.hardware.arm_adapters import CartesianTargetShaper, Measured, make_adapter  # noqa: E402
-from robot_rl.hardware.arm_config import load_hardware, parse_hardware  # noqa: E402
+from robot_rl.robots.arm.kinematics import DHChain, dls_step  # noqa: E402
+from robot_rl.robots.arm.hardware import CartesianTargetShaper, Measured, make_adapter  # noqa: E402
+from robot_rl.robots.arm.hardware_config import load_hardware, parse_hardware  # noqa: E402
 from robot_rl.ros.arm_driver_io import (  # noqa: E402
     output_msg, output_violations, parse_command, parse_ee_pose, parse_gripper, parse_joint_states,
 )

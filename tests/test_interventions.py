@@ -7,7 +7,7 @@ os.environ.setdefault("MUJOCO_GL", "osmesa")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from robot_rl.envs.arm_sim import ArmSim  # noqa: E402
+from robot_rl.robots.arm.sim import ArmSim  # noqa: E402
 from robot_rl.tasks import get_task  # noqa: E402
 from robot_rl.teleop.scripted_human import InterventionConfig, ScriptedIntervener  # noqa: E402
 

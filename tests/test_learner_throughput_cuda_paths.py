@@ -1,11 +1,12 @@
 """benchmarks/learner_throughput.py's CUDA paths, what of them runs on CPU: the ratio withheld while a peer is
 missing, the replay memory sampled on the device, the LeanRL-style reference's update, a contender's failure
 recorded without ending the run, SAC.update_on_device and its static graph inputs, and a CPU dry run of the
-script. The tests that need a GPU run where torch sees one."""
+GPU machine's script. The tests that need a GPU run where torch sees one."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -136,14 +137,15 @@ def test_a_failing_contender_is_recorded_and_the_others_are_measured():
     assert errors == {"broken": "RuntimeError: compile failed"}
 
 
-def test_a_cpu_dry_run_writes_its_json(tmp_path):
-    out = tmp_path / "learner.json"
-    done = subprocess.run([sys.executable, str(BENCHMARKS / "learner_throughput.py"), "--device", "cpu", "--seconds",
-                           "0.05", "--no-compile", "--no-ppo", "--out", str(out)], capture_output=True, text=True,
-                          timeout=400)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(out.read_text())
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == result
+def test_the_gpu_runs_script_dry_on_cpu_runs_every_part_and_writes_its_json(tmp_path):
+    """benchmarks/gpu_run.sh --dry-run: every step the GPU machine takes, with tiny sizes on CPU (the one place
+    CI runs it)."""
+    done = subprocess.run(["bash", str(BENCHMARKS / "gpu_run.sh"), str(tmp_path), "--dry-run"], capture_output=True,
+                          text=True, timeout=900, cwd=BENCHMARKS.parent, env={**os.environ, "PYTHON": sys.executable})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    parts = [json.loads(line) for line in (tmp_path / "parts.jsonl").read_text().splitlines()]
+    assert [(p["part"], p["exit"]) for p in parts] == [("learner", 0), ("juggle", 0), ("train", 0)]
+    result = json.loads((tmp_path / "learner_throughput.json").read_text())
     assert result["device_type"] == "cpu" and result["torch"] == torch.__version__ and result["compile"] is False
     assert result["ppo"] == "skipped (--no-ppo)"
     for critics in (2, 10):
@@ -155,6 +157,8 @@ def test_a_cpu_dry_run_writes_its_json(tmp_path):
         assert all("error" in peers[name] for name in missing)
         assert result[f"ratio_vs_present_peers_{critics}"] > 0
     assert result["updates_per_s"] > 0 and result["pixel_updates_per_s"] > 0
+    assert json.loads((tmp_path / "juggle_throughput.json").read_text())
+    assert (tmp_path / "quad_juggle_gpu" / "card.json").exists() and (tmp_path / "machine.txt").exists()
 
 
 @needs_cuda

@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from robot_rl.agents.sac import SACConfig
-from robot_rl.envs.arm_sim import ArmSim
+from robot_rl.robots.arm.sim import ArmSim
 from robot_rl.tasks import get_task
 from robot_rl.training.actor import ActorConfig, ActorCore
 from robot_rl.training.learner import LearnerConfig, LearnerCore

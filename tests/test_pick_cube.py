@@ -6,7 +6,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import robot_rl.envs  # noqa: F401
-from robot_rl.envs.pick_cube import PROPRIO_DIM, STATE_DIM, ArmPickCubeEnv
+from robot_rl.robots.arm.pick_cube import PROPRIO_DIM, STATE_DIM, ArmPickCubeEnv
 from robot_rl.envs.randomization import Randomization
 from robot_rl.tasks import get_task
 

@@ -47,6 +47,16 @@ def test_random_action_frames_come_with_the_bodies_positions_behind_them():
     np.testing.assert_array_equal(again["wrist"], frames["wrist"])
 
 
+def test_without_an_adapter_the_robot_that_owns_the_scene_renders_it_with_its_privileged_state():
+    frames, targets, names = generate(PretrainConfig(), 6, seed=1)  # the default: the arm's pick-cube scenes
+    assert set(frames) == {"front", "wrist"} and frames["front"].shape == (6, 64, 64, 3)
+    assert names[:3] == ["cube_x", "cube_y", "cube_z"] and names[-1] == "cube_grasped"
+    assert targets.shape == (6, 11) and np.isfinite(targets).all()
+    np.testing.assert_allclose(targets[:, 6:9], targets[:, 0:3] - targets[:, 3:6], atol=1e-6)  # the offset
+    with pytest.raises(ValueError, match="no robot records scripted frames of 'robot_rl/CarRace-v0'.*--env"):
+        generate(PretrainConfig(env_id="robot_rl/CarRace-v0"), 2, seed=0)
+
+
 def test_an_environment_without_mujoco_state_or_cameras_is_refused_before_rendering(tmp_path):
     sys.path.insert(0, str(TESTS))
     import dict_grip_env  # noqa: F401 - registers dict_grip_env:DictGrip-v0

@@ -122,7 +122,7 @@ def test_score_refuses_bad_frames(untrained):
 @pytest.fixture(scope="module")
 def pick_data(tmp_path_factory):
     from robot_rl.data.scripted import record_scripted_episodes
-    from robot_rl.envs.arm_sim import scripted_lift_action
+    from robot_rl.robots.arm.sim import scripted_lift_action
 
     root = tmp_path_factory.mktemp("progress")
     out = {}
@@ -213,7 +213,7 @@ def test_cli_reward_train_and_eval(pick_data, tmp_path, capsys):
 def test_progress_reward_wrapper_replaces_reward_and_termination(pick_data, tmp_path):
     import gymnasium as gym
 
-    from robot_rl.envs.arm_sim import scripted_lift_action
+    from robot_rl.robots.arm.sim import scripted_lift_action
     from robot_rl.rewards.env_reward import LearnedRewardConfig, ProgressReward, learned_reward_env
 
     model, _ = train_progress_model(progress_episodes(pick_data["train"]), ProgressModelConfig(steps=300))

@@ -6,9 +6,9 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from robot_rl.envs import ARM_PUSH_CUBE_ENV_ID
-from robot_rl.envs.arm_sim import CUBE_REST_Z, CUBE_SIZE
-from robot_rl.envs.pick_cube import PROPRIO_DIM, STATE_DIM
-from robot_rl.envs.push_cube import (PUSH_DIRECTION, PUSH_DISTANCE, ArmPushCubeEnv, push_progress, push_success,
+from robot_rl.robots.arm.sim import CUBE_REST_Z, CUBE_SIZE
+from robot_rl.robots.arm.pick_cube import PROPRIO_DIM, STATE_DIM
+from robot_rl.robots.arm.push_cube import (PUSH_DIRECTION, PUSH_DISTANCE, ArmPushCubeEnv, push_progress, push_success,
                                      scripted_push_action)
 from robot_rl.tasks import expert_for_env, task_names
 

@@ -24,15 +24,15 @@ from hypothesis import strategies as st  # noqa: E402
 from nav_msgs.msg import Odometry  # noqa: E402
 from pymavlink import mavutil  # noqa: E402
 
-from robot_rl.hardware.fake_autopilot import FakeAutopilot, free_udp_port  # noqa: E402
+from robot_rl.robots.quad.fake_autopilot import FakeAutopilot, free_udp_port  # noqa: E402
 from robot_rl.ros.probe import RosProbe, start_node, stop_node  # noqa: E402
-from robot_rl.hardware.quad_links.link import FLYING, IDLE, KILLED, LANDING, STOPPED, Geofence, LinkError  # noqa: E402
-from robot_rl.hardware.quad_links.config import load_quad_hardware, parse_quad_hardware  # noqa: E402
-from robot_rl.hardware.quad_links.crazyflie import (  # noqa: E402
+from robot_rl.robots.quad.links.link import FLYING, IDLE, KILLED, LANDING, STOPPED, Geofence, LinkError  # noqa: E402
+from robot_rl.robots.quad.links.config import load_quad_hardware, parse_quad_hardware  # noqa: E402
+from robot_rl.robots.quad.links.crazyflie import (  # noqa: E402
     CF_MANUAL_THRUST_MAX, CF_MANUAL_THRUST_MIN, CrazyflieConfig, CrazyflieLink, MotorThrustModel, crazyflie_rates_deg,
     crazyflie_thrust_percentage,
 )
-from robot_rl.hardware.quad_links.mavlink import MavlinkConfig, MavlinkLink, flu_to_frd, px4_thrust  # noqa: E402
+from robot_rl.robots.quad.links.mavlink import MavlinkConfig, MavlinkLink, flu_to_frd, px4_thrust  # noqa: E402
 from robot_rl.hardware.safety import Rejected  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

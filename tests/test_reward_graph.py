@@ -19,7 +19,7 @@ GOAL = "pick up the cube"
 @pytest.fixture(scope="module")
 def progress_model(tmp_path_factory):
     from robot_rl.data.scripted import record_scripted_episodes
-    from robot_rl.envs.arm_sim import scripted_lift_action
+    from robot_rl.robots.arm.sim import scripted_lift_action
     from robot_rl.rewards.progress import ProgressModelConfig, progress_episodes, train_progress_model
 
     root = tmp_path_factory.mktemp("reward_graph")

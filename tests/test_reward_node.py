@@ -464,7 +464,7 @@ def test_backend_loading_errors(tmp_path, monkeypatch):
 def progress_setup(tmp_path_factory):
     """A small progress model trained on 4 scripted pick-cube demonstrations, and a held-out one."""
     from robot_rl.data.scripted import record_scripted_episodes
-    from robot_rl.envs.arm_sim import scripted_lift_action
+    from robot_rl.robots.arm.sim import scripted_lift_action
     from robot_rl.rewards.progress import ProgressModelConfig, progress_episodes, train_progress_model
 
     root = tmp_path_factory.mktemp("reward_node")

@@ -152,6 +152,20 @@ def test_security_init_writes_verifiable_least_privilege_enclaves(tmp_path, caps
                     "-out", os.devnull).returncode != 0
 
 
+def test_every_node_kind_declares_its_endpoints_and_every_node_that_obeys_the_estop_may_hear_it():
+    import importlib.util
+
+    from robot_rl.ros.node_kinds import NODE_KINDS
+    from robot_rl.ros.security import NODE_ENDPOINTS
+
+    for name, kind in NODE_KINDS.items():
+        endpoints = NODE_ENDPOINTS.get(name) or kind.endpoints
+        assert endpoints is not None, f"{name} has no SROS2 endpoints"
+        source = Path(importlib.util.find_spec(kind.module).origin).read_text()
+        if "SimEstop(" in source or "HardwareNode" in source:
+            assert "/estop" in endpoints.subscribe and "~/reset_estop" in endpoints.serves, name
+
+
 # ---- a running graph ------------------------------------------------------------------------------
 
 

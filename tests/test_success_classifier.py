@@ -14,8 +14,8 @@ from torch import nn  # noqa: E402
 
 from robot_rl.agents.encoders import EncoderConfig, ImageEncoder, save_pretrained  # noqa: E402
 from robot_rl.data.episodes import EpisodeSchema, EpisodeWriter  # noqa: E402
-from robot_rl.envs.arm_lift import ArmLiftEnv  # noqa: E402
-from robot_rl.envs.arm_sim import ArmSim, ArmSimConfig, lift_success, scripted_lift_action  # noqa: E402
+from robot_rl.robots.arm.lift import ArmLiftEnv  # noqa: E402
+from robot_rl.robots.arm.sim import ArmSim, ArmSimConfig, lift_success, scripted_lift_action  # noqa: E402
 from robot_rl.rewards.success import (  # noqa: E402
     SuccessClassifier,
     SuccessClassifierConfig,

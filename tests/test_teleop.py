@@ -705,7 +705,7 @@ def test_raw_for_inverts_the_joy_mapping():
 
 
 def test_scripted_gamepad_takes_over_through_the_joy_layout():
-    from robot_rl.envs.arm_sim import ArmSim, ArmSimConfig, scripted_lift_action
+    from robot_rl.robots.arm.sim import ArmSim, ArmSimConfig, scripted_lift_action
     from robot_rl.teleop.joy import JoyDecoder
     from robot_rl.teleop.scripted_gamepad import ScriptedGamepad
     from robot_rl.teleop.scripted_human import InterventionConfig, ScriptedIntervener

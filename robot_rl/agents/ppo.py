@@ -24,6 +24,7 @@ from torch import nn
 
 from robot_rl.agents.compiled import CompiledMethods
 from robot_rl.artifacts import load_card, load_weights, model_directory, save_card, save_weights
+from robot_rl.config_fields import setting
 
 __all__ = ["ActorCritic", "DeployedPolicy", "EmpiricalNormalization", "PPO", "PPOConfig", "RolloutStorage",
            "ValueNormalizer", "compute_gae", "deployable", "export_policy", "surrogate_loss", "value_loss"]
@@ -37,49 +38,54 @@ FORMAT_VERSION = 1
 class PPOConfig:
     """PPO hyperparameters (defaults: rsl_rl / JuggleRL-like, sized for a CPU)."""
 
-    num_steps_per_env: int = 24
+    num_steps_per_env: int = setting(24, "Steps collected per environment between updates.", low=1, high=100_000)
     """Steps collected per environment between updates."""
-    num_learning_epochs: int = 4
+    num_learning_epochs: int = setting(4, "Passes over each batch.", low=1, high=1000)
     """Passes over each batch."""
-    num_mini_batches: int = 4
+    num_mini_batches: int = setting(4, "Minibatches per pass.", low=1, high=100_000)
     """Minibatches per pass."""
-    clip_param: float = 0.2
+    clip_param: float = setting(0.2, "PPO ratio clip (and value clip).", low=1e-6, high=10.0)
     """PPO ratio clip (and value clip)."""
-    gamma: float = 0.99
+    gamma: float = setting(0.99, "Discount.", low=0.0, high=1.0)
     """Discount."""
-    lam: float = 0.95
+    lam: float = setting(0.95, "GAE lambda.", low=0.0, high=1.0)
     """GAE lambda."""
-    learning_rate: float = 5e-4
+    learning_rate: float = setting(5e-4, "Adam learning rate (initial, with the adaptive schedule).", low=1e-8,
+                                   high=1.0)
     """Adam learning rate (initial, with the adaptive schedule)."""
-    schedule: str = "adaptive"
+    schedule: str = setting("adaptive", "Learning-rate schedule: adaptive (KL-driven, rsl_rl) or fixed.",
+                            choices=("adaptive", "fixed"))
     """"adaptive": scale the learning rate to keep the KL near desired_kl (rsl_rl); "fixed"."""
-    desired_kl: float = 0.01
+    desired_kl: float = setting(0.01, "Target KL divergence per update (adaptive schedule).", low=1e-8, high=10.0)
     """Target KL divergence per update for the adaptive schedule."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = setting(1.0, "Gradient clipping norm.", low=1e-8, high=1e6)
     """Gradient clipping norm."""
-    value_loss_coef: float = 1.0
+    value_loss_coef: float = setting(1.0, "Weight of the value loss.", low=0.0, high=1000.0)
     """Weight of the value loss."""
-    entropy_coef: float = 0.0
+    entropy_coef: float = setting(0.0, "Weight of the entropy bonus.", low=0.0, high=10.0)
     """Weight of the entropy bonus (JuggleRL: 0)."""
-    use_clipped_value_loss: bool = True
+    use_clipped_value_loss: bool = setting(True, "Clip the value change around the collected values.")
     """Clip the value change around the collected values."""
-    huber_delta: float | None = 10.0
+    huber_delta: float | None = setting(10.0, "Huber loss delta of the value (0: squared error).", low=0.0, high=1e6,
+                                        unset=0.0)
     """Huber loss for the value (MAPPO); None: squared error."""
-    actor_hidden: tuple[int, ...] = (128, 128, 128)
+    actor_hidden: tuple[int, ...] = setting((128, 128, 128), "Hidden widths of the actor MLP.")
     """Hidden widths of the actor MLP."""
-    critic_hidden: tuple[int, ...] = (128, 128, 128)
+    critic_hidden: tuple[int, ...] = setting((128, 128, 128), "Hidden widths of the critic MLP.")
     """Hidden widths of the critic MLP."""
-    activation: str = "elu"
+    activation: str = setting("elu", "Hidden activation.", choices=("elu", "relu", "tanh"))
     """Hidden activation: elu, relu or tanh."""
-    init_noise_std: float = 0.5
+    init_noise_std: float = setting(0.5, "Initial action standard deviation.", low=1e-6, high=10.0)
     """Initial action standard deviation."""
-    value_normalization: bool = True
+    value_normalization: bool = setting(True, "Critic predicts normalized returns (MAPPO ValueNorm).")
     """Critic predicts normalized returns (MAPPO ValueNorm)."""
-    value_norm_beta: float = 0.995
+    value_norm_beta: float = setting(0.995, "Decay of the ValueNorm running statistics.", low=1e-6,
+                                     high=0.999999)
     """Decay of the ValueNorm running statistics."""
-    observation_normalization: bool = True
+    observation_normalization: bool = setting(True, "Normalize actor and critic inputs with running "
+                                              "statistics.")
     """Normalize actor and critic inputs with running statistics."""
-    compile: bool = False
+    compile: bool = setting(False, "torch.compile the PPO losses (false: eager, same math; no compile time).")
     """torch.compile the minibatch losses (eager fallback on a compiler failure, logged)."""
 
     def __post_init__(self) -> None:

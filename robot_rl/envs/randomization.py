@@ -1,7 +1,7 @@
 """Domain randomization: named parameter distributions with separate train and eval ranges.
 
 Robot-agnostic: this module only describes and samples parameters; each simulator applies a
-sample to its own model (the arm: :meth:`robot_rl.envs.arm_sim.ArmSim.apply_randomization`).
+sample to its own model (the arm: :meth:`robot_rl.robots.arm.sim.ArmSim.apply_randomization`).
 
 File format (YAML, or the same structure as a dict)::
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from robot_rl.config_fields import setting
 from robot_rl.control.checks import finite
 
 __all__ = ["Rejected", "SafetyConfig", "SafetyGate", "StopReason", "clamp_box", "limit_step"]
@@ -77,21 +78,27 @@ class StopReason(Enum):
 class SafetyConfig:
     """Timeouts of a `SafetyGate`, all in seconds (monotonic time)."""
 
-    command_timeout_s: float = 0.15
+    command_timeout_s: float = setting(0.15, "A command older than this no longer moves the robot (watchdog -> "
+                                       "safe output). Choose just above the command period (1.5 actor periods).",
+                                       low=0.001, high=10.0)
     """A command older than this (time since it was received) no longer moves the robot: the gate
     says STALE_COMMAND and the node sends its safe output (hold / zero / land). Choose it just
     above the command period, e.g. 1.5 periods of the actor (0.15 s at 10 Hz). Must be > 0."""
 
-    estop_heartbeat_timeout_s: float = 0.0
+    estop_heartbeat_timeout_s: float = setting(0.0, "0: /estop is an event. > 0: /estop must be republished at "
+                                               "least this often; silence trips a latched stop.", low=0.0,
+                                               high=60.0)
     """0: no heartbeat required; /estop is only an event (a `True` latches the stop).
     > 0: /estop must be (re)published at least this often; a silent /estop publisher trips a
     latched ESTOP_HEARTBEAT stop, and until a heartbeat has been heard at all the robot holds."""
 
-    state_timeout_s: float = 0.5
+    state_timeout_s: float = setting(0.5, "The robot's measured state older than this stops motion (NO_STATE) "
+                                     "and refuses activation.", low=0.0, high=60.0)
     """The robot's measured state (joint states, pose, odometry) older than this, or never
     received, gives NO_STATE. 0 disables the check (a node without a state feedback)."""
 
-    max_command_age_s: float = 0.0
+    max_command_age_s: float = setting(0.0, "Refuse commands whose header stamp is older than this on arrival "
+                                       "(counted late). 0: off.", low=0.0, high=60.0)
     """A command whose header stamp is older than this when it arrives is refused and counted as
     `late` (and `rejected`). 0 disables the check (e.g. stamps from another clock)."""
 

@@ -34,10 +34,10 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32, Float64
 from std_srvs.srv import Trigger
 
-from robot_rl.control.arm_kinematics import DHChain
+from robot_rl.robots.arm.kinematics import DHChain
 from robot_rl.control.rotations import mat_to_quat
-from robot_rl.hardware.arm_adapters import Adapter, CartesianTargetShaper, Measured, make_adapter
-from robot_rl.hardware.arm_config import load_hardware
+from robot_rl.robots.arm.hardware import Adapter, CartesianTargetShaper, Measured, make_adapter
+from robot_rl.robots.arm.hardware_config import load_hardware
 from robot_rl.hardware.safety import StopReason
 from robot_rl.ros import qos
 from robot_rl.ros.arm_driver_io import (

@@ -10,6 +10,9 @@ Clock modes:
   topics may drop a message; the actor answers a repeat by resending its command).
 - `realtime` (people in the loop): a wall-clock timer steps at the control rate with the
   latest command; a command older than `command_timeout_s` is replaced by "hold still".
+
+A true `/estop` (std_msgs/Bool) stops the arm where it is and holds it there, gripper included, whatever the commands say (the steps are
+counted as `estopped_steps`), until `~/reset_estop`, as the real arm's node does.
 """
 
 from __future__ import annotations
@@ -25,11 +28,10 @@ from geometry_msgs.msg import PoseStamped, TwistStamped
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float32
-from std_srvs.srv import Trigger
 
 from robot_rl.config_fields import config_from_params
-from robot_rl.envs.arm_sim import ArmSim, ArmSimConfig
-from robot_rl.envs.pick_cube import ArmRandomizer
+from robot_rl.robots.arm.sim import ArmSim, ArmSimConfig
+from robot_rl.robots.arm.pick_cube import ArmRandomizer
 from robot_rl.envs.randomization import Randomization
 from robot_rl.resources import package_path
 from robot_rl.ros import qos
@@ -41,9 +43,9 @@ from robot_rl.ros.node_utils import (
     declare_params,
     diagnostics,
     params_from_dataclass,
-    reset_done,
     run_node,
 )
+from robot_rl.ros.hardware_node import SimEstop
 from robot_rl.ros.sim_time import SimulatedTime
 
 PARAMS = [
@@ -85,7 +87,7 @@ class ArmSimNode(Node):
         self.gripper_fresh = False
         self.last_cmd: tuple[TwistStamped, float] | None = None  # message, wall time received
         self.counters = {"steps": 0, "resets": 0, "commands_received": 0, "rejected_commands": 0,
-                         "stale_commands": 0, "republished": 0}
+                         "stale_commands": 0, "republished": 0, "estopped_steps": 0}
 
         self.joint_pub = self.create_publisher(JointState, "joint_states", qos.SENSOR)
         self.ee_pub = self.create_publisher(PoseStamped, "arm/ee_pose", qos.SENSOR)
@@ -99,10 +101,10 @@ class ArmSimNode(Node):
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(TwistStamped, "arm/cmd", self._on_cmd, qos.COMMAND_INPUT)
         self.create_subscription(Float32, "arm/gripper", self._on_gripper, qos.COMMAND_INPUT)
-        self.create_service(Trigger, "~/reset", self._on_reset)
+        self.estop = SimEstop(self, self.counters, "the arm holds where it stopped", on_stop=self.sim.stop_here)
         self.time = SimulatedTime(self, 1.0 / p["control_hz"], p["clock_mode"] == "lockstep",
                                   p["republish_period_s"], self.counters, self._publish_observation,
-                                  self._realtime_step)
+                                  self._realtime_step, self._on_reset)
         self.create_timer(1.0, lambda: self.diag_pub.publish(diagnostics(self, dict(self.counters))))
         self.viewer_threads: list[threading.Thread] = []
         self.viewer = self._open_viewer(p["viewer"]) if p["viewer"] != "never" else None
@@ -139,7 +141,8 @@ class ArmSimNode(Node):
             self.counters["rejected_commands"] += 1
             self.get_logger().warning("rejected non-finite gripper command", throttle_duration_sec=5.0)
             return
-        self.gripper_cmd = min(max(float(msg.data), 0.0), 1.0)
+        if not self.estop.active:
+            self.gripper_cmd = min(max(float(msg.data), 0.0), 1.0)
         self.gripper_fresh = True
         self._maybe_lockstep()
 
@@ -170,6 +173,9 @@ class ArmSimNode(Node):
         self._step(cmd[0])
 
     def _step(self, twist: TwistStamped) -> None:
+        if self.estop.active:
+            self.counters["estopped_steps"] += 1
+            twist = TwistStamped()  # zero velocity: hold the current target
         action = msgs_to_action(twist, self.gripper_cmd, self.params["action_scale"], self.params["control_hz"])
         self.sim.step(action)
         self.gripper_fresh = False
@@ -211,17 +217,13 @@ class ArmSimNode(Node):
 
     # ---- reset --------------------------------------------------------------------------------
 
-    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+    def _on_reset(self) -> None:
         if self.randomization is not None:
             sample = self.randomization.sample(self.params["randomization_split"], self.rng)
             self.randomizer.apply({k: v for k, v in sample.items() if k in ArmRandomizer.SCENE_PARAMETERS})
         self.sim.reset(self.rng)
-        self.time.advance()
         self.last_cmd = None
         self.gripper_fresh = False
-        self.counters["resets"] += 1
-        self.time.publish()
-        return reset_done(response, self.time.now_ns)
 
     def close(self) -> None:
         if self.viewer is not None:

@@ -74,8 +74,7 @@ PARAMS = [
           "features; its actor drives until the learner's first policy arrives."),
     Param("checkpoints", "track:7", "track:<seed> (the simulated track's slow scripted lap) or a file with one slow "
           "demonstration lap's positions (.npy / .csv rows x, y in the odometry frame, from the start line)."),
-    Param("reach_radius", CarRaceConfig.reach_radius, "A checkpoint counts as reached within this distance [m].",
-          0.05, 20.0),
+    *params_from_dataclass(CarRaceConfig, only=("reach_radius",)),
     Param("run_dir", "runs/default", "Directory for the outbox spill and eval.json."),
     # No exploration with random actions (the pretrained actor drives), no learned rewards, no recording.
     *params_from_dataclass(ActorConfig, exclude=("random_steps", "record_episodes", "keep_idle", "episode_time_s",

@@ -32,10 +32,9 @@ from nav_msgs.msg import Odometry
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, Imu
 from std_msgs.msg import String
-from std_srvs.srv import Trigger
 
-from robot_rl.robots.car.sim import CarSim
-from robot_rl.envs.randomization import OPTIONAL_SPLITS, SPLITS, Randomization
+from robot_rl.robots.car.sim import CarRaceConfig, CarSim
+from robot_rl.envs.randomization import Randomization
 from robot_rl.robots.car.track import generate_track
 from robot_rl.hardware.cameras.frame_geometry import Intrinsics
 from robot_rl.hardware.safety import Rejected
@@ -47,7 +46,8 @@ from robot_rl.ros.car_io import CarCommand, CarPractice, PracticeEvent, imu_msg,
     practice_msg
 from robot_rl.ros.hardware_node import SimEstop
 from robot_rl.ros.messages import image_to_msg, ns_to_stamp
-from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, reset_done, run_node
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, params_from_dataclass, \
+    run_node
 from robot_rl.ros.sim_time import SimulatedTime
 
 CAMERA = "front"
@@ -60,13 +60,9 @@ PARAMS = [
           "settings) the simulated car obeys, as the real car node does."),
     Param("max_speed", 0.0, "Forward speed limit [m/s] of car/cmd_vel (0: the hardware YAML's).", 0.0, 30.0),
     Param("max_steer", 0.0, "Steering angle limit [rad] of car/cmd_vel (0: the hardware YAML's).", 0.0, 1.0),
-    Param("track_seed", 0, "Seed of the procedural track.", 0, 2**31 - 1),
-    Param("boundary", "walls", "Track boundary.", choices=["walls", "cones"]),
-    Param("image_size", 64, "Camera image height and width [px].", 16, 512),
-    Param("control_hz", 20.0, "Control rate: one step per period.", 1.0, 200.0),
-    Param("randomization", "sim/car/randomization.yaml", "Randomization file drawn at every reset ('' for the "
-          "nominal car)."),
-    Param("randomization_split", "train", "Ranges to draw from.", choices=[*SPLITS, *OPTIONAL_SPLITS]),
+    *params_from_dataclass(CarRaceConfig, only=("track_seed", "boundary", "image_size", "control_hz", "randomization",
+                                                "randomization_split"),
+                           defaults={"randomization": "sim/car/randomization.yaml"}),
     Param("command_timeout_s", 0.1, "Realtime mode: speed 0 when the last command is older.", 0.01, 10.0),
     Param("republish_period_s", 0.2, "Lockstep mode: republish the observation if no command came.", 0.01, 10.0),
     Param("seed", 0, "Random seed of the draws, the sensor noise and the recovery steering.", 0, 2**31 - 1),
@@ -109,10 +105,9 @@ class CarSimNode(Node):
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(Twist, "car/cmd_vel", self._on_cmd, qos.COMMAND_INPUT)
         self.estop = SimEstop(self, self.counters, "speed 0")
-        self.create_service(Trigger, "~/reset", self._on_reset)
         self.time = SimulatedTime(self, 1.0 / p["control_hz"], p["clock_mode"] == "lockstep",
                                   p["republish_period_s"], self.counters, self._publish_observation,
-                                  self._realtime_step)
+                                  self._realtime_step, self._on_reset)
         self.create_timer(1.0, self._publish_diagnostics)
         self._new_episode()
         self.time.publish()
@@ -207,14 +202,10 @@ class CarSimNode(Node):
         self.latency = deque([(0.0, 0.0)] * int(self.sim.params["action_latency_steps"]))
         self.steer = 0.0
 
-    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+    def _on_reset(self) -> None:
         self._new_episode()
-        self.time.advance()
         self.last_cmd = None
-        self.counters["resets"] += 1
         self._publish_practice(self.practice.reset(self.time.now_ns))
-        self.time.publish()
-        return reset_done(response, self.time.now_ns)
 
     def close(self) -> None:
         self.sim.close()

@@ -22,7 +22,6 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Vector3Stamped
 from rclpy.node import Node
 from sensor_msgs.msg import Image, JointState
-from std_srvs.srv import Trigger
 
 import robot_rl.envs  # noqa: F401 - registers ours (robot_rl/...), which an env task may name
 from robot_rl.envs.adapter import make_canonical, seeded_reset
@@ -42,7 +41,7 @@ from robot_rl.ros.env_io import (
 )
 from robot_rl.ros.hardware_node import SimEstop
 from robot_rl.ros.messages import image_to_msg, ns_to_stamp, stamp_to_ns
-from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, reset_done, run_node
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
 from robot_rl.ros.sim_time import SimulatedTime
 from robot_rl.tasks import EnvTaskFile
 
@@ -85,10 +84,9 @@ class EnvSimNode(Node):
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(JointState, COMMAND_TOPIC, self._on_cmd, qos.COMMAND_INPUT)
         self.estop = SimEstop(self, self.counters, "the environment is frozen")
-        self.create_service(Trigger, "~/reset", self._on_reset)
         self.time = SimulatedTime(self, 1.0 / self.task_file.control_hz, p["clock_mode"] == "lockstep",
                                   p["republish_period_s"], self.counters, self._publish_observation,
-                                  self._realtime_step)
+                                  self._realtime_step, self._on_reset)
         self.create_timer(1.0, lambda: self.diag_pub.publish(diagnostics(self, dict(self.counters))))
         self._reset_env()
         self.time.publish()
@@ -148,13 +146,9 @@ class EnvSimNode(Node):
         self.obs, _ = seeded_reset(self.env, int(self.rng.integers(2**31)))
         self.reward, self.success, self.end = 0.0, False, RUNNING
 
-    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+    def _on_reset(self) -> None:
         self._reset_env()
-        self.time.advance()
         self.last_cmd = None
-        self.counters["resets"] += 1
-        self.time.publish()
-        return reset_done(response, self.time.now_ns)
 
     def close(self) -> None:
         self.env.close()

@@ -28,7 +28,7 @@ from std_srvs.srv import Trigger
 from robot_rl.agents.ppo import DeployedPolicy
 from robot_rl.robots.quad.control import ctbr_from_action
 from robot_rl.robots.quad.juggling import JuggleConfig, JuggleTask
-from robot_rl.hardware.quad_links.config import load_quad_hardware
+from robot_rl.robots.quad.links.config import load_quad_hardware
 from robot_rl.hardware.safety import Rejected
 from robot_rl.resources import package_path
 from robot_rl.ros import qos

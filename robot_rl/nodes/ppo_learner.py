@@ -20,6 +20,9 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from std_msgs.msg import UInt8MultiArray
 
+from robot_rl.agents.ppo import PPOConfig
+from robot_rl.config_fields import config_from_params, settings_of
+from robot_rl.robots.quad.train import JuggleTrainConfig
 from robot_rl.ros import qos
 from robot_rl.ros.messages import bytes_to_uint8_multiarray
 from robot_rl.ros.node_utils import (
@@ -27,6 +30,7 @@ from robot_rl.ros.node_utils import (
     Param,
     ParameterError,
     declare_params,
+    params_from_dataclass,
     diagnostics,
     run_node,
     set_torch_threads,
@@ -34,14 +38,12 @@ from robot_rl.ros.node_utils import (
 from robot_rl.transport.secret import ensure_run_secret
 
 PARAMS = [
-    Param("num_envs", 2048, "Quadrotors simulated in parallel.", 1, 1_000_000),
+    *params_from_dataclass(JuggleTrainConfig, only=("num_envs", "seed", "device", "randomization"),
+                           defaults={"randomization": "sim/quad/randomization.yaml"}),
     Param("iterations", 0, "PPO iterations, then stop (0: until the graph stops).", 0, 10_000_000),
     Param("publish_every", 10, "Publish the policy every this many iterations.", 1, 100_000),
-    Param("randomization", "sim/quad/randomization.yaml", "Randomization file of the training sim."),
-    Param("device", "auto", "Torch device (auto: CUDA when present)."),
-    Param("seed", 0, "Seed of the simulation and the networks.", 0, 2**31 - 1),
-    Param("compile", True, "torch.compile the PPO losses (false: eager, same math; the first policy then comes "
-                           "without the compile's tens of seconds on a CPU)."),
+    *params_from_dataclass(PPOConfig, defaults={name: getattr(JuggleTrainConfig().ppo, name)
+                                                for name in settings_of(PPOConfig)}),
     Param("run_dir", "", "Checkpoint, exported policy, TensorBoard and the secret that signs policies ('' for none)."),
     TORCH_THREADS,
 ]
@@ -59,7 +61,6 @@ class PPOLearnerNode(Node):
         from robot_rl.device import resolve_device
         from robot_rl.robots.quad.vec_env import QuadJuggleVecEnv
         from robot_rl.resources import package_path
-        from robot_rl.robots.quad.train import JuggleTrainConfig
         from robot_rl.training.ppo_runner import OnPolicyRunner
 
         try:
@@ -68,7 +69,10 @@ class PPOLearnerNode(Node):
                                         randomization=package_path(p["randomization"]), seed=p["seed"])
         except (FileNotFoundError, ValueError) as exc:
             raise ParameterError(str(exc)) from None
-        self.ppo_config = dataclasses.replace(JuggleTrainConfig().ppo, compile=p["compile"])
+        try:
+            self.ppo_config = config_from_params(PPOConfig, p)
+        except ValueError as exc:
+            raise ParameterError(str(exc)) from None
         run_dir = Path(p["run_dir"]) if p["run_dir"] else None
         self.run_dir = run_dir
         self.key = ensure_run_secret(run_dir) if run_dir else None

@@ -24,18 +24,17 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped, TwistStamped
 from nav_msgs.msg import Odometry
 from rclpy.node import Node
-from std_srvs.srv import Trigger
 
 from robot_rl.robots.quad.control import GRAVITY
 from robot_rl.robots.quad.physics import SimPhysics
 from robot_rl.robots.quad.vec_env import JuggleCore
-from robot_rl.hardware.quad_links.config import load_quad_hardware
+from robot_rl.robots.quad.links.config import load_quad_hardware
 from robot_rl.hardware.safety import Rejected
 from robot_rl.resources import package_path
 from robot_rl.ros import qos
 from robot_rl.ros.hardware_node import SimEstop
 from robot_rl.ros.messages import stamp_to_ns
-from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, reset_done, run_node
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
 from robot_rl.ros.quad_io import parse_ctbr, state_to_msgs
 from robot_rl.ros.sim_time import SimulatedTime
 
@@ -79,10 +78,9 @@ class QuadSimNode(Node):
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(TwistStamped, "quad/cmd_ctbr", self._on_cmd, qos.COMMAND_INPUT)
         self.estop = SimEstop(self, self.counters, "motors off")
-        self.create_service(Trigger, "~/reset", self._on_reset)
         self.time = SimulatedTime(self, 1.0 / self.core.config.policy_hz, p["clock_mode"] == "lockstep",
                                   p["republish_period_s"], self.counters, self._publish_observation,
-                                  self._realtime_step)
+                                  self._realtime_step, self._on_reset)
         self.create_timer(1.0, self._publish_diagnostics)
         self.core.reset()
         self.time.publish()
@@ -139,14 +137,10 @@ class QuadSimNode(Node):
                       ball_mass=round(float(self.core.plant["ball_mass"][0]), 4))
         self.diag_pub.publish(diagnostics(self, values))
 
-    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+    def _on_reset(self) -> None:
         self.core.reset()
-        self.time.advance()
         self.last_cmd = None
-        self.counters["resets"] += 1
         self.counters["episode_hits"] = self.counters["episode_ended"] = 0
-        self.time.publish()
-        return reset_done(response, self.time.now_ns)
 
 
 def main(args=None) -> int:

@@ -55,8 +55,8 @@ from geometry_msgs.msg import PoseStamped, TwistStamped
 from nav_msgs.msg import Odometry
 from std_srvs.srv import Trigger
 
-from robot_rl.hardware.quad_links.config import load_quad_hardware, make_link
-from robot_rl.hardware.quad_links.link import FLYING, IDLE, LinkError, QuadLink
+from robot_rl.robots.quad.links.config import load_quad_hardware, make_link
+from robot_rl.robots.quad.links.link import FLYING, IDLE, LinkError, QuadLink
 from robot_rl.hardware.safety import StopReason
 from robot_rl.ros import qos
 from robot_rl.ros.hardware_node import HardwareError, HardwareNode

@@ -19,33 +19,24 @@ from rclpy.node import Node
 from sensor_msgs.msg import Joy
 from std_msgs.msg import Float32
 
-from robot_rl.envs.arm_sim import ArmSimConfig
+from robot_rl.config_fields import config_from_params
+from robot_rl.robots.arm.sim import ArmSimConfig
 from robot_rl.ros import qos
 from robot_rl.ros.arm_io import STATE_TOPICS, msgs_to_action, msgs_to_state
-from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, params_from_dataclass, \
+    run_node
 from robot_rl.tasks import get_task, task_names
 from robot_rl.teleop.mapping import load_mapping
 from robot_rl.teleop.scripted_gamepad import ScriptedGamepad
 from robot_rl.teleop.scripted_human import InterventionConfig, ScriptedIntervener
-
-_DEFAULT = InterventionConfig()
 
 PARAMS = [
     Param("task", "arm_lift", "Task whose scripted expert the person follows.", choices=task_names()),
     Param("mapping", "teleop_gamepad", "Gamepad mapping (joy section) the person's hands produce; the teleop "
           "node must read the same one."),
     Param("rate_hz", 50.0, "Rate of joy messages (joy_node's autorepeat).", 1.0, 1000.0),
-    Param("action_scale", ArmSimConfig.action_scale, "End-effector metres per step at action 1 (as the actor's).",
-          1e-4, 1.0),
-    Param("control_hz", 10.0, "The actor's control rate (as the actor's).", 0.1, 1000.0),
-    Param("takeover_prob_start", _DEFAULT.takeover_prob_start, "Probability of taking over an off-track policy at "
-          "first.", 0.0, 1.0),
-    Param("takeover_prob_end", _DEFAULT.takeover_prob_end, "That probability after decay_steps.", 0.0, 1.0),
-    Param("decay_steps", _DEFAULT.decay_steps, "Control steps over which the takeover probability decays.", 0,
-          100_000_000),
-    Param("off_track_steps", _DEFAULT.off_track_steps, "Consecutive disagreeing steps before the policy counts as "
-          "off track.", 1, 1000),
-    Param("hold_steps", _DEFAULT.hold_steps, "Steps an intervention lasts.", 1, 10_000),
+    *params_from_dataclass(ArmSimConfig, only=("action_scale", "control_hz")),
+    *params_from_dataclass(InterventionConfig),
     Param("expert_gain", 0.5, "Gain of the arm expert the person follows: below 1 it tolerates the step of "
           "reaction latency a person (scripted or not) has.", 0.05, 1.0),
     Param("label_success", False, "Press the success button when the state shows success (tasks whose "
@@ -66,8 +57,7 @@ class ScriptedHumanNode(Node):
         except ValueError as exc:
             raise ParameterError(f"scripted_human: {exc}") from None
         expert = partial(task.expert, gain=p["expert_gain"])
-        intervener = ScriptedIntervener(expert, InterventionConfig(
-            p["takeover_prob_start"], p["takeover_prob_end"], p["decay_steps"], p["off_track_steps"], p["hold_steps"]))
+        intervener = ScriptedIntervener(expert, config_from_params(InterventionConfig, p))
         # A task that ends its episodes on success needs no label (one would reach the next episode).
         success = task.success if p["label_success"] and not task.terminate_on_success else None
         self.gamepad = ScriptedGamepad(intervener, mapping, np.random.default_rng(p["seed"]), success)

@@ -32,10 +32,12 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Joy
 from std_msgs.msg import Bool, Float32, String
 
+from robot_rl.config_fields import config_from_params
 from robot_rl.hardware.safety import Rejected
 from robot_rl.ros import qos
 from robot_rl.ros.hardware_node import ESTOP_QOS
-from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, params_from_dataclass, \
+    run_node
 from robot_rl.teleop.arbitration import ArbitrationConfig, Arbitrator
 from robot_rl.teleop.devices import backend_opener
 from robot_rl.teleop.inputs import InputRejections, TeleopInput
@@ -51,12 +53,7 @@ PARAMS = [
           "/dev/input/eventN or a device name substring (empty: the mapping's evdev.name); keyboard a terminal "
           "such as /dev/pts/3 (empty: stdin). Unused for joy."),
     Param("rate_hz", 50.0, "Rate of teleop/engaged, and of teleop/cmd while engaged.", 1.0, 1000.0),
-    Param("hold_s", 0.5, "The person keeps control this long after their last deflection or gripper tap "
-          "(SERL: 0.5 s); a held takeover button hands back when let go.", 0.0, 10.0),
-    Param("silence_timeout_s", 0.5, "No input from the device for this long while engaged hands control back "
-          "(reported). For joy, joy_node's autorepeat_rate must be faster than this.", 0.02, 10.0),
-    Param("initial_gripper", -1.0, "Gripper command before the first gripper press and after each episode label "
-          "(-1 open, +1 close).", -1.0, 1.0),
+    *params_from_dataclass(ArbitrationConfig),
     Param("speed", 1.0, "Scale of the person's motion commands (lower for fine positioning with a keyboard; the "
           "engage threshold applies before it).", 0.01, 1.0),
     Param("frame_id", "world", "header.frame_id of teleop/cmd: the task's action frame."),
@@ -79,8 +76,7 @@ class TeleopNode(Node):
         self.rejections = InputRejections()
         try:
             self.mapping = load_mapping(p["mapping"] or DEFAULT_MAPPINGS[self.device], self.device)
-            self.arbitrator = Arbitrator(ArbitrationConfig(self.mapping.engage, p["hold_s"], p["silence_timeout_s"],
-                                                           p["initial_gripper"]))
+            self.arbitrator = Arbitrator(config_from_params(ArbitrationConfig, p, engage=self.mapping.engage))
             opener = None if self.device == "joy" else \
                 backend_opener(self.device, self.mapping, p["device_path"], self.rejections)
         except ValueError as exc:

@@ -38,6 +38,10 @@ class Endpoints:
 
 
 RESET = "{reset_service}"
+CAMERA_TOPICS = ("{camera}/color/image_raw", "{camera}/color/camera_info")
+"""A camera's image and calibration, as a camera node, a simulator or a robot's driver publishes them."""
+TELEOP_TOPICS = ("teleop/cmd", "teleop/gripper", "teleop/engaged", "teleop/event")
+"""What the teleop node publishes: an actor that lets a person take over subscribes to all of it."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,10 @@ class Robot:
     graph_evaluators: Mapping[str, str] = field(default_factory=dict)
     """Actor node -> evaluate(run, policy, task, episodes, seed, split, max_s) -> result dict: how a graph run's
     policy driven by that actor is judged in simulation (`robot-rl eval --policy RUN_DIR`)."""
+    encoder_scenes: Mapping[str, str] = field(default_factory=dict)
+    """Gymnasium id of one of the robot's simulations -> frames(config, count, seed, progress) -> (frames, targets,
+    target names): scripted episodes whose privileged state is the target, for `robot-rl pretrain-encoder`
+    (`training/pretrain_encoder.py`) without an adapter."""
     demonstrations: str = ""
     """record(config, task, episodes, seed, noise) -> (arrays, info): scripted demonstrations of one of the
     robot's tasks, recorded in process in its simulator configured as the graph `config` configures it."""
@@ -180,6 +188,16 @@ def shipped_policy_evaluator(card_task: str) -> Callable[..., dict] | None:
 
 def shipped_policy_tasks() -> list[str]:
     return sorted(_merged("shipped_policies"))
+
+
+def encoder_scene(env_id: str) -> Callable[..., Any] | None:
+    """The function that renders scripted pretraining frames of simulation `env_id`; None if no robot has one."""
+    reference = _merged("encoder_scenes").get(env_id)
+    return resolve(reference) if reference else None
+
+
+def encoder_scene_ids() -> list[str]:
+    return sorted(_merged("encoder_scenes"))
 
 
 def graph_evaluator(actor_node: str) -> Callable[..., dict] | None:

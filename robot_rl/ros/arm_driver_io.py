@@ -1,6 +1,6 @@
 """A real arm's driver <-> numbers: validation of its state messages and of the actor's arm/cmd and
 arm/gripper (raising `Rejected`), and the messages of each controller interface (hardware/<arm>.yaml
-`interface:`) built from, and read back into, the outputs of `robot_rl.hardware.arm_adapters`:
+`interface:`) built from, and read back into, the outputs of `robot_rl.robots.arm.hardware`:
 
 - `cartesian_pose`: geometry_msgs/PoseStamped, the target pose (position + orientation wxyz);
 - `servo_twist`: geometry_msgs/TwistStamped (MoveIt Servo `delta_twist_cmds`), linear + angular velocity;
@@ -21,8 +21,8 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from robot_rl.hardware.arm_adapters import Adapter
-from robot_rl.hardware.arm_config import ArmHardware
+from robot_rl.robots.arm.hardware import Adapter
+from robot_rl.robots.arm.hardware_config import ArmHardware
 from robot_rl.hardware.safety import Rejected, clamp_box
 
 OUTPUT_TYPES = {"cartesian_pose": PoseStamped, "servo_twist": TwistStamped, "joint_trajectory": JointTrajectory,
@@ -117,7 +117,7 @@ def gripper_msg(g: float, hw: ArmHardware) -> Float64:
 
 
 def output_msg(hw: ArmHardware, output: np.ndarray, stamp: Any) -> Any:
-    """An adapter's output (see `robot_rl.hardware.arm_adapters`) as the message of `hw.interface`."""
+    """An adapter's output (see `robot_rl.robots.arm.hardware`) as the message of `hw.interface`."""
     values = [float(x) for x in output]
     if hw.interface == "cartesian_pose":
         msg = PoseStamped()

@@ -14,10 +14,10 @@ from geometry_msgs.msg import PoseStamped, TwistStamped
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32
 
-from robot_rl.envs.arm_sim import ArmSimConfig
+from robot_rl.robots.arm.sim import ArmSimConfig
 from robot_rl.ros import qos
 from robot_rl.ros.messages import ns_to_stamp
-from robot_rl.ros.node_utils import Param
+from robot_rl.ros.node_utils import params_from_dataclass
 from robot_rl.teleop.takeover import human_action
 
 GRIPPER_JOINT = "gripper"
@@ -98,11 +98,9 @@ def msgs_to_action(twist: TwistStamped, gripper: float, action_scale: float, con
     return action
 
 
-ACTOR_PARAMS = [
-    Param("action_scale", ArmSimConfig.action_scale, "End-effector metres per step at action 1.", 1e-4, 1.0),
-    Param("control_hz", 10.0, "Control rate (timer mode) and velocity scaling.", 0.1, 1000.0),
-]
-"""The arm actor's own parameters (`ros/actor_node.py: actor_params` adds the shared ones)."""
+ACTOR_PARAMS = params_from_dataclass(ArmSimConfig, only=("action_scale", "control_hz"))
+"""The arm actor's own parameters, the simulator's settings (the velocity commands scale by both);
+`ros/actor_node.py: actor_params` adds the shared ones."""
 
 
 class ArmActorIO:

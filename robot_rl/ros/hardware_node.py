@@ -40,23 +40,17 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from std_msgs.msg import Bool
 from std_srvs.srv import Trigger
 
+from robot_rl.config_fields import config_from_params
 from robot_rl.hardware.safety import Rejected, SafetyConfig, SafetyGate, StopReason
 from robot_rl.ros import qos
 from robot_rl.ros.messages import stamp_to_ns
-from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics
+from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, params_from_dataclass
 
 __all__ = ["SAFETY_PARAMS", "HardwareError", "HardwareNode", "Rejected"]
 
 SAFETY_PARAMS = [
     Param("control_hz", 10.0, "Control loop rate: control_step runs this often while active.", 1.0, 1000.0),
-    Param("command_timeout_s", 0.15, "A command older than this no longer moves the robot (watchdog -> safe "
-          "output). Choose just above the command period (1.5 actor periods).", 0.001, 10.0),
-    Param("estop_heartbeat_timeout_s", 0.0, "0: /estop is an event. > 0: /estop must be republished at least this "
-          "often; silence trips a latched stop.", 0.0, 60.0),
-    Param("state_timeout_s", 0.5, "The robot's measured state older than this stops motion (NO_STATE) and "
-          "refuses activation.", 0.0, 60.0),
-    Param("max_command_age_s", 0.0, "Refuse commands whose header stamp is older than this on arrival "
-          "(counted late). 0: off.", 0.0, 60.0),
+    *params_from_dataclass(SafetyConfig),
     Param("stamp_future_tolerance_s", 0.1, "Refuse messages stamped further than this in the future of the "
           "node's clock.", 0.0, 60.0),
     Param("autostart", True, "Configure and activate at start-up (retrying activation while it is refused), so "
@@ -73,11 +67,11 @@ ESTOP_QOS.depth = 10
 
 class SimEstop:
     """A simulator node's latched `/estop`, as the hardware nodes obey it: a true `/estop` holds
-    the simulated robot (`active`; the node decides what holding means) until `~/reset_estop`.
-    Each new e-stop counts in `counters["estops"]`."""
+    the simulated robot (`active`; the node decides what holding means, and `on_stop` runs once as it
+    latches) until `~/reset_estop`. Each new e-stop counts in `counters["estops"]`."""
 
-    def __init__(self, node, counters: dict[str, int], effect: str):
-        self.node, self.counters, self.effect = node, counters, effect
+    def __init__(self, node, counters: dict[str, int], effect: str, on_stop: Callable[[], None] = lambda: None):
+        self.node, self.counters, self.effect, self.on_stop = node, counters, effect, on_stop
         self.active = False
         counters.setdefault("estops", 0)
         node.create_subscription(Bool, "/estop", self._on_estop, ESTOP_QOS)
@@ -87,6 +81,7 @@ class SimEstop:
         if msg.data and not self.active:
             self.active = True
             self.counters["estops"] += 1
+            self.on_stop()
             self.node.get_logger().error(f"E-STOP: {self.effect} until ~/reset_estop")
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
@@ -118,9 +113,7 @@ class HardwareNode(LifecycleNode):
         self.control_hz = float(p["control_hz"])
         self.control_period_s = 1.0 / self.control_hz
         try:
-            self.gate = SafetyGate(SafetyConfig(
-                command_timeout_s=p["command_timeout_s"], estop_heartbeat_timeout_s=p["estop_heartbeat_timeout_s"],
-                state_timeout_s=p["state_timeout_s"], max_command_age_s=p["max_command_age_s"]))
+            self.gate = SafetyGate(config_from_params(SafetyConfig, p))
         except ValueError as exc:
             raise ParameterError(str(exc)) from None
         self.lifecycle_state = "unconfigured"

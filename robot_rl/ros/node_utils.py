@@ -59,18 +59,20 @@ def set_torch_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def params_from_dataclass(cls: type, exclude: Sequence[str] = (),
-                          defaults: dict[str, Any] | None = None) -> list[Param]:
+def params_from_dataclass(cls: type, exclude: Sequence[str] = (), defaults: dict[str, Any] | None = None,
+                          only: Sequence[str] | None = None) -> list[Param]:
     """A Param for each field of config dataclass `cls` made with `robot_rl.config_fields.setting`,
     named as the field and declared by it (a None default becomes the setting's `unset` value, a
-    tuple a list), except the fields in `exclude`; `defaults` gives this node's own defaults."""
+    tuple a list), except the fields in `exclude`, or only those in `only` (a node that takes a few
+    settings of another core's config, such as the actor's `action_scale`); `defaults` gives this
+    node's own defaults."""
     defaults = defaults or {}
-    unknown = (set(exclude) | set(defaults)) - set(settings_of(cls))
+    unknown = (set(exclude) | set(defaults) | set(only or ())) - set(settings_of(cls))
     if unknown:
         raise KeyError(f"{cls.__name__} has no setting {sorted(unknown)[0]!r}")
     params = []
     for name, (field, s) in settings_of(cls).items():
-        if name in exclude:
+        if name in exclude or (only is not None and name not in only):
             continue
         default = defaults.get(name, s.unset if field.default is None else field.default)
         params.append(Param(name, list(default) if isinstance(default, tuple) else default, s.description,

@@ -23,7 +23,7 @@ from nav_msgs.msg import Odometry
 from robot_rl.control.checks import finite
 from robot_rl.control.rotations import quat_to_mat
 from robot_rl.robots.quad.juggling import JuggleState
-from robot_rl.hardware.quad_links.config import QuadHardware
+from robot_rl.robots.quad.links.config import QuadHardware
 from robot_rl.hardware.safety import Rejected, clamp_box
 from robot_rl.ros.messages import ns_to_stamp
 

@@ -19,16 +19,15 @@ from typing import Iterable
 from xml.sax.saxutils import escape
 
 from robot_rl.outputs import UserError, atomic_path
-from robot_rl.robots.registry import RESET, Endpoints
+from robot_rl.robots.registry import CAMERA_TOPICS, RESET, TELEOP_TOPICS, Endpoints
 from robot_rl.ros.graph import NodeSpec
 from robot_rl.ros.node_kinds import DEPRECATED_NODE_NAMES
 
 # ---- what each node may publish and subscribe -----------------------------------------------------
 
 
-CAMERA_TOPICS = ("{camera}/color/image_raw", "{camera}/color/camera_info")
 ARM_STATE = ("joint_states", "arm/ee_pose", "cube/pose")
-TELEOP = ("teleop/cmd", "teleop/gripper", "teleop/engaged", "teleop/event")
+TELEOP = TELEOP_TOPICS
 
 EVERY_NODE = Endpoints(
     publish=("/rosout", "/parameter_events", "/diagnostics"),
@@ -39,16 +38,11 @@ EVERY_NODE = Endpoints(
 )
 """What rclpy gives every node: logging, parameter events and services, simulated time."""
 
-# Derived from the node modules (robot_rl/nodes/) and the topic table of DESIGN.md. Hardware nodes
-# also talk to their device's driver topics, named in hardware/<device>.yaml: add those to the
-# generated permissions for a real robot.
+# The generic nodes', derived from their modules (robot_rl/nodes/) and the topic table of DESIGN.md; a robot's
+# own nodes give theirs in their NodeKind (robot_rl/robots/<robot>/__init__.py). Hardware nodes also talk to
+# their device's driver topics, named in hardware/<device>.yaml: add those to the generated permissions for a
+# real robot.
 NODE_ENDPOINTS: dict[str, Endpoints] = {
-    "arm_sim": Endpoints(publish=(*ARM_STATE, *CAMERA_TOPICS, "/clock"), subscribe=("arm/cmd", "arm/gripper"),
-                         serves=("~/reset",)),
-    "arm_actor": Endpoints(publish=("arm/cmd", "arm/gripper", "episode/event", "rl/transitions", "session/status"),
-                           subscribe=(*ARM_STATE, CAMERA_TOPICS[0], *TELEOP, "reward", "reward/done", "rl/policy",
-                                      "rl/acks"),
-                           calls=(RESET,)),
     "env_sim": Endpoints(publish=("env/state", "env/outcome", CAMERA_TOPICS[0], "/clock"),
                          subscribe=("env/cmd", "/estop"), serves=("~/reset", "~/reset_estop")),
     "env_actor": Endpoints(publish=("env/cmd", "episode/event", "rl/transitions", "session/status"),
@@ -57,28 +51,12 @@ NODE_ENDPOINTS: dict[str, Endpoints] = {
                            calls=(RESET,)),
     "learner": Endpoints(publish=("rl/acks", "rl/policy"), subscribe=("rl/transitions", "reward", "reward/done")),
     "camera": Endpoints(publish=CAMERA_TOPICS),
-    "arm": Endpoints(publish=("arm/ee_pose",), subscribe=("arm/cmd", "arm/gripper", "joint_states", "/estop"),
-                     serves=("~/reset", "~/reset_estop")),
-    "quadrotor": Endpoints(subscribe=("quad/cmd_ctbr", "quad/odom", "ball/pose", "/estop"),
-                           serves=("~/arm", "~/land", "~/reset_estop")),
     "teleop": Endpoints(publish=TELEOP, subscribe=("/estop", "joy")),
     "scripted_human": Endpoints(publish=("joy",), subscribe=(*ARM_STATE, "arm/cmd", "arm/gripper")),
     "session_view": Endpoints(subscribe=(CAMERA_TOPICS[0], "session/status", "arm/cmd", "arm/gripper", "teleop/cmd",
                                          "teleop/gripper", "joint_states", "reward")),  # the last six: its Rerun log
     "reward": Endpoints(publish=("reward", "reward/done"),
                         subscribe=("task/goal", "teleop/event", "episode/event", CAMERA_TOPICS[0])),
-    "quad_sim": Endpoints(publish=("quad/odom", "ball/pose", "/clock"), subscribe=("quad/cmd_ctbr",),
-                          serves=("~/reset",)),
-    "juggle_actor": Endpoints(publish=("quad/cmd_ctbr",), subscribe=("quad/odom", "ball/pose", "rl/policy"),
-                              calls=(RESET,)),
-    "ppo_learner": Endpoints(publish=("rl/policy",)),
-    "car_sim": Endpoints(publish=(*CAMERA_TOPICS, "car/imu", "car/odom", "car/practice", "/clock"),
-                         subscribe=("car/cmd_vel",), serves=("~/reset",)),
-    "car": Endpoints(publish=("car/odom", "car/practice", "car/imu"), subscribe=("car/cmd_vel", "/estop"),
-                     serves=("~/reset_estop",)),
-    "car_actor": Endpoints(publish=("car/cmd_vel", "rl/transitions"),
-                           subscribe=("car/practice", CAMERA_TOPICS[0], "car/imu", "car/odom", "rl/policy", "rl/acks"),
-                           calls=(RESET,)),
 }
 
 

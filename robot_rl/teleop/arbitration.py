@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from robot_rl.config_fields import setting
 from robot_rl.teleop.inputs import ACTIONS, EPISODE_LABELS, SESSION_KEYS, TeleopInput
 from robot_rl.teleop.takeover import human_action
 
@@ -77,14 +78,18 @@ class ArbitrationConfig:
 
     engage: EngageRule = field(default_factory=EngageRule)
     """When the person takes over."""
-    hold_s: float = 0.5
+    hold_s: float = setting(0.5, "The person keeps control this long after their last deflection or gripper tap "
+                            "(SERL: 0.5 s); a held takeover button hands back when let go.", low=0.0, high=10.0)
     """The person keeps control this long after they last wanted it by deflection, a gripper
     button or a toggle (SERL: 0.5 s; 0: release as soon as they let go); a held takeover button
     hands back at once."""
-    silence_timeout_s: float = 0.5
+    silence_timeout_s: float = setting(0.5, "No input from the device for this long while engaged hands control "
+                                       "back (reported). For joy, joy_node's autorepeat_rate must be faster than "
+                                       "this.", low=0.02, high=10.0)
     """No input from the device for this long while engaged hands control back. Backends repeat
     the device's state while it is connected and quiet, so only a lost device goes silent."""
-    initial_gripper: float = -1.0
+    initial_gripper: float = setting(-1.0, "Gripper command before the first gripper press and after each episode "
+                                     "label (-1 open, +1 close).", low=-1.0, high=1.0)
     """Gripper command held before the first gripper press and after each episode label (the
     robot resets with its gripper open: -1)."""
 

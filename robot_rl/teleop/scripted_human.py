@@ -17,6 +17,8 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from robot_rl.config_fields import setting
+
 __all__ = ["InterventionConfig", "ScriptedIntervener"]
 
 Expert = Callable[..., np.ndarray]
@@ -27,23 +29,28 @@ Expert = Callable[..., np.ndarray]
 class InterventionConfig:
     """When and how the scripted human takes over."""
 
-    takeover_prob_start: float = 1.0
+    takeover_prob_start: float = setting(1.0, "Probability of taking over an off-track policy at first.",
+                                         low=0.0, high=1.0)
     """Probability of taking over once the policy is off track, at the first step."""
-    takeover_prob_end: float = 0.0
+    takeover_prob_end: float = setting(0.0, "That probability after decay_steps.", low=0.0, high=1.0)
     """That probability after ``decay_steps`` steps (and from then on)."""
-    decay_steps: int = 8_000
+    decay_steps: int = setting(8_000, "Control steps over which the takeover probability decays.", low=0,
+                               high=100_000_000)
     """Steps (calls) over which the probability falls linearly from start to end; 0: always end."""
-    off_track_steps: int = 5
+    off_track_steps: int = setting(5, "Consecutive disagreeing steps before the policy counts as off track.",
+                                   low=1, high=1000)
     """Consecutive disagreeing steps after which the policy counts as off track (a person lets a
     stochastic policy wander a little: taking over at 3 left it almost no steps of its own early on,
     which slowed learning in benchmarks/hil_pick_cube.py)."""
-    hold_steps: int = 10
+    hold_steps: int = setting(10, "Steps an intervention lasts.", low=1, high=10_000)
     """Steps an intervention lasts once it starts (the expert drives throughout): one correction
     long enough to bring the arm back on track, rather than many short ones."""
-    min_cosine: float = 0.5
+    min_cosine: float = setting(0.5, "Policy motion disagrees below this cosine with the expert's.", low=-1.0,
+                                 high=1.0)
     """Policy motion disagrees when the cosine between it and the expert's motion is below this
     (a policy that does not move while the expert would disagrees too)."""
-    min_expert_motion: float = 0.2
+    min_expert_motion: float = setting(0.2, "Expert motions shorter than this mean hold still.", low=0.0,
+                                        high=2.0)
     """Expert motions shorter than this (action units) mean "hold still": the policy then
     disagrees when its motion differs from the expert's by more than this."""
     motion_dims: tuple[int, ...] = (0, 1, 2)

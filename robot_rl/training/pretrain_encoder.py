@@ -35,11 +35,7 @@ import torch.nn.functional as F
 from robot_rl.agents.encoders import EncoderConfig, ImageEncoder, save_pretrained
 from robot_rl.agents.sac import native_bf16
 from robot_rl.envs.adapter import AdapterConfig, make_canonical
-
-# The arm task's privileged targets read from the simulator state, in this order (metres; flags 0/1).
-ARM_TARGET_NAMES = ("cube_x", "cube_y", "cube_z", "ee_x", "ee_y", "ee_z", "offset_x", "offset_y", "offset_z",
-                    "gripper_opening", "cube_grasped")
-
+from robot_rl.robots.registry import encoder_scene, encoder_scene_ids
 
 @dataclass
 class PretrainConfig:
@@ -51,7 +47,8 @@ class PretrainConfig:
     than the policies' train ranges)."""
     adapter: AdapterConfig | None = None
     """Any other MuJoCo environment: how its observations are read (cameras, their size); its frames come
-    from random actions and its targets are body positions. None: our arm task, scripted frames."""
+    from random actions and its targets are body positions. None: `env_id` is a robot's simulation with scripted
+    frames of its own (a robot's `encoder_scenes`: the arm's pick-cube scenes by default)."""
     encoder: EncoderConfig = field(default_factory=lambda: EncoderConfig(cameras=("front", "wrist"), image_size=64))
     """Trunk settings; with `adapter` the cameras and their size are the environment's."""
     frames: int = 30_000
@@ -70,14 +67,6 @@ class PretrainConfig:
     seed: int = 0
 
 
-def arm_targets(state: dict) -> np.ndarray:
-    from robot_rl.envs.arm_sim import cube_grasped
-
-    cube, ee = np.asarray(state["cube_pos"]), np.asarray(state["ee_pos"])
-    return np.concatenate([cube, ee, cube - ee, np.asarray(state["gripper"]).reshape(1),
-                           [float(cube_grasped(state))]]).astype(np.float32)
-
-
 def generate(config: PretrainConfig, count: int, seed: int,
              log=None) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
     """Renders `count` observations with their state targets; returns (frames, targets, target names).
@@ -90,40 +79,12 @@ def generate(config: PretrainConfig, count: int, seed: int,
 
     if config.adapter is not None:
         return random_action_frames(config, count, seed, progress)
-    return arm_frames(config, count, seed, progress)
-
-
-def arm_frames(config: PretrainConfig, count: int, seed: int,
-               progress=lambda n: None) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
-    """Scripted/perturbed episodes of our arm task and its privileged state targets."""
-    from robot_rl.tasks import expert_for_env
-
-    expert = expert_for_env(config.env_id)
-    env = gym.make(config.env_id, **config.env_kwargs)
-    rng = np.random.default_rng(seed)
-    cameras = config.encoder.cameras
-    frames = {k: np.empty((count, *env.observation_space[k].shape), np.uint8) for k in cameras}
-    targets = np.empty((count, len(ARM_TARGET_NAMES)), np.float32)
-    n = 0
-    while n < count:
-        obs, info = env.reset(seed=int(rng.integers(2**31)))
-        done = False
-        while not done and n < count:
-            target = arm_targets(info["state"])
-            if np.abs(target[:6]).max() < 2.0:  # a diverged simulation's frame teaches nothing
-                for k in cameras:
-                    frames[k][n] = obs[k]
-                targets[n] = target
-                n += 1
-                progress(n)
-            if rng.random() < config.random_action_prob:
-                action = rng.uniform(-1, 1, 4).astype(np.float32)
-            else:
-                action = expert(info["state"], rng, config.expert_noise)
-            obs, _, terminated, truncated, info = env.step(action)
-            done = terminated or truncated
-    env.close()
-    return frames, targets, list(ARM_TARGET_NAMES)
+    scripted = encoder_scene(config.env_id)
+    if scripted is None:
+        raise ValueError(f"no robot records scripted frames of {config.env_id!r} (robots' encoder_scenes: "
+                         f"{sorted(encoder_scene_ids())}); give the environment's adapter (--env) for frames from "
+                         "random actions")
+    return scripted(config, count, seed, progress)
 
 
 def tracked_bodies(env: gym.Env) -> tuple[list[int], list[str]]:

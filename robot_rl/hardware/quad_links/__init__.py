@@ -1,4 +1,6 @@
-"""Quadrotor vehicle links without ROS, one module per concern: `base` (the `QuadLink` interface
-every link implements, its states, errors and the geofence), `mavlink` (PX4 / ArduPilot over
-pymavlink), `crazyflie` (Crazyflie over cflib) and `config` (the checked hardware/<quad>.yaml
-and the link it names). `robot_rl.nodes.quadrotor` drives a link through the interface only."""
+"""Moved to `robot_rl.robots.quad.links`; this path and its modules work, with a DeprecationWarning, until 0.2.0."""
+
+import warnings
+
+warnings.warn("robot_rl.hardware.quad_links moved to robot_rl.robots.quad.links; the old path is removed in 0.2.0",
+              DeprecationWarning, stacklevel=2)

@@ -10,7 +10,7 @@ import numpy as np
 
 def record(config: Mapping[str, Any], task, episodes: int, seed: int, noise: float) -> tuple[dict[str, np.ndarray],
                                                                                            dict[str, Any]]:
-    from robot_rl.envs.arm_sim import ArmSim, ArmSimConfig
+    from robot_rl.robots.arm.sim import ArmSim, ArmSimConfig
     from robot_rl.training.in_process import collect_demonstrations
 
     sim_params = config.get("arm_sim", {}).get("ros__parameters", {})
@@ -18,7 +18,7 @@ def record(config: Mapping[str, Any], task, episodes: int, seed: int, noise: flo
                                    if k in sim_params}, render=bool(task.cameras)))
     before_reset = None
     if sim_params.get("randomization"):  # demonstrations in the same randomized scenes as training
-        from robot_rl.envs.pick_cube import ArmRandomizer
+        from robot_rl.robots.arm.pick_cube import ArmRandomizer
         from robot_rl.envs.randomization import Randomization
         from robot_rl.resources import package_path
 

@@ -12,7 +12,7 @@ from robot_rl.tasks import State, TaskSpec
 
 
 def arm_lift() -> TaskSpec:
-    from robot_rl.envs import arm_sim
+    from robot_rl.robots.arm import sim as arm_sim
 
     return TaskSpec(
         name="arm_lift", obs_dim=arm_sim.LIFT_OBS_DIM, action_dim=4, max_episode_steps=50, control_hz=10.0,
@@ -23,7 +23,8 @@ def arm_lift() -> TaskSpec:
 
 
 def arm_pick_cube() -> TaskSpec:
-    from robot_rl.envs import arm_sim, pick_cube
+    from robot_rl.robots.arm import pick_cube
+    from robot_rl.robots.arm import sim as arm_sim
 
     # Through ROS the gripper command is not a topic of its own: the proprioception's last entry
     # is rebuilt from the gripper opening (closed when the fingers are within the cube's width).
@@ -42,6 +43,6 @@ def arm_pick_cube() -> TaskSpec:
 def push_cube_expert() -> Callable[..., np.ndarray]:
     """Push-cube is a simulation, not (yet) a task: its success needs the cube's position at the episode start
     (`cube_start`), which the ROS actor's state, rebuilt from topics, lacks."""
-    from robot_rl.envs import push_cube
+    from robot_rl.robots.arm import push_cube
 
     return partial(push_cube.scripted_push_action, gain=0.5)  # latency-tolerant, as pick-cube's

@@ -26,8 +26,9 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
+from robot_rl.config_fields import setting
+from robot_rl.envs.randomization import OPTIONAL_SPLITS, SPLITS, Randomization
 from robot_rl.robots.car.control import PracticeConfig, PracticeMonitor, Recovery
-from robot_rl.envs.randomization import Randomization
 from robot_rl.robots.car.track import LapTimer, Track, TrackConfig, extract_checkpoints, generate_track
 from robot_rl.resources import package_path
 
@@ -262,15 +263,15 @@ def pure_pursuit_action(track: Track, position: np.ndarray, yaw: float, speed: f
 class CarRaceConfig:
     """The racing task (defaults: FastRLAP's settings, scaled to a 1/10 car on a ~40 m track)."""
 
-    track_seed: int = 0
+    track_seed: int = setting(0, "Seed of the procedural track.", low=0, high=2**31 - 1)
     """Seed of the procedural track (the benchmark's held-out track is one no prior data saw)."""
     track: TrackConfig = field(default_factory=TrackConfig)
     """Distribution the track is drawn from."""
-    boundary: str = "walls"
+    boundary: str = setting("walls", "Track boundary.", choices=("walls", "cones"))
     """Track boundary: "walls" or "cones"."""
-    control_hz: float = 20.0
+    control_hz: float = setting(20.0, "Control rate: one step per period.", low=1.0, high=200.0)
     """Control rate (FastRLAP's sim: 20 Hz)."""
-    image_size: int = 64
+    image_size: int = setting(64, "Camera image height and width [px].", low=16, high=512)
     """Camera frames are (image_size, image_size, 3) uint8 (FastRLAP: 128; 64 on CPU)."""
     frame_stack: int = 3
     """Frames stacked in an observation (FastRLAP: 3)."""
@@ -283,7 +284,8 @@ class CarRaceConfig:
     """Each executed action stays within this of the previous one (FastRLAP: 0.2); None: off."""
     checkpoint_spacing: float = 3.0
     """Distance between checkpoints along the demonstration lap [m]."""
-    reach_radius: float = 1.2
+    reach_radius: float = setting(1.2, "A checkpoint counts as reached within this distance [m].", low=0.05,
+                                  high=20.0)
     """A checkpoint counts as reached within this distance [m] (FastRLAP's outdoor tracks: 3 m)."""
     crash_cost: float = 10.0
     """Reward subtracted on a crash or when stuck (FastRLAP: 10 + f(max accel))."""
@@ -295,9 +297,10 @@ class CarRaceConfig:
     """After the first reset, `reset()` recovers in place instead of teleporting to the start."""
     practice: PracticeConfig = field(default_factory=PracticeConfig)
     """Stuck and crash detection, recovery manoeuvre."""
-    randomization: str | None = str(DEFAULT_RANDOMIZATION)
+    randomization: str | None = setting(str(DEFAULT_RANDOMIZATION), "Randomization file drawn at every reset ('' "
+                                        "for the nominal car).", unset="")
     """Randomization YAML (None: nominal car, fixed start)."""
-    randomization_split: str = "train"
+    randomization_split: str = setting("train", "Ranges to draw from.", choices=(*SPLITS, *OPTIONAL_SPLITS))
     """Which ranges: "train" or "eval"."""
     render: bool = True
     """False: no camera (state-only drivers, lap timing of the expert)."""

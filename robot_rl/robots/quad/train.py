@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from robot_rl.config_fields import setting
 from robot_rl.robots.quad.juggling import JuggleConfig
 from robot_rl.robots.quad.physics import RolloutPhysics
 from robot_rl.robots.quad.vec_env import DEFAULT_RANDOMIZATION, JuggleCore
@@ -44,14 +45,14 @@ def _juggle_ppo_defaults():
 class JuggleTrainConfig:
     """A juggling training run."""
 
-    num_envs: int = 2048
+    num_envs: int = setting(2048, "Quadrotors simulated in parallel.", low=1, high=1_000_000)
     """Quadrotors simulated in parallel."""
     iterations: int = 1500
     """PPO iterations (each num_envs x ppo.num_steps_per_env environment steps)."""
     time_budget_s: float = 0.0
     """Stop after this much wall-clock time [s] (0: no limit)."""
-    seed: int = 0
-    device: str = "auto"
+    seed: int = setting(0, "Seed of the simulation and the networks.", low=0, high=2**31 - 1)
+    device: str = setting("auto", "Torch device (auto: CUDA when present).")
     """Torch device of the learner (auto: CUDA when present)."""
     physics: str = "auto"
     """Simulation back end (robot_rl.robots.quad.vec_env.PHYSICS_BACKENDS; auto: on the learner's GPU
@@ -62,7 +63,7 @@ class JuggleTrainConfig:
     eval_trials: int = 10
     eval_max_s: float = 60.0
     """Simulated length limit of the evaluation trials during training [s] (the benchmark uses 600)."""
-    randomization: str = str(DEFAULT_RANDOMIZATION)
+    randomization: str = setting(str(DEFAULT_RANDOMIZATION), "Randomization file of the training simulation.")
     hard_fraction: float = 0.0
     """Share of training plants drawn from the randomization's ``train_hard`` split (every parameter
     at the hard end of its training range at once) instead of ``train``; 0: ``train`` only."""

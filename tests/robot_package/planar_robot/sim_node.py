@@ -17,14 +17,13 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PointStamped
 from rclpy.node import Node
 from sensor_msgs.msg import Image, JointState
-from std_srvs.srv import Trigger
 
 from planar_robot import sim
 from planar_robot.topics import COMMAND_TOPIC, JOINTS, JOINTS_TOPIC, TARGET_TOPIC, command_action
 from robot_rl.ros import qos
 from robot_rl.ros.hardware_node import SimEstop
 from robot_rl.ros.messages import image_to_msg, ns_to_stamp, stamp_to_ns
-from robot_rl.ros.node_utils import Param, declare_params, diagnostics, reset_done, run_node
+from robot_rl.ros.node_utils import Param, declare_params, diagnostics, run_node
 from robot_rl.ros.sim_time import SimulatedTime
 
 PARAMS = [
@@ -53,12 +52,11 @@ class PlanarSimNode(Node):
                           if p["publish_images"] else None)
         self.create_subscription(JointState, COMMAND_TOPIC, self._on_cmd, qos.COMMAND_INPUT)
         self.estop = SimEstop(self, self.counters, "the arm holds still")
-        self.create_service(Trigger, "~/reset", self._on_reset)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_timer(1.0, lambda: self.diag_pub.publish(diagnostics(self, dict(self.counters))))
         self.time = SimulatedTime(self, 1.0 / sim.CONTROL_HZ, p["clock_mode"] == "lockstep",
                                   p["republish_period_s"], self.counters, self._publish_observation,
-                                  self._realtime_step)
+                                  self._realtime_step, self._on_reset)
         self.arm.reset(self.rng)
         self.time.publish()
 
@@ -106,13 +104,9 @@ class PlanarSimNode(Node):
         joints.position, joints.velocity = state["q"].tolist(), state["qd"].tolist()
         self.joints_pub.publish(joints)  # last: the actor takes its repeat as "my command was lost"
 
-    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+    def _on_reset(self) -> None:
         self.arm.reset(self.rng)
         self.last_cmd = None
-        self.time.advance()
-        self.counters["resets"] += 1
-        self.time.publish()
-        return reset_done(response, self.time.now_ns)
 
     def close(self) -> None:
         self.arm.close()

@@ -1,0 +1,286 @@
+"""Arm pick-cube from pixels with a sparse reward, in randomized scenes (`robot_rl/ArmPickCube-v0`).
+
+The policy sees two cameras (front, wrist) and proprioception, never the cube's pose; the
+reward is 1 when the cube is grasped and lifted (which ends the episode, as in SERL) and 0
+otherwise. Every reset draws a scene from `sim/arm/randomization.yaml` (train or eval ranges):
+cube size, mass and friction, arm damping, controller gains, lighting, colours, textures,
+camera poses, action latency and proprioceptive noise. `info["state"]` carries the true state
+for scripted experts and interventions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+from gymnasium import spaces
+
+from robot_rl.config_fields import settings_of
+from robot_rl.robots.arm.sim import LIFT_OBS_DIM, ArmSim, ArmSimConfig, lift_observation, lift_success
+from robot_rl.envs.randomization import OPTIONAL_SPLITS, SPLITS, Randomization
+from robot_rl.resources import package_path
+
+DEFAULT_RANDOMIZATION = Path("sim") / "arm" / "randomization.yaml"
+PROPRIO_DIM = 12
+"""Proprioception: EE position (3) [m], finger opening (1) [m], joint velocities (7) / 10 [rad/s],
+gripper command (1, +1 closed / -1 open; last, so the grasp critic finds it at index -1)."""
+STATE_DIM = LIFT_OBS_DIM + 1
+"""State-based variant: the privileged lift observation (`arm.lift_observation`) + the gripper
+command, last as in the proprioception (the grasp critic and the policy read it there)."""
+
+_TEXTURES = {"table_texture": ("table_top", {"plain": "table_mat", "checker": "table_checker_mat",
+                                              "speckle": "table_speckle_mat"}),
+             "floor_texture": ("floor", {"plain": "floor_mat", "gradient": "floor_gradient_mat",
+                                         "speckle": "floor_speckle_mat"})}
+_COLOURS = {"cube_rgb": ("cube_mat",), "table_rgb": ("table_mat", "table_checker_mat", "table_speckle_mat"),
+            "floor_rgb": ("floor_mat", "floor_gradient_mat", "floor_speckle_mat"), "arm_rgb": ("link_mat",)}
+
+
+def _axis_angle_quat(rotvec: np.ndarray) -> np.ndarray:
+    angle = float(np.linalg.norm(rotvec))
+    if angle < 1e-12:
+        return np.array([1.0, 0.0, 0.0, 0.0])
+    axis = rotvec / angle
+    return np.concatenate([[math.cos(angle / 2)], math.sin(angle / 2) * axis])
+
+
+class ArmRandomizer:
+    """Applies randomization samples to an ArmSim; every sample starts from the nominal model.
+
+    Scene parameters change the model; `action_latency_steps` and `observation_noise` belong to
+    whoever executes actions and reads observations (the env here).
+    """
+
+    SCENE_PARAMETERS = frozenset({"cube_size", "cube_mass", "cube_friction", "joint_damping_scale",
+                                  "controller_gain_scale", "light_diffuse_scale", "light_dir_offset", "ambient",
+                                  "front_camera_offset", "front_camera_rotation", "wrist_camera_offset",
+                                  "wrist_camera_rotation", *_TEXTURES, *_COLOURS})
+
+    def __init__(self, sim: ArmSim):
+        self.model = m = sim.model
+        self.arm_sim = sim
+        self.cube_geom, self.cube_body = m.geom("cube").id, m.body("cube").id
+        self.arm_dofs = sim._dadr
+        self.key_light = m.light("key").id
+        self.cameras = {name: m.camera(name).id for name in ("front", "wrist")}
+        self.nominal = {
+            "geom_size": m.geom_size.copy(), "body_mass": m.body_mass.copy(), "body_inertia": m.body_inertia.copy(),
+            "geom_friction": m.geom_friction.copy(),
+            "geom_rbound": m.geom_rbound.copy(), "geom_aabb": m.geom_aabb.copy(), "dof_damping": m.dof_damping.copy(),
+            "light_diffuse": m.light_diffuse.copy(), "light_dir": m.light_dir.copy(),
+            "ambient": m.vis.headlight.ambient.copy(), "mat_rgba": m.mat_rgba.copy(), "geom_matid": m.geom_matid.copy(),
+            "cam_pos": m.cam_pos.copy(), "cam_quat": m.cam_quat.copy(), "gains": sim.controller.gains,
+        }
+
+    def apply(self, sample: dict[str, Any]) -> None:
+        m, n = self.model, self.nominal
+        for name in ("geom_size", "geom_rbound", "geom_aabb", "body_mass", "body_inertia", "geom_friction", "dof_damping", "light_diffuse",
+                     "light_dir", "mat_rgba", "geom_matid", "cam_pos", "cam_quat"):
+            getattr(m, name)[:] = n[name]
+        m.vis.headlight.ambient[:] = n["ambient"]
+        self.arm_sim.controller.gains = n["gains"]
+        unknown = set(sample) - self.SCENE_PARAMETERS - {"action_latency_steps", "observation_noise"}
+        if unknown:
+            raise ValueError(f"unknown arm randomization parameters {sorted(unknown)}")
+        size = float(sample.get("cube_size", 2 * n["geom_size"][self.cube_geom][0]))
+        mass = float(sample.get("cube_mass", n["body_mass"][self.cube_body]))
+        m.geom_size[self.cube_geom] = size / 2
+        # Collision broadphase uses the bounding sphere and box: they must follow the size.
+        m.geom_rbound[self.cube_geom] = math.sqrt(3) * size / 2
+        m.geom_aabb[self.cube_geom][3:] = size / 2
+        m.body_mass[self.cube_body] = mass
+        m.body_inertia[self.cube_body] = mass * size ** 2 / 6  # solid cube
+        if "cube_friction" in sample:
+            m.geom_friction[self.cube_geom][0] = float(sample["cube_friction"])
+        m.dof_damping[self.arm_dofs] = n["dof_damping"][self.arm_dofs] * float(sample.get("joint_damping_scale", 1.0))
+        scale = float(sample.get("controller_gain_scale", 1.0))
+        self.arm_sim.controller.gains = replace(n["gains"], kp_pos=n["gains"].kp_pos * scale,
+                                                kp_rot=n["gains"].kp_rot * scale)
+        m.light_diffuse[self.key_light] = n["light_diffuse"][self.key_light] * float(sample.get("light_diffuse_scale", 1))
+        direction = n["light_dir"][self.key_light] + np.asarray(sample.get("light_dir_offset", np.zeros(3)))
+        m.light_dir[self.key_light] = direction / np.linalg.norm(direction)
+        if "ambient" in sample:
+            m.vis.headlight.ambient[:] = float(sample["ambient"])
+        for key, materials in _COLOURS.items():
+            if key in sample:
+                for material in materials:
+                    m.mat_rgba[m.material(material).id][:3] = np.asarray(sample[key])
+        for key, (geom, choices) in _TEXTURES.items():
+            if key in sample:
+                if sample[key] not in choices:
+                    raise ValueError(f"{key} must be one of {sorted(choices)}, got {sample[key]!r}")
+                m.geom_matid[m.geom(geom).id] = m.material(choices[sample[key]]).id
+        for camera, cam in self.cameras.items():
+            m.cam_pos[cam] = n["cam_pos"][cam] + np.asarray(sample.get(f"{camera}_camera_offset", np.zeros(3)))
+            jitter = _axis_angle_quat(np.asarray(sample.get(f"{camera}_camera_rotation", np.zeros(3)), float))
+            quat = np.empty(4)
+            mujoco.mju_mulQuat(quat, n["cam_quat"][cam], jitter)
+            m.cam_quat[cam] = quat
+        # Constants derived from masses (constraint softness scaling, ...) must follow them.
+        mujoco.mj_setConst(m, self.arm_sim.data)
+
+
+def proprioception(state: dict[str, np.ndarray], gripper_command: float) -> np.ndarray:
+    return np.concatenate([state["ee_pos"], np.asarray(state["gripper"]).reshape(1),
+                           np.asarray(state["joint_vel"]) / 10.0, [gripper_command]]).astype(np.float32)
+
+
+class ArmPickCubeEnv(gym.Env):
+    """Pick up the cube seen through the cameras; sparse reward; randomized scenes.
+
+    Observation: Dict(front, wrist: uint8 (S, S, 3); state: PROPRIO_DIM float32), or with
+    `observation="state"` the privileged lift observation + gripper command (`STATE_DIM`).
+    Action: Box(-1, 1, (4,)) = (dx, dy, dz, gripper: > 0 close).
+    The cube starts anywhere in a square of half-width `cube_xy_range` [m] around its nominal place,
+    at any yaw (0.15: arm_pick_cube_wide's 30 x 30 cm).
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, image_size: int = 64, randomization: str | Path | dict | bool | None = None,
+                 randomization_split: str = "train", cameras: tuple[str, ...] = ("front", "wrist"),
+                 max_episode_steps: int = 60, observation: str = "pixels", render_mode: str | None = None,
+                 cube_xy_range: float = ArmSimConfig.cube_xy_range):
+        super().__init__()
+        if observation not in ("pixels", "state"):
+            raise ValueError(f"observation must be 'pixels' or 'state', got {observation!r}")
+        if randomization_split not in SPLITS + OPTIONAL_SPLITS:
+            raise ValueError(f"randomization_split must be one of {SPLITS + OPTIONAL_SPLITS}, "
+                             f"got {randomization_split!r}")
+        if max_episode_steps < 1:
+            raise ValueError("max_episode_steps must be >= 1")
+        limits = settings_of(ArmSimConfig)["cube_xy_range"][1]  # the sim node's parameter range
+        if not limits.low <= cube_xy_range <= limits.high:
+            raise ValueError(f"cube_xy_range must be in [{limits.low}, {limits.high}] m, got {cube_xy_range}")
+        self.sim = ArmSim(ArmSimConfig(image_size=image_size, cameras=tuple(cameras), render=observation == "pixels",
+                                       cube_xy_range=cube_xy_range))
+        self.randomizer = ArmRandomizer(self.sim)
+        if randomization is False:
+            self.randomization = None
+        else:
+            source = package_path(DEFAULT_RANDOMIZATION) if randomization in (None, True) else randomization
+            self.randomization = Randomization.load(source)
+        self.split, self.cameras, self.observation = randomization_split, tuple(cameras), observation
+        self.max_episode_steps, self.render_mode = max_episode_steps, render_mode
+        proprio = spaces.Box(-np.inf, np.inf, (PROPRIO_DIM,), np.float32)
+        if observation == "pixels":
+            self.observation_space = spaces.Dict({
+                **{c: spaces.Box(0, 255, (image_size, image_size, 3), np.uint8) for c in self.cameras},
+                "state": proprio})
+        else:
+            self.observation_space = spaces.Box(-np.inf, np.inf, (STATE_DIM,), np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.sample: dict[str, Any] = {}
+        self._pending: deque[np.ndarray] = deque()
+        self._state: dict[str, np.ndarray] | None = None
+
+    @property
+    def model(self):
+        """The MuJoCo model, where Gymnasium's MuJoCo environments keep theirs."""
+        return self.sim.model
+
+    @property
+    def data(self):
+        """The MuJoCo state (`mujoco.MjData`), where Gymnasium's MuJoCo environments keep theirs."""
+        return self.sim.data
+
+    def _gripper_command(self) -> float:
+        return 1.0 if self.sim.data.ctrl[self.sim._grip_act] < 0.5 * self.sim.model.actuator_ctrlrange[
+            self.sim._grip_act][1] else -1.0
+
+    def _obs(self) -> Any:
+        state = self._state
+        if self.observation == "state":
+            vector = np.append(lift_observation(state), np.float32(self._gripper_command()))
+        else:
+            vector = proprioception(state, self._gripper_command())
+        noise = float(self.sample.get("observation_noise", 0.0))
+        if noise > 0:  # sensors are noisy; the command the robot was sent is not
+            vector[:-1] += self.np_random.normal(0.0, noise, vector.size - 1).astype(np.float32)
+        if self.observation == "state":
+            return vector
+        return {**{c: self.sim.render(c) for c in self.cameras}, "state": vector}
+
+    def _read_state(self) -> dict[str, np.ndarray]:
+        """The state dict of the simulation now (a task adds what its success needs)."""
+        return self.sim.state()
+
+    def _success(self, state: dict[str, np.ndarray]) -> bool:
+        """Whether the task is solved (reward 1, episode over)."""
+        return lift_success(state)
+
+    def _info(self) -> dict[str, Any]:
+        success = self._success(self._state)
+        return {"success": success, "is_success": success, "state": self._state}
+
+    def snapshot(self) -> dict[str, Any]:
+        """The scene and simulation now: `reset(options={"snapshot": ...})` starts an episode here
+        (VLAC's return-and-explore starts exploring from demonstration states)."""
+        if self._state is None:
+            raise RuntimeError("call reset() before snapshot()")
+        return {"sample": dict(self.sample), "sim": self.sim.snapshot(), "pending": [a.copy() for a in self._pending]}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """options={"snapshot": snapshot()}: start from that state (its scene, physics and actions
+        in flight) instead of a fresh draw; the episode's step budget starts anew."""
+        super().reset(seed=seed)
+        snapshot = (options or {}).get("snapshot")
+        if snapshot is not None:
+            self.sample = dict(snapshot["sample"])
+        else:
+            self.sample = self.randomization.sample(self.split, self.np_random) if self.randomization else {}
+        self.randomizer.apply(self.sample)
+        self.sim.reset(self.np_random)
+        latency = int(self.sample.get("action_latency_steps", 0))
+        # Until the first decision has travelled through the latency, the arm holds still, gripper open.
+        self._pending = deque([np.array([0.0, 0.0, 0.0, -1.0], np.float32)] * latency)
+        if snapshot is not None:
+            self.sim.restore(snapshot["sim"])
+            self._pending = deque(np.asarray(a, np.float32) for a in snapshot["pending"])
+        self._steps = 0
+        self._instabilities_at_reset = self._instabilities()
+        self._state = self._read_state()
+        return self._obs(), self._info()
+
+    def step(self, action):
+        if self._state is None:
+            raise RuntimeError("call reset() before step()")
+        action = np.asarray(action, np.float32)
+        if action.shape != (4,) or not np.isfinite(action).all():
+            raise ValueError(f"action must be 4 finite values, got {action}")
+        self._pending.append(action)
+        self.sim.step(self._pending.popleft())
+        self._steps += 1
+        self._state = self._read_state()
+        info = self._info()
+        terminated = bool(info["success"])
+        # MuJoCo resets a diverged simulation to its initial pose: that episode cannot go on.
+        info["sim_unstable"] = self._instabilities() > self._instabilities_at_reset
+        truncated = self._steps >= self.max_episode_steps or info["sim_unstable"]
+        return self._obs(), float(terminated), terminated, truncated, info
+
+    def _instabilities(self) -> int:
+        warnings = self.sim.data.warning
+        return sum(int(warnings[w].number) for w in (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,
+                                                      mujoco.mjtWarning.mjWARN_BADQACC))
+
+    @property
+    def state(self) -> dict[str, np.ndarray] | None:
+        return self._state
+
+    def render(self):
+        return self.sim.render("front") if self.render_mode == "rgb_array" else None
+
+    def camera_frames(self) -> dict[str, np.ndarray]:
+        """The cameras' current frames, whatever the observation mode (a learned reward watches the
+        cameras while a state-based policy acts)."""
+        return {c: self.sim.render(c) for c in self.cameras}
+
+    def close(self) -> None:
+        self.sim.close()

@@ -1,0 +1,70 @@
+"""The simulated arm node as the actor meets it (a separate process, loopback DDS, lockstep): it moves with the
+commands that answer its observations, holds still under a latched `/estop` whatever it is told, and starts a
+new episode on `~/reset`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from geometry_msgs.msg import PoseStamped, TwistStamped
+from std_msgs.msg import Bool, Float32
+from std_srvs.srv import Trigger
+
+from robot_rl.ros import qos
+from robot_rl.ros.arm_io import action_to_msgs
+from robot_rl.ros.hardware_node import ESTOP_QOS
+from robot_rl.ros.messages import stamp_to_ns
+from robot_rl.ros.probe import RosProbe, start_node, stop_node
+
+
+def test_arm_sim_moves_with_its_commands_holds_under_the_estop_and_resets(tmp_path):
+    log = tmp_path / "arm_sim.log"
+    proc, domain_id = start_node("robot_rl.nodes.arm_sim", log, "publish_images:=false", "randomization:=''")
+    probe = RosProbe(domain_id, "arm_sim_probe")
+    probe.watched = "arm_sim"
+    poses: list[PoseStamped] = []
+    probe.node.create_subscription(PoseStamped, "arm/ee_pose", poses.append, qos.SENSOR)
+    cmd = probe.node.create_publisher(TwistStamped, "arm/cmd", qos.COMMAND)
+    gripper = probe.node.create_publisher(Float32, "arm/gripper", qos.COMMAND)
+    estop = probe.node.create_publisher(Bool, "/estop", ESTOP_QOS)
+
+    def position() -> np.ndarray:
+        p = poses[-1].pose.position
+        return np.array([p.x, p.y, p.z])
+
+    def steps(action, n: int) -> None:
+        for _ in range(n):
+            answered = stamp_to_ns(poses[-1].header.stamp)
+            twist, grip = action_to_msgs(np.asarray(action, np.float32), answered, 0.03, 10.0)
+            gripper.publish(grip)  # the actor's order: the gripper, then the command that completes the step
+            cmd.publish(twist)
+            # The next observation, not a repeat of this one (lockstep republishes an unanswered one).
+            probe.wait_for(lambda: stamp_to_ns(poses[-1].header.stamp) > answered, 10, "the next observation")
+
+    try:
+        probe.wait_for(lambda: poses, 30, "the first observation")
+        start = position()
+        steps([1.0, 0.0, 0.0, -1.0], 5)
+        moved = position()
+        assert moved[0] - start[0] > 0.05  # 5 steps of up to 3 cm
+        estop.publish(Bool(data=True))
+        probe.wait_for(lambda: probe.value("estops") == 1, 10, "the e-stop")
+        steps([-1.0, 1.0, 1.0, 1.0], 5)
+        assert np.abs(position() - moved).max() < 0.005, "the arm moved under the e-stop"
+        probe.wait_for(lambda: probe.value("estopped_steps") >= 5, 10, "the held steps counted")
+        estop.publish(Bool(data=False))
+        assert probe.call(Trigger, "/arm_sim/reset_estop", Trigger.Request()).success
+        steps([0.0, 1.0, 0.0, -1.0], 3)
+        assert position()[1] - moved[1] > 0.03
+        probe.wait_for(lambda: probe.value("steps") == 13, 10, "every command answered by one step")
+        last_stamp = stamp_to_ns(poses[-1].header.stamp)
+        reply = probe.call(Trigger, "/arm_sim/reset", Trigger.Request())
+        first = json.loads(reply.message)["stamp_ns"]
+        assert reply.success and first > last_stamp  # simulated time never goes back, across resets too
+        probe.wait_for(lambda: stamp_to_ns(poses[-1].header.stamp) == first, 10, "the new episode's observation")
+        probe.wait_for(lambda: probe.value("resets") == 1, 10, "the reset counted")
+        assert probe.value("steps") == 13  # a reset is no step
+    finally:
+        probe.close()
+        stop_node(proc, log)
