@@ -20,6 +20,9 @@ class Terminal:
     def __init__(self, argv: list[str], env: dict):
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child: the command, with the terminal as stdin/stdout
+            # Ctrl-C as a terminal delivers it: a shell's background job (CI started with `&`) ignores SIGINT,
+            # which the command would inherit.
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.execvpe(argv[0], argv, env)
         self.output = bytearray()
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -160,7 +160,9 @@ def _interrupted_train(run: Path, *flags: str) -> subprocess.CompletedProcess:
     proc = subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "train", "--env", ENV_ID, *ADAPTER_FLAGS,
                              "--steps", "100000", "--set", "warmup_steps=50", "--set", "eval_every=100",
                              "--set", "eval_episodes=1", "--run-dir", str(run), *flags],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            # a shell's background job starts with SIGINT ignored; a user's terminal does not
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         for line in proc.stdout:
             if line.startswith("{"):  # the first evaluation row: training is under way
