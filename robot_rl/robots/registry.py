@@ -181,9 +181,14 @@ def expert_factories() -> dict[str, Callable[[], Any]]:
     return {env_id: _lazy(reference) for env_id, reference in _merged("experts").items()}
 
 
-def shipped_policy_evaluator(card_task: str) -> Callable[..., dict] | None:
-    reference = _merged("shipped_policies").get(card_task)
+def _resolved(attribute: str, key: str) -> Any:
+    """The object a robot's `attribute` names for `key` (its references merged over every robot); None if none."""
+    reference = _merged(attribute).get(key)
     return resolve(reference) if reference else None
+
+
+def shipped_policy_evaluator(card_task: str) -> Callable[..., dict] | None:
+    return _resolved("shipped_policies", card_task)
 
 
 def shipped_policy_tasks() -> list[str]:
@@ -192,8 +197,7 @@ def shipped_policy_tasks() -> list[str]:
 
 def encoder_scene(env_id: str) -> Callable[..., Any] | None:
     """The function that renders scripted pretraining frames of simulation `env_id`; None if no robot has one."""
-    reference = _merged("encoder_scenes").get(env_id)
-    return resolve(reference) if reference else None
+    return _resolved("encoder_scenes", env_id)
 
 
 def encoder_scene_ids() -> list[str]:
@@ -201,8 +205,7 @@ def encoder_scene_ids() -> list[str]:
 
 
 def graph_evaluator(actor_node: str) -> Callable[..., dict] | None:
-    reference = _merged("graph_evaluators").get(actor_node)
-    return resolve(reference) if reference else None
+    return _resolved("graph_evaluators", actor_node)
 
 
 def robot_of_task(task: str) -> Robot:

@@ -27,7 +27,6 @@ from robot_rl.ros.node_kinds import DEPRECATED_NODE_NAMES
 
 
 ARM_STATE = ("joint_states", "arm/ee_pose", "cube/pose")
-TELEOP = TELEOP_TOPICS
 
 EVERY_NODE = Endpoints(
     publish=("/rosout", "/parameter_events", "/diagnostics"),
@@ -46,12 +45,12 @@ NODE_ENDPOINTS: dict[str, Endpoints] = {
     "env_sim": Endpoints(publish=("env/state", "env/outcome", CAMERA_TOPICS[0], "/clock"),
                          subscribe=("env/cmd", "/estop"), serves=("~/reset", "~/reset_estop")),
     "env_actor": Endpoints(publish=("env/cmd", "episode/event", "rl/transitions", "session/status"),
-                           subscribe=("env/state", "env/outcome", CAMERA_TOPICS[0], *TELEOP, "reward", "reward/done",
-                                      "rl/policy", "rl/acks"),
+                           subscribe=("env/state", "env/outcome", CAMERA_TOPICS[0], *TELEOP_TOPICS, "reward",
+                                      "reward/done", "rl/policy", "rl/acks"),
                            calls=(RESET,)),
     "learner": Endpoints(publish=("rl/acks", "rl/policy"), subscribe=("rl/transitions", "reward", "reward/done")),
     "camera": Endpoints(publish=CAMERA_TOPICS),
-    "teleop": Endpoints(publish=TELEOP, subscribe=("/estop", "joy")),
+    "teleop": Endpoints(publish=TELEOP_TOPICS, subscribe=("/estop", "joy")),
     "scripted_human": Endpoints(publish=("joy",), subscribe=(*ARM_STATE, "arm/cmd", "arm/gripper")),
     "session_view": Endpoints(subscribe=(CAMERA_TOPICS[0], "session/status", "arm/cmd", "arm/gripper", "teleop/cmd",
                                          "teleop/gripper", "joint_states", "reward")),  # the last six: its Rerun log

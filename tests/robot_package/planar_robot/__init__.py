@@ -1,10 +1,9 @@
 """A two-link planar arm in MuJoCo with one overhead camera, reaching a target: a robot added to robot_rl from
 outside (ARCHITECTURE.md, "How to add a robot"). Everything robot_rl needs to know is this `ROBOT`."""
 
-from robot_rl.robots.registry import DEFAULT_RESTARTS, RESET, Endpoints, NodeKind, Robot
+from robot_rl.robots.registry import DEFAULT_RESTARTS, RESET, TELEOP_TOPICS, Endpoints, NodeKind, Robot
 
 STATE = ("planar/joint_states", "planar/target")
-TELEOP = ("teleop/cmd", "teleop/gripper", "teleop/engaged", "teleop/event")
 
 ROBOT = Robot(
     name="planar",
@@ -18,7 +17,8 @@ ROBOT = Robot(
         "planar_actor": NodeKind("planar_actor", "planar_robot.actor_node", critical=True, finishes_run=True,
                                  max_restarts=DEFAULT_RESTARTS, role="actor", endpoints=Endpoints(
                                      publish=("planar/cmd", "episode/event", "rl/transitions", "session/status"),
-                                     subscribe=(*STATE, *TELEOP, "reward", "reward/done", "rl/policy", "rl/acks"),
+                                     subscribe=(*STATE, *TELEOP_TOPICS, "reward", "reward/done", "rl/policy",
+                                                "rl/acks"),
                                      calls=(RESET,))),
     },
     demonstrations="planar_robot.sim:record_demonstrations",
