@@ -1,13 +1,15 @@
 """Train a robot_rl task: `ros2 launch robot_rl train.launch.py task:=arm_lift backend:=sim`.
 
 The nodes and their parameters come from the package's graph spec (robot_rl/ros/graph.py),
-the same one `robot-rl train` uses, built from config/<task>.yaml or `config:=<file>`, with the
-same restart policy: a node with restarts (learner, arm_actor, reward by default; `robot_rl.restarts`)
-is respawned after a crash (`respawn_max_retries` needs ROS 2 Iron or newer) and resumes where it
-stopped. The launch ends when the actor finishes (every robot's actor, with `actors:=N`), or when
-a critical node exits for good: on its own, or crashed past its restarts.
+the same one `robot-rl train` uses, built from config/<task>.yaml or `config:=<file>`, and every
+node's exit is decided as `robot-rl train` decides it (robot_rl/ros/exits.py): a node with restarts
+(learner, the actors, reward by default; `robot_rl.restarts`) is started again after a crash and
+resumes where it stopped; an actor that finished is left finished, also while the rest of its fleet
+runs on. The launch ends when every robot's actor has finished, or when a node the run needs is gone
+for good (exited on its own, or crashed past its restarts).
 """
 
+import sys
 import time
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from launch.actions import (
     OpaqueFunction,
     RegisterEventHandler,
     SetEnvironmentVariable,
+    TimerAction,
 )
 from launch.conditions import IfCondition
 from launch.event_handlers import OnProcessExit
@@ -32,36 +35,34 @@ from robot_rl.ros.graph import (
     config_path,
     fastdds_profile_path,
     load_config,
+    node_names,
     prepare_run,
     simulated_demos,
 )
-from robot_rl.ros.node_kinds import crashed
+from robot_rl.ros.exits import AfterExit, RunExits
+from robot_rl.ros.settings import run_length_settings
 from robot_rl.ros.supervisor import RESTART_DELAY_S
 from robot_rl.transport.secret import ensure_run_secret
 
 
-def _end_of_run(spec, finishers: set):
-    """OnProcessExit callback of a critical or run-finishing node: shuts the launch down unless
-    launch respawns the node (a crash within its restarts), or other actors of the fleet still run
-    (`finishers`: the keys of the actors not yet finished, shared by their callbacks)."""
-    crashes = 0
+def _started(spec, exits: RunExits) -> list:
+    """`spec`'s node and the handler of its exit, which asks `exits` what the exit means: a crash within
+    its restarts starts the node again (a new process, after RESTART_DELAY_S), the end of the run shuts
+    the launch down, anything else leaves the node stopped. (launch_ros's own `respawn` would restart a
+    node on any exit, an actor that finished too.)"""
+    node = Node(package="robot_rl", executable=spec.kind.executable, name=spec.name,
+                namespace=spec.namespace or None, parameters=[spec.parameters], remappings=list(spec.remaps.items()),
+                output="screen", emulate_tty=sys.stdout.isatty())
 
     def on_exit(event, context):
-        nonlocal crashes
-        code = event.returncode
-        if spec.kind.finishes_run and code == 0:
-            finishers.discard(spec.key)
-            return None if finishers else [EmitEvent(event=Shutdown(reason=f"{spec.key} finished"))]
-        if crashed(code) and crashes < spec.max_restarts:
-            crashes += 1
-            return None  # launch respawns it after respawn_delay
-        if not spec.kind.critical:
-            return None
-        # The shutdown comes within respawn_delay, so a node that exited on purpose is not respawned.
-        after = f" after {crashes} restart(s)" if crashes else ""
-        return [EmitEvent(event=Shutdown(reason=f"critical node {spec.key} exited with code {code}{after}"))]
+        decision = exits.on_exit(spec, event.returncode, stopping=context.is_shutdown)
+        if decision.after is AfterExit.RESTART:
+            return [TimerAction(period=RESTART_DELAY_S, actions=_started(spec, exits))]
+        if decision.after is AfterExit.END_RUN:
+            return [EmitEvent(event=Shutdown(reason=decision.reason))]
+        return None
 
-    return on_exit
+    return [node, RegisterEventHandler(OnProcessExit(target_action=node, on_exit=on_exit))]
 
 
 def _nodes(context, *args, **kwargs):
@@ -75,21 +76,17 @@ def _nodes(context, *args, **kwargs):
     actors = int(LaunchConfiguration("actors").perform(context))
     if actors != 1:
         config = apply_overrides(config, {"robot_rl.actors": actors})
+    steps = LaunchConfiguration("steps").perform(context)
+    if steps:
+        if not steps.isdigit():
+            raise ValueError(f"steps:={steps!r} must be a whole number of environment steps")
+        config = apply_overrides(config, run_length_settings(node_names(config, backend), steps=int(steps),
+                                                             flags={"steps": "steps:="}))
     config = prepare_run(config, run_dir, simulated_demos(config, backend))
     specs = build_graph(config, backend, run_dir, namespace)
     ensure_run_secret(run_dir)  # before any node starts: a fleet's actors read it, none makes it
-    finishers = {spec.key for spec in specs if spec.kind.finishes_run}
-    actions = []
-    for spec in specs:
-        node = Node(package="robot_rl", executable=spec.kind.executable, name=spec.name,
-                    namespace=spec.namespace or None, parameters=[spec.parameters], remappings=list(spec.remaps.items()),
-                    output="screen", emulate_tty=True, respawn=spec.max_restarts > 0, respawn_delay=RESTART_DELAY_S,
-                    respawn_max_retries=spec.max_restarts)
-        actions.append(node)
-        if spec.kind.critical or spec.kind.finishes_run:
-            actions.append(RegisterEventHandler(OnProcessExit(target_action=node,
-                                                              on_exit=_end_of_run(spec, finishers))))
-    return actions
+    exits = RunExits(specs)
+    return [action for spec in specs for action in _started(spec, exits)]
 
 
 def generate_launch_description():
@@ -103,6 +100,8 @@ def generate_launch_description():
         DeclareLaunchArgument("run_dir", default_value="", description="Checkpoints, logs and results."),
         DeclareLaunchArgument("actors", default_value="1",
                               description="Robot+actor pairs feeding the one learner (namespaced robot0..N-1)."),
+        DeclareLaunchArgument("steps", default_value="",
+                              description="Training environment steps (the actor's total_steps); empty: the config's."),
         # Simulation stays on this machine unless the user exports another range; a real robot's
         # driver may run on another computer, so backend:=real keeps the user's discovery (ROS 2's
         # default is the subnet), as `robot-rl train --backend real` does.
@@ -113,6 +112,10 @@ def generate_launch_description():
         SetEnvironmentVariable("FASTDDS_DEFAULT_PROFILES_FILE",
                                EnvironmentVariable("FASTDDS_DEFAULT_PROFILES_FILE",
                                                    default_value=str(fastdds_profile_path()))),
+        # Colour codes only on a terminal: `ros2 launch ... > run.log` gives a plain log.
+        SetEnvironmentVariable("RCUTILS_COLORIZED_OUTPUT",
+                               EnvironmentVariable("RCUTILS_COLORIZED_OUTPUT",
+                                                   default_value="1" if sys.stdout.isatty() else "0")),
         SetEnvironmentVariable("FASTDDS_BUILTIN_TRANSPORTS",
                                EnvironmentVariable("FASTDDS_BUILTIN_TRANSPORTS", default_value="LARGE_DATA")),
         OpaqueFunction(function=_nodes),

@@ -97,6 +97,11 @@ def test_two_actors_feed_one_learner_exactly_once_through_a_killed_actor(tmp_pat
     assert all(r["transitions_acked_all"] for r in robots)
     # every transition of both actors stored once: none lost, a resent batch is recognised
     assert learner["transitions_received"] == learner["online_size"] == 2 * STEPS
+    episodes = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+    assert {episode["robot"] for episode in episodes} == {"robot0", "robot1"}  # a fleet's episodes told apart
+    log = (tmp_path / "logs" / "learner.log").read_text()
+    assert log.count("waiting for the first transitions on /rl/transitions") == 1
+    assert "transitions arriving from robot0" in log and "transitions arriving from robot1" in log
     assert all(v >= 2 for v in versions.values()), versions
     # the learner's pinned snapshots (success against time is evaluated from them after a run)
     snapshots = sorted((tmp_path / "snapshots").glob("*.policy"))

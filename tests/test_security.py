@@ -152,6 +152,21 @@ def test_security_init_writes_verifiable_least_privilege_enclaves(tmp_path, caps
                     "-out", os.devnull).returncode != 0
 
 
+def test_a_namespaced_fleets_permissions_name_the_topics_its_remaps_make():
+    from robot_rl.ros.graph import build_graph, config_path, load_config
+    from robot_rl.ros.security import node_dds_topics
+
+    config = load_config(config_path("arm_lift"))
+    config["robot_rl"]["actors"] = 2
+    specs = {spec.key: spec for spec in build_graph(config, "sim", "/tmp/run", namespace="lab")}
+    sim = node_dds_topics(specs["lab/robot0/arm_sim"], ["front"])
+    assert "rt/lab/robot0/clock" in sim.publish and "rt/clock" not in sim.publish
+    actor = node_dds_topics(specs["lab/robot1/arm_actor"], ["front"])
+    assert "rt/lab/rl/transitions" in actor.publish and "rt/lab/robot1/rl/transitions" not in actor.publish
+    assert "rt/lab/robot1/clock" in actor.subscribe
+    assert "rt/lab/rl/transitions" in node_dds_topics(specs["lab/learner"], ["front"]).subscribe
+
+
 def test_every_node_kind_declares_its_endpoints_and_every_node_that_obeys_the_estop_may_hear_it():
     import importlib.util
 

@@ -64,24 +64,11 @@ def _refuse_settings_outside(nodes: list[str], settings: dict) -> None:
 
 
 def _flag_settings(args: argparse.Namespace, nodes: list[str]) -> dict:
-    """--steps, --eval-episodes and --seed as settings of the graph's nodes that declare them; a
-    flag no node of the graph uses is refused rather than dropped."""
-    from robot_rl.ros.settings import declared_params, node_using
+    """--steps, --eval-episodes and --seed as settings of the graph's nodes that declare them."""
+    from robot_rl.ros.settings import run_length_settings
 
-    out = {}
-    for flag, param, value in (("--steps", "total_steps", args.steps),
-                               ("--eval-episodes", "eval_episodes", args.eval_episodes)):
-        if value is not None:
-            node = node_using(param, nodes)
-            if node is None:
-                raise UserError(f"{flag}: no node of this graph ({', '.join(nodes)}) declares {param}")
-            out[f"{node}.{param}"] = value
-    if args.seed is not None:
-        seeded = [n for n in nodes if "seed" in declared_params(n)]
-        if not seeded:
-            raise UserError(f"--seed: no node of this graph ({', '.join(nodes)}) declares seed")
-        out.update({f"{n}.seed": args.seed for n in seeded})
-    return out
+    return run_length_settings(nodes, args.steps, args.eval_episodes, args.seed,
+                               flags={"steps": "--steps", "eval_episodes": "--eval-episodes", "seed": "--seed"})
 
 
 def _domain_id(requested: int | None) -> tuple[int, str]:

@@ -140,6 +140,10 @@ class LearnerNode(Node):
         self.last_payload: bytes | None = None
         """The policy payload last published (written beside each checkpoint)."""
         self.writer = None
+        self.actors_heard: set[str] = set()
+        if not self.core.transitions_received:  # said once: a learner started alone is waiting, not hung
+            self.get_logger().info(f"waiting for the first transitions on {self.resolve_topic_name('rl/transitions')} "
+                                   "(from the actors of this run)")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._train_loop, name="learner-train", daemon=True)
         self._thread.start()
@@ -181,6 +185,11 @@ class LearnerNode(Node):
                 self.get_logger().warning(f"rejected transition payload ({len(data)} bytes): {exc}",
                                           throttle_duration_sec=5.0)
                 continue
+            if result.actor_id not in self.actors_heard:
+                self.actors_heard.add(result.actor_id)
+                self.get_logger().info(f"transitions arriving from {result.actor_id} ({len(self.actors_heard)} "
+                                       f"actor(s) so far); updates start after {self.core.config.warmup_transitions} "
+                                       "stored")
             acks.setdefault(result.actor_id, []).append(result.seq)
             for episode in self.core.episode_stats:
                 self._log_episode(episode)

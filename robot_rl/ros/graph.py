@@ -167,6 +167,8 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
             spec = NodeSpec(name, NODE_KINDS[name], params, ns, restarts.get(name, NODE_KINDS[name].max_restarts))
             if index is not None:
                 _as_fleet_member(spec, index, prefix, run_dir)
+            if spec.namespace:  # a lockstep simulator's clock is its graph's (or its robot's), never global
+                spec.remaps["/clock"] = f"/{spec.namespace}/clock"
             specs.append(spec)
     _check_lockstep_sync(config)
     return specs
@@ -174,7 +176,7 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
 
 def _as_fleet_member(spec: NodeSpec, index: int, prefix: str, run_dir: str | None) -> None:
     """Robot `index` of a fleet: its own seed, actor id and run subdirectory (outbox, eval.json), the
-    run's secret and the learner's topics shared; a lockstep simulator's /clock kept to its robot."""
+    run's secret and the learner's topics shared."""
     from robot_rl.ros.settings import declared_params
 
     declared = declared_params(spec.name)
@@ -191,7 +193,6 @@ def _as_fleet_member(spec: NodeSpec, index: int, prefix: str, run_dir: str | Non
     rerun = str(spec.parameters.get("rerun", ""))
     if "rerun" in declared and rerun.endswith(".rrd"):  # each robot's view in a file of its own
         spec.parameters["rerun"] = robot_view_file(rerun, robot_namespace(index))
-    spec.remaps["/clock"] = f"/{spec.namespace}/clock"
 
 
 def _restart_budgets(restarts: Mapping[str, Any]) -> dict[str, int]:

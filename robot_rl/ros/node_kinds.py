@@ -11,14 +11,6 @@ import sys
 from robot_rl.robots import registry
 from robot_rl.robots.registry import DEFAULT_RESTARTS, NodeKind
 
-
-def crashed(returncode: int) -> bool:
-    """A crash worth a restart: killed by a signal (negative code) or an uncaught exception (1).
-    Other codes are the node's own decision (0 done, 2 refused parameters, 3 data not delivered)
-    and would only repeat."""
-    return returncode < 0 or returncode == 1
-
-
 GENERIC_NODE_KINDS: dict[str, NodeKind] = {
     "learner": NodeKind("learner", "robot_rl.nodes.learner", critical=True, max_restarts=DEFAULT_RESTARTS,
                         role="learner"),

@@ -93,7 +93,7 @@ def node_dds_topics(spec: NodeSpec, cameras: Iterable[str]) -> DdsTopics:
                 out += [name.format(camera=camera) for camera in cameras]
             else:
                 out.append(name)
-        return [resolve(n, spec.namespace, spec.name) for n in out]
+        return [resolve(spec.remaps.get(n, n), spec.namespace, spec.name) for n in out]
 
     serves = names(own.serves + common.serves)
     calls = names(own.calls + common.calls)

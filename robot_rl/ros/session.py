@@ -23,6 +23,7 @@ from typing import IO
 import yaml
 
 from robot_rl.outputs import UserError, check_output
+from robot_rl.ros.exits import AfterExit
 from robot_rl.ros.node_kinds import DEPRECATED_NODE_NAMES
 from robot_rl.ros.settings import declared_params
 from robot_rl.ros.supervisor import Supervisor
@@ -255,9 +256,9 @@ def person_prompts(before: SessionStatus | None, now: SessionStatus) -> list[str
 
 def run_graph(specs, params_path: Path, run_dir: Path, env: dict, monitor: Monitor, plain: bool,
               status_period: float, line_end: str = "") -> tuple[dict[str, int], int]:
-    """Starts the nodes as separate processes and shows live status until the node that finishes
-    the run exits, a critical node fails for good (crashed past its restarts, or exited on its own),
-    or Ctrl-C. Returns (exit codes, the command's code)."""
+    """Starts the nodes as separate processes and shows live status until an exit ends the run (the
+    last actor finished, or a node the run needs is gone for good: `robot_rl.ros.exits`) or Ctrl-C.
+    Returns (exit codes, the command's code)."""
     supervisor = Supervisor(specs, params_path, run_dir / "logs", env)
     interrupted = {"flag": False}
     signal.signal(signal.SIGINT, lambda *_: interrupted.update(flag=True))
@@ -265,8 +266,6 @@ def run_graph(specs, params_path: Path, run_dir: Path, env: dict, monitor: Monit
     supervisor.start()
     print(f"robot_rl: started {', '.join(s.key for s in specs)} as separate processes; logs in {run_dir / 'logs'}",
           flush=True)
-    finishers = {s.key for s in specs if s.kind.finishes_run}  # the run is over when every actor has finished
-    fleet_size = len(finishers)
     reason, code = "", 0
     live = None
     try:
@@ -279,15 +278,11 @@ def run_graph(specs, params_path: Path, run_dir: Path, env: dict, monitor: Monit
             monitor.spin_once()
             if interrupted["flag"]:
                 reason, code = "interrupted by the user (Ctrl-C)", 130
-            for node, exit_code in supervisor.exited():
-                if node.spec.kind.finishes_run and exit_code == 0:
-                    finishers.discard(node.spec.key)
-                    if not finishers:
-                        reason = f"{node.spec.key} finished" if fleet_size == 1 else f"all {fleet_size} actors finished"
-                elif node.spec.kind.critical or exit_code != 0:
-                    after = f" after {node.restarts} restart(s)" if node.restarts else ""
-                    reason, code = f"critical node {node.spec.key!r} exited with code {exit_code}{after}", 1
-                    print(f"--- last lines of {node.log_path} ---\n{supervisor.log_tail(node)}", file=sys.stderr)
+            for node, _ in supervisor.exited():
+                if node.decision.after is AfterExit.END_RUN:
+                    reason, code = node.decision.reason, int(node.decision.failed)
+                    if node.decision.failed:
+                        print(f"--- last lines of {node.log_path} ---\n{supervisor.log_tail(node)}", file=sys.stderr)
             silence = monitor.silence_notice()
             for notice in supervisor.notices() + ([silence] if silence else []) + monitor.prompts():
                 # Under a rich Live display, print() goes above the live line.

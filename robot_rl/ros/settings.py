@@ -147,6 +147,27 @@ def node_using(param: str, nodes: list[str]) -> str | None:
     return next((n for n in nodes if param in declared_params(n)), None)
 
 
+def run_length_settings(nodes: list[str], steps: int | None = None, eval_episodes: int | None = None,
+                        seed: int | None = None, flags: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The run's length and seed as settings of the graph's nodes that declare them (`robot-rl train
+    --steps/--eval-episodes/--seed`, `ros2 launch ... steps:=N`): {"arm_actor.total_steps": N, ...}. A value
+    no node of the graph uses is refused rather than dropped; `flags` names each value as its user wrote it."""
+    flags = {"steps": "steps", "eval_episodes": "eval_episodes", "seed": "seed", **(flags or {})}
+    out = {}
+    for name, param, value in (("steps", "total_steps", steps), ("eval_episodes", "eval_episodes", eval_episodes)):
+        if value is not None:
+            node = node_using(param, nodes)
+            if node is None:
+                raise SettingsError(f"{flags[name]}: no node of this graph ({', '.join(nodes)}) declares {param}")
+            out[f"{node}.{param}"] = value
+    if seed is not None:
+        seeded = [n for n in nodes if "seed" in declared_params(n)]
+        if not seeded:
+            raise SettingsError(f"{flags['seed']}: no node of this graph ({', '.join(nodes)}) declares seed")
+        out.update({f"{n}.seed": seed for n in seeded})
+    return out
+
+
 def warmup_warning(config: Mapping[str, Any], nodes: list[str]) -> str | None:
     """A run whose actor stops before the learner's warm-up is over trains nothing."""
     actor = node_using("total_steps", nodes)

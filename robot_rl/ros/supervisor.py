@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from robot_rl.ros.graph import NodeSpec
-from robot_rl.ros.node_kinds import crashed
+from robot_rl.ros.exits import AfterExit, ExitDecision, RunExits
 
 STOP_ORDER = ("actor", "learner")
 """Stop order by role: every robot's actor first (it stops commanding the robot), the learners next (they write
@@ -96,6 +96,8 @@ class NodeProcess:
     restarts: int = 0
     restart_at: float | None = None
     """Monotonic time of a pending respawn (the process has crashed)."""
+    decision: ExitDecision | None = None
+    """What its exit means for the run (set when `Supervisor.exited` reports it)."""
 
 
 def _terminate_with_parent() -> None:
@@ -125,8 +127,8 @@ class Supervisor:
         self.specs, self.params_path, self.log_dir, self.env = specs, params_path, log_dir, env
         self.restart_delay_s = restart_delay_s
         self.nodes: dict[str, NodeProcess] = {}
-        self.restarts: dict[str, int] = {}
-        """Respawns so far, by node (also of nodes that have since exited for good)."""
+        self.exits = RunExits(specs)
+        """Decides what each exit means: the same decision `ros2 launch` makes (robot_rl/ros/exits.py)."""
         self.stopping = False
         self._notices: list[str] = []
 
@@ -148,8 +150,8 @@ class Supervisor:
                                     preexec_fn=_terminate_with_parent)
 
     def exited(self) -> list[tuple[NodeProcess, int]]:
-        """Nodes that have exited for good (each reported once). A node that crashed with restarts
-        left is respawned instead, `restart_delay_s` later, with the same command and log."""
+        """Nodes that have exited for good (each reported once, with `decision` set). A node that crashed
+        with restarts left is respawned instead, `restart_delay_s` later, with the same command and log."""
         out = []
         now = time.monotonic()
         for name, node in list(self.nodes.items()):
@@ -160,7 +162,8 @@ class Supervisor:
             code = node.process.poll()
             if code is None:
                 continue
-            if crashed(code) and node.restarts < node.spec.max_restarts and not self.stopping:
+            node.decision = self.exits.on_exit(node.spec, code, self.stopping)
+            if node.decision.after is AfterExit.RESTART:
                 node.restart_at = now + self.restart_delay_s
                 self._notices.append(f"[{name}] exited with code {code}; restarting "
                                      f"({node.restarts + 1}/{node.spec.max_restarts})")
@@ -169,10 +172,14 @@ class Supervisor:
                 del self.nodes[name]
         return out
 
+    @property
+    def restarts(self) -> dict[str, int]:
+        """Respawns so far, by node (also of nodes that have since exited for good)."""
+        return {key: count for key, count in self.exits.restarts.items() if count}
+
     def _respawn(self, node: NodeProcess) -> None:
         node.restarts += 1
         node.restart_at = None
-        self.restarts[node.spec.key] = node.restarts
         marker = f"\n--- restart {node.restarts} (previous exit code {node.process.returncode}) ---\n"
         node.process = self._spawn(node.spec, node.log_path, marker)
 

@@ -211,7 +211,7 @@ class LearnerCore:
             batch = {k: np.asarray(v)[~late] for k, v in batch.items()}
         self.core.store(self._featurize(batch), stream=actor_id)
         for episode in payload.meta.get("episodes", []):
-            self.episode_stats.append(episode)
+            self.episode_stats.append({**episode, "robot": actor_id})  # a fleet's episodes told apart
         return IngestResult(actor_id, seq, n, duplicate=False)
 
     # ---- learned rewards that came late ---------------------------------------------------------
