@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from pathlib import Path
+from typing import Mapping, Sequence
 
 import yaml
 
@@ -108,3 +110,19 @@ def replace_dataset(out: Path, recording: Path) -> None:
         return
     with atomic_path(out, directory=True) as swap:
         os.replace(recording, swap)
+
+
+def command_line(argv: Sequence[str], drop: Mapping[str, bool], add: Sequence[str]) -> str:
+    """`robot-rl` with the arguments `argv` less the flags in `drop` (flag -> whether it takes a value, given
+    as `--flag VALUE` or `--flag=VALUE`) and with `add` at the end, quoted for a shell: the command that
+    carries on where an interrupted one stopped."""
+    kept, skip = [], False
+    for arg in argv:
+        flag = arg.partition("=")[0]
+        if skip:
+            skip = False
+        elif flag in drop:
+            skip = drop[flag] and "=" not in arg
+        else:
+            kept.append(arg)
+    return shlex.join(["robot-rl", *kept, *add])

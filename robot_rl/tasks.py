@@ -59,6 +59,31 @@ class TaskSpec:
         return {camera: (self.image_size, self.image_size, 3) for camera in self.cameras}
 
 
+def task_observation(task: TaskSpec, state: State):
+    """The flat task observation, or for pixel tasks {camera frames..., "state": observation}."""
+    vector = np.asarray(task.observation(state), dtype=np.float32)
+    if vector.shape != (task.obs_dim,) or not np.isfinite(vector).all():
+        raise ValueError(f"task observation has shape {vector.shape} or non-finite values")
+    if not task.cameras:
+        return vector
+    frames = {}
+    for camera, shape in task.frame_shapes.items():
+        frame = state.get(camera)
+        if frame is None or frame.shape != shape or frame.dtype != np.uint8:
+            got = None if frame is None else (frame.shape, frame.dtype)
+            raise ValueError(f"camera {camera!r} frame must be uint8 {shape}, got {got}")
+        frames[camera] = frame
+    return {**frames, "state": vector}
+
+
+def dataset_task_config(task: TaskSpec, source: str) -> dict:
+    """What an episode dataset of `task` says about it (stored inside it; appending checks it matches); `source`:
+    how its episodes were made (e.g. "teleop": a recording session)."""
+    return {"task": task.name, "obs_dim": task.obs_dim, "action_dim": task.action_dim,
+            "cameras": list(task.cameras), "image_size": task.image_size, "control_hz": task.control_hz,
+            "max_episode_steps": task.max_episode_steps, "source": source}
+
+
 ENV_TASK = "env"
 """The task name of a graph that runs a Gymnasium environment (`robot-rl train --env ID --graph`): what the
 task is lives in the run's env task file (`env_task`), written by `ros/graph.py: prepare_run`."""

@@ -10,8 +10,9 @@ import threading
 import time
 
 KEYS = {"up": b"\x1b[A", "down": b"\x1b[B", "left": b"\x1b[D", "right": b"\x1b[C",
-        "page_up": b"\x1b[5~", "page_down": b"\x1b[6~", "close": b"c", "success": b"s"}
-"""What the person types (hardware/teleop_keyboard.yaml: up/down +x/-x, left/right +y/-y, page keys z)."""
+        "page_up": b"\x1b[5~", "page_down": b"\x1b[6~", "close": b"c", "open": b"o", "success": b"s",
+        "failure": b"f", "rerecord": b"r", "pause": b"p", "help": b"?"}
+"""What the person types (hardware/teleop_keyboard.yaml: up/down +y/-y, right/left +x/-x, page keys z)."""
 
 
 class Terminal:
@@ -44,8 +45,13 @@ class Terminal:
     def text(self) -> str:
         return self.output.decode(errors="replace")
 
-    def type(self, key: str) -> None:
+    def type(self, key: str, held_s: float = 0.0) -> None:
+        """Presses `key`; holding it `held_s` seconds, the terminal repeats it (every 30 ms, as a terminal's
+        auto-repeat does once it starts)."""
         os.write(self.fd, KEYS[key])
+        for _ in range(int(held_s / 0.03)):
+            time.sleep(0.03)
+            os.write(self.fd, KEYS[key])
 
     def wait_exit(self, timeout: float) -> int:
         end = time.monotonic() + timeout

@@ -252,10 +252,15 @@ def test_recording_session_keeps_discards_and_commits_on_the_next_start(tmp_path
     core.step({"x": 0}, person)
     core.label("rerecord")
     assert core.step({"x": 9}).action is None
-    core.start_episode()  # kept at the horizon; the second kept one is written at once and ends the session
+    core.start_episode()  # kept at the horizon: the last one, held for review like the others
     for x in range(4):
         core.step({"x": x}, person if x == 0 else None)
+    assert core.reviewing == "last" and not core.finished and len(EpisodeDataset(path)) == 1
+    core.commit_recording()  # nobody threw it away: kept, and the session is over
     assert core.finished and core.episodes_recorded == 2 and core.episodes_discarded == 2
+    assert core.record_summary()["person_steps"] == 2 and core.record_summary()["takeovers"] == 2
+    with pytest.raises(RuntimeError, match="finished"):
+        core.start_episode()
     data = EpisodeDataset(path)
     assert len(data) == 2 and data.num_steps == 5
     first = data.episode(0)
@@ -285,6 +290,7 @@ def test_an_episode_nobody_drove_is_discarded_with_its_reason_unless_kept(tmp_pa
         result = core.step({"x": x})
     assert result.action is None
     if keep_idle:  # asked for: kept like any other episode
+        core.commit_recording()
         assert core.finished and core.episodes_recorded == 1 and core.last_discard is None
         assert len(EpisodeDataset(path)) == 1
         return
@@ -296,7 +302,44 @@ def test_an_episode_nobody_drove_is_discarded_with_its_reason_unless_kept(tmp_pa
     core.start_episode()  # the next one a person drives is kept
     for x in range(4):
         core.step({"x": x}, np.array([0.5, 1.0], np.float32) if x == 1 else None)
+    core.commit_recording()
     assert core.finished and core.episodes_recorded == 1 and len(EpisodeDataset(path)) == 1
+
+
+def test_a_label_the_task_contradicts_is_stored_with_the_check_and_the_last_episode_can_be_recorded_again(tmp_path):
+    """A person's `s` with the cube on the table: stored as given, the task's own check (False) beside it, and
+    said; after the last episode the person may still throw it away and record it again."""
+    from robot_rl.data.episodes import EpisodeDataset, EpisodeSchema, EpisodeWriter
+
+    task = TaskSpec(name="toy_arm", obs_dim=2, action_dim=2, max_episode_steps=10, control_hz=10.0,
+                    observation=lambda s: np.array([s["x"], 1.0], np.float32), reward=lambda s: 0.0,
+                    success=lambda s: s["x"] >= 2, terminate_on_success=False, expert=None, env_id="none")
+    path = tmp_path / "rec.zarr"
+    core = ActorCore(task, ActorConfig(record_only=True, record_episodes=2, total_steps=0), Outbox(tmp_path / "o"),
+                     recorder=EpisodeWriter(path, EpisodeSchema({}, 2, 2), {"task": "toy_arm"}))
+    person = np.array([0.5, 1.0], np.float32)
+
+    def episode(xs, label):
+        core.start_episode()
+        for x in xs:
+            core.step({"x": x}, person)
+        core.label(label)
+        return core.step({"x": xs[-1]})
+
+    assert episode([0, 1], "success").episode.success  # wrong: the task's check says the cube is not up
+    assert core.label_disagreement == (0, "success")
+    assert episode([0, 3], "success").episode.success_check  # right: nothing to say
+    assert core.label_disagreement == (0, "success") and core.reviewing == "last"
+    core.label("rerecord")  # the last one, during its review: recorded again
+    assert not core.reviewing and core.last_discard == (1, "re-recorded") and not core.finished
+    result = episode([0, 1, 2], "failure")  # wrong the other way
+    assert core.label_disagreement == (2, "failure") and result.episode.success_check and not result.episode.success
+    core.commit_recording()
+    assert core.finished
+    data = EpisodeDataset(path)
+    assert len(data) == 2 and data.success_checks.tolist() == [0, 1]
+    assert [data.episode(i)["success_label"][-1] for i in range(2)] == [1, 0]  # the labels, as given
+    assert data.episode(1)["state"][:, 0].tolist() == [0, 1, 2, 2]  # the episode recorded again, not the one before
 
 
 # ---- learned rewards (the reward node) -----------------------------------------------------------
@@ -424,3 +467,11 @@ def test_learner_clones_interventions_when_bc_weight_is_set(tmp_path):
         learner.train_step()
     action = learner.agent.policy.act(np.array([0.0, 1.0], np.float32), deterministic=True)
     assert abs(float(action[0]) + 0.6) < 0.1
+
+
+def test_episode_time_sets_the_horizon_in_training_too(tmp_path):
+    """`train --teleop --episode-time-s`: a person's episode length at the task's rate, not only when recording."""
+    core = ActorCore(_task(horizon=3), ActorConfig(total_steps=0, episode_time_s=0.5), Outbox(tmp_path))
+    assert core.max_episode_steps == 5  # 0.5 s at 10 Hz
+    results = _run_episode(core, range(6))
+    assert [r.action is None for r in results] == [False] * 5 + [True] and results[5].episode.steps == 5

@@ -1,14 +1,15 @@
 """The simulated arm node as the actor meets it (a separate process, loopback DDS, lockstep): it moves with the
 commands that answer its observations, holds still under a latched `/estop` whatever it is told, and starts a
-new episode on `~/reset`."""
+new episode on `~/reset`; on the wall clock, a person's pause freezes it."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped, TwistStamped
-from std_msgs.msg import Bool, Float32
+from std_msgs.msg import Bool, Float32, String
 from std_srvs.srv import Trigger
 
 from robot_rl.ros import qos
@@ -16,6 +17,7 @@ from robot_rl.ros.arm_io import action_to_msgs
 from robot_rl.ros.hardware_node import ESTOP_QOS
 from robot_rl.ros.messages import stamp_to_ns
 from robot_rl.ros.probe import RosProbe, start_node, stop_node
+from robot_rl.teleop.session_status import SessionStatus
 
 
 def test_arm_sim_moves_with_its_commands_holds_under_the_estop_and_resets(tmp_path):
@@ -65,6 +67,52 @@ def test_arm_sim_moves_with_its_commands_holds_under_the_estop_and_resets(tmp_pa
         probe.wait_for(lambda: stamp_to_ns(poses[-1].header.stamp) == first, 10, "the new episode's observation")
         probe.wait_for(lambda: probe.value("resets") == 1, 10, "the reset counted")
         assert probe.value("steps") == 13  # a reset is no step
+    finally:
+        probe.close()
+        stop_node(proc, log)
+
+
+def test_a_persons_pause_freezes_the_realtime_simulation(tmp_path):
+    """While the actor's session/status says a person paused, arm_sim on the wall clock takes no physics step:
+    it publishes the same state each period with a new stamp, so nothing moves whatever it is told; running
+    again, it moves with its commands."""
+    log = tmp_path / "arm_sim.log"
+    proc, domain_id = start_node("robot_rl.nodes.arm_sim", log, "publish_images:=false", "randomization:=''",
+                                 "clock_mode:=realtime")
+    probe = RosProbe(domain_id, "arm_sim_probe")
+    probe.watched = "arm_sim"
+    poses: list[PoseStamped] = []
+    probe.node.create_subscription(PoseStamped, "arm/ee_pose", poses.append, qos.SENSOR)
+    cmd = probe.node.create_publisher(TwistStamped, "arm/cmd", qos.COMMAND)
+    gripper = probe.node.create_publisher(Float32, "arm/gripper", qos.COMMAND)
+    status = probe.node.create_publisher(String, "session/status", qos.EVENTS)
+
+    def position() -> np.ndarray:
+        p = poses[-1].pose.position
+        return np.array([p.x, p.y, p.z])
+
+    def drive(seconds: float, phase: str) -> None:
+        """A person pushing +x at full speed for `seconds`, the session in `phase`."""
+        status.publish(String(data=SessionStatus(phase=phase, driver="person").to_json()))
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            twist, grip = action_to_msgs(np.array([1.0, 0.0, 0.0, -1.0], np.float32),
+                                         stamp_to_ns(poses[-1].header.stamp), 0.03, 10.0)
+            gripper.publish(grip)
+            cmd.publish(twist)
+            probe.spin(0.05)
+
+    try:
+        probe.wait_for(lambda: poses, 30, "the first observation")
+        drive(0.5, "running")
+        drive(0.3, "paused")  # the simulator hears of the pause
+        frozen, stamp = position(), stamp_to_ns(poses[-1].header.stamp)
+        drive(1.0, "paused")
+        assert np.array_equal(position(), frozen), "the arm moved while paused"
+        assert stamp_to_ns(poses[-1].header.stamp) >= stamp + 5 * 100_000_000  # time went on, a state per period
+        probe.wait_for(lambda: probe.value("paused_steps") >= 10, 10, "the frozen periods counted")
+        drive(0.5, "running")
+        assert position()[0] - frozen[0] > 0.02
     finally:
         probe.close()
         stop_node(proc, log)

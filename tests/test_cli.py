@@ -55,6 +55,8 @@ def test_ctrl_c_stops_every_node_in_order(tmp_path):
     text = "".join(lines) + out
     assert proc.returncode == 130, text
     assert "interrupted by the user" in text
+    resume = text.split("carry the run on with: ")[1].splitlines()[0]  # the same command, resuming its run
+    assert resume.startswith("robot-rl train --steps 100000") and resume.endswith(f"--run-dir {run_dir} --resume")
     for node in ("arm_sim", "arm_actor", "learner"):
         assert _node_pids(run_dir, node) == []
     assert (run_dir / "checkpoint.pt").exists()  # the learner saved on its way out

@@ -53,10 +53,13 @@ def test_a_person_drives_closes_and_labels_an_episode_from_the_keyboard(tmp_path
     episode = dataset.episode(0)
     actions, driven = episode["action"], episode["intervention"]
     assert driven.sum() >= 5 and actions.shape[1] == 3
-    # stored in the environment's own units: up = +x, left = +y, the gripper closed at 2 (open 0)
-    assert actions[driven, 0].max() > 0.5 and actions[driven, 1].max() > 0.5
+    # stored in the environment's own units: up = +y, left = -x (taps in quick succession grow to a held
+    # key's speed), the gripper closed at 2 (open 0)
+    assert actions[driven, 1].max() > 0.5 and actions[driven, 0].min() < -0.5
     assert actions[-1, 2] == 2.0 and actions[0, 2] == 0.0
     assert episode["success_label"][-1] == 1 and episode["truncated"][-1]
+    # the environment's own success check, stored beside the label (and said where they disagree)
+    assert dataset.success_checks[0] in (0, 1) and ("WARNING" in terminal.text) == (dataset.success_checks[0] == 0)
     assert episode["pixels_top"].shape[1:] == (16, 16, 3) and episode["state"].shape[1] == 5
     # what the person saw, logged to Rerun: the cameras, who drove, the person's actions, the episode's end
     recording = read_rrd(rrd)

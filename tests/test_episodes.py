@@ -316,3 +316,21 @@ def test_transition_datasets_still_round_trip_and_are_not_episode_datasets(tmp_p
     group = zarr.open_group(str(tmp_path / "t.zarr"), mode="r+")
     group.attrs.put({"schema_version": 1, "task": "toy"})
     assert load_transitions(tmp_path / "t.zarr")[1]["task"] == "toy"
+
+
+def test_each_episode_keeps_the_tasks_success_check_beside_its_label(tmp_path):
+    path = tmp_path / "d.zarr"
+    writer = _two_episodes(path)  # written without a check: unchecked
+    group = zarr.open_group(str(path), mode="r+")
+    del group.attrs["success_checks"]  # as a dataset written before the checks were kept
+    assert EpisodeDataset(path).success_checks.tolist() == [-1, -1]
+    writer = EpisodeWriter(path, SCHEMA, CONFIG)  # appending to it
+    writer.add_step(_obs(20), np.array([0], np.float32), 0.0, False, False, True, True, 0.0)
+    writer.end_episode(_obs(21), success_check=False)  # a person said success, the task's check disagrees
+    data = EpisodeDataset(path)
+    assert data.success_checks.tolist() == [-1, -1, 0] and data.episode(2)["success_label"].tolist() == [1]
+    with pytest.raises(ValueError, match="success_check"):
+        writer.end_episode(_obs(22), success_check="yes")
+    group.attrs["success_checks"] = [1, "no", 0]
+    with pytest.raises(ValueError, match="success_checks attribute"):
+        EpisodeDataset(path)

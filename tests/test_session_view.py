@@ -91,7 +91,7 @@ def test_without_images_the_scene_says_which_topics_it_waits_for():
     assert empty_legend.shape[0] < frame.shape[0]  # no legend band without a legend
 
 
-def test_paused_and_countdown_show_big_text_over_the_scene():
+def test_the_countdown_shows_over_the_scene_and_a_pause_leaves_the_pictures_visible():
     grey = {"front": np.full((64, 64, 3), 100, np.uint8)}
     running = compose_frame(grey, _status(), LEGEND)
     paused = compose_frame(grey, _status(phase="paused"), LEGEND)
@@ -105,9 +105,13 @@ def test_paused_and_countdown_show_big_text_over_the_scene():
         return int((centre.min(axis=2) > 240).sum())
 
     assert white_in_scene_centre(running) == 0
-    assert white_in_scene_centre(paused) > 500
     assert white_in_scene_centre(three) > 200 and white_in_scene_centre(seven) > 200
     assert not np.array_equal(three, seven)
+    # paused: the middle of the pictures as they were, and a banner with white text along their bottom edge
+    h = running.shape[0]
+    assert np.array_equal(paused[h // 2 - 80:h // 2 + 80], running[h // 2 - 80:h // 2 + 80])
+    banner = (paused[h // 2 + 80:] != running[h // 2 + 80:]).any(axis=2)
+    assert banner.sum() > 5000 and (paused[h // 2 + 80:][banner].min(axis=1) > 240).sum() > 100
 
 
 def test_bad_images_and_too_many_cameras_are_refused():

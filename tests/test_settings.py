@@ -179,3 +179,12 @@ def test_a_run_that_ends_before_the_warm_up_warns(tmp_path):
         proc.communicate()
     assert "warning: arm_actor.total_steps=100 is not more than learner.warmup_transitions=500" in warning
     assert "trains nothing" in warning
+
+
+def test_a_refused_value_names_this_runs_value_and_what_the_default_means():
+    """`record` sets arm_actor.episode_time_s to 30 s: a mistyped --set names that, not only the declared 0."""
+    config = apply_overrides(load_config(config_path("arm_lift")), {"arm_actor.episode_time_s": 30.0})
+    with pytest.raises(SettingsError) as refused:
+        apply_overrides(config, {"arm_actor.episode_time_s": "abc"})
+    message = str(refused.value)
+    assert "'abc'" in message and "0: the task's horizon" in message and "this run's value is 30.0" in message

@@ -23,6 +23,7 @@ from robot_rl.teleop import (
     KeyDecoder, SpaceMouseReport, TeleopInput, backend_opener, load_mapping, parse_mapping, parse_spacemouse_report,
 )
 from robot_rl.teleop import devices, evdev_gamepad, spacemouse
+from robot_rl.teleop.session_status import KEY_LEGEND
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -367,14 +368,19 @@ def test_keyboard_backend_on_a_pty(terminal):
         os.write(master, b"s")
         samples = _drain(backend, 0.1)
         assert samples[0].buttons == {"success"} and samples[1].buttons == frozenset()  # a tap
-        os.write(master, b"\x1b[A")  # up arrow: +x for key_hold_s
+        os.write(master, b"\x1b[A")  # up arrow: +y (up in the wrist picture) for key_hold_s, a tap's fine step
         samples = _drain(backend, 0.05)
-        assert samples[0].twist[0] == 1.0
+        assert samples[0].twist[1] == pytest.approx(mapping.keyboard.tap_speed) and mapping.keyboard.tap_speed < 0.5
         time.sleep(mapping.keyboard.key_hold_s)
-        assert backend.read(0.05)[-1].twist[0] == 0.0  # no auto-repeat came: motion ended
+        assert backend.read(0.05)[-1].twist[1] == 0.0  # no auto-repeat came: motion ended
+        deflections = []
+        for _ in range(40):  # right arrow held: the terminal repeats it, and it moves faster and faster
+            os.write(master, b"\x1b[C")
+            deflections.append(_drain(backend, 0.03)[-1].twist[0])
+        assert deflections[0] < 0.5 and deflections == sorted(deflections) and deflections[-1] == 1.0
         os.write(master, b"\x1b[6~q ")
         samples = _drain(backend, 0.1)
-        assert samples[0].twist[2] == -1.0  # page_down: -z
+        assert samples[0].twist[2] == pytest.approx(-mapping.keyboard.tap_speed)  # page_down: -z
         assert any(s.buttons == {"takeover"} for s in samples)
         counts, last = rejections.snapshot()
         assert counts == {"unknown_key": 1} and "'q'" in last
@@ -424,6 +430,39 @@ def test_joy_decoder_maps_and_rejects():
 # ---- mapping files ---------------------------------------------------------------------------------------
 
 
+def test_the_arrows_move_the_gripper_as_the_wrist_picture_shows_it():
+    """Each motion key moves the gripper toward that side of the picture the view names (the wrist camera,
+    looking down from the hand); PgUp raises it (up in the front picture too)."""
+    import mujoco
+
+    from robot_rl.robots.arm.sim import ArmSim
+
+    sim = ArmSim()
+    sim.reset(np.random.default_rng(0))
+    keys = load_mapping("teleop_keyboard", "keyboard").keyboard.motion_keys
+    assert "wrist picture" in KEY_LEGEND["keyboard"]
+    hand = sim.data.site_xpos[sim.model.site("ee").id].copy()
+
+    def picture_move(camera: str, key: str) -> np.ndarray:
+        """(right, up) in `camera`'s picture of a point below the hand moved 5 cm the way `key` drives."""
+        cam = sim.model.camera(camera).id
+        position, axes = sim.data.cam_xpos[cam], sim.data.cam_xmat[cam].reshape(3, 3)  # columns: right, up, back
+        axis, direction = keys[key]
+        step = np.zeros(3)
+        step["xyz".index(axis)] = 0.05 * direction
+        below = hand - [0.0, 0.0, 0.1]
+        before, after = (axes.T @ (p - position) for p in (below, below + step))
+        return after[:2] / -after[2] - before[:2] / -before[2]
+
+    mujoco.mj_forward(sim.model, sim.data)
+    for key, picture in (("up", (0, 1)), ("down", (0, -1)), ("right", (1, 0)), ("left", (-1, 0))):
+        move = picture_move("wrist", key)
+        assert np.dot(move, picture) > 0.9 * np.linalg.norm(move), (key, move)
+    assert picture_move("front", "page_up")[1] > 0 and picture_move("front", "page_down")[1] < 0
+    sim.close()
+
+
+
 def test_shipped_mappings_load():
     for name, device in (("teleop_spacemouse", "spacemouse"), ("teleop_gamepad", "evdev"),
                          ("teleop_gamepad", "joy"), ("teleop_keyboard", "keyboard")):
@@ -470,6 +509,8 @@ def test_mapper_deadzone_scale_and_clip():
     ("keyboard", lambda d: d["keyboard"]["buttons"].update(F1="success"), "buttons.F1.*not a key"),
     ("keyboard", lambda d: d["keyboard"]["buttons"].update(up="success"), "both motion_keys and buttons"),
     ("keyboard", lambda d: d["keyboard"].update(key_hold_s=-1), "key_hold_s"),
+    ("keyboard", lambda d: d["keyboard"].update(tap_speed=0), "keyboard.tap_speed"),
+    ("keyboard", lambda d: d["keyboard"].update(full_speed_after_s="slowly"), "keyboard.full_speed_after_s"),
 ])
 def test_mapping_validation_names_the_field(device, edit, match):
     data = _yaml({"joy": "teleop_gamepad", "evdev": "teleop_gamepad", "spacemouse": "teleop_spacemouse",

@@ -129,7 +129,9 @@ def test_keyboard_node_on_a_pty(tmp_path):
         h.wait_event(mark, "handback")
         assert h.events(mark) == ["takeover", "handback"]
         moving = [m for m in h.since(mark, "cmd") if not _is_zero(m)]
-        assert moving and all(_linear(m) == (1.0, 0.0, 0.0) for m in moving)
+        assert moving and all(_linear(m)[0] == _linear(m)[2] == 0.0 < _linear(m)[1] for m in moving)  # up: +y
+        ys = [_linear(m)[1] for m in moving]
+        assert ys[0] < 0.5 and max(ys) > ys[0]  # a fine step first, faster while held
         assert all(m.header.frame_id == "world" for m in moving)
         assert 1.0 in h.since(mark, "gripper") and h.since(mark, "gripper")[0] == -1.0  # open until c
         assert True in h.since(mark, "engaged")

@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     if rest and args.command != "node":  # a node takes its --ros-args
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.rest = rest  # a node's ROS arguments
+    args.argv = argv  # the command line as given: an interrupted session prints how to carry it on
     name = " ".join(filter(None, (args.command, getattr(args, "action", None))))
     try:
         return args.handler(args)

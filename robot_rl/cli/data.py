@@ -7,7 +7,7 @@ import contextlib
 import sys
 from pathlib import Path
 
-from robot_rl.arguments import at_least, dataset_flags, dataset_out, overwrite_flag
+from robot_rl.arguments import at_least, dataset_flags, dataset_out, overwrite_flag, parse_settings
 from robot_rl.cli.gym import checked_env_id, cmd_record_expert
 from robot_rl.outputs import UserError, atomic_path, check_output
 from robot_rl.robots import registry
@@ -107,11 +107,31 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
+    """The format is chosen by the source: an .mcap file is a bag of a task's topics, else a LeRobot dataset."""
+    from robot_rl.ros.bag_import import import_bag, is_bag
     from robot_rl.data.lerobot_format import import_lerobot
 
+    bag = is_bag(args.src)
+    bag_only = [flag for flag, given in (("--task", args.task), ("--namespace", args.namespace), ("--set", args.set))
+                if given]
+    if bag_only and not bag:
+        raise UserError(f"{', '.join(bag_only)}: for a bag (.mcap)")
+    task = None
+    if args.task:
+        from robot_rl.tasks import get_task
+
+        try:
+            task = get_task(args.task)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
     check_output(args.out, "dataset", overwrite=args.overwrite)
     with atomic_path(args.out, directory=True) as target:
-        dataset = import_lerobot(args.src, target)
+        if bag:
+            dataset = import_bag(args.src, target, task=task, settings=parse_settings(args.set),
+                                 namespace=args.namespace or "",
+                                 warn=lambda line: print(f"robot-rl dataset import: warning: {line}", file=sys.stderr))
+        else:
+            dataset = import_lerobot(args.src, target)
         episodes, steps = len(dataset), dataset.num_steps
     print(f"wrote {episodes} episodes ({steps} steps) from {args.src} to {args.out}")
     return 0
@@ -195,9 +215,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     export.add_argument("--crf", type=at_least(0), help="video quality (default 0: lossless with h264); larger is "
                                                          "smaller and lossier")
     overwrite_flag(export, "an existing output directory")
-    imp = dataset_sub.add_parser("import", help="write a LeRobotDataset v3 directory as a zarr episode dataset")
-    imp.add_argument("src", help="LeRobotDataset v3 directory (with meta/info.json)")
+    imp = dataset_sub.add_parser("import", help="write a LeRobotDataset v3 directory, or a bag (.mcap) of a task's "
+                                                 "topics, as a zarr episode dataset")
+    imp.add_argument("src", help="LeRobotDataset v3 directory (with meta/info.json), or an MCAP bag (.mcap: ros2 bag "
+                                 "record, robot-rl record-bag) of a task's cameras, state and command topics, and "
+                                 "the actor's episode/step for who drove, labels and episode ends")
     imp.add_argument("--out", required=True, help="output zarr dataset")
+    imp.add_argument("--task", help="with a bag: the task expected (default: the one the actor's step log names)")
+    imp.add_argument("--namespace", help="with a bag: the robot's namespace in a fleet (robot0, ...)")
+    imp.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
+                     help="with a bag: a parameter the actor ran with where not its default (the one its "
+                          "commands scale by, for one), as the session's --set gave it")
     overwrite_flag(imp, "an existing dataset")
     dataset.set_defaults(handler=cmd_dataset)
     bag = sub.add_parser("record-bag", help="record topics to an MCAP file (ROS 2 profile) until Ctrl-C or "

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from robot_rl.arguments import (
     at_least,
+    command_line,
     dataset_flags,
     dataset_out,
     domain_id_arg,
@@ -30,6 +31,7 @@ from robot_rl.ros.graph import ACTORS, LEARNERS
 from robot_rl.ros.node_kinds import NODE_KINDS
 from robot_rl.ros.security import ENFORCEMENT_NOTE, init_keystore
 from robot_rl.ros.session import Monitor, check_resumable, claim_run_dir, run_graph
+from robot_rl.teleop.session_status import KEY_LEGEND
 from robot_rl.transport.secret import ensure_run_secret
 
 
@@ -64,11 +66,17 @@ def _refuse_settings_outside(nodes: list[str], settings: dict) -> None:
 
 
 def _flag_settings(args: argparse.Namespace, nodes: list[str]) -> dict:
-    """--steps, --eval-episodes and --seed as settings of the graph's nodes that declare them."""
-    from robot_rl.ros.settings import run_length_settings
+    """--steps, --eval-episodes, --seed and --episode-time-s as settings of the graph's nodes that declare them."""
+    from robot_rl.ros.settings import node_using, run_length_settings
 
-    return run_length_settings(nodes, args.steps, args.eval_episodes, args.seed,
-                               flags={"steps": "--steps", "eval_episodes": "--eval-episodes", "seed": "--seed"})
+    out = run_length_settings(nodes, args.steps, args.eval_episodes, args.seed,
+                              flags={"steps": "--steps", "eval_episodes": "--eval-episodes", "seed": "--seed"})
+    if args.episode_time_s is not None:
+        node = node_using("episode_time_s", nodes)
+        if node is None:
+            raise UserError(f"--episode-time-s: no node of this graph ({', '.join(nodes)}) declares episode_time_s")
+        out[f"{node}.episode_time_s"] = args.episode_time_s
+    return out
 
 
 def _domain_id(requested: int | None) -> tuple[int, str]:
@@ -221,6 +229,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UserError("--expert records demonstrations for --env ID --graph; in one process the environment's "
                         "own expert or --demos is used")
     if args.env and not args.graph:
+        if args.episode_time_s is not None:
+            raise UserError("--episode-time-s: train --env in one process runs the environment's own episodes; "
+                            "add --graph, or use --max-episode-steps with --graph")
         return cmd_train_env(args)
     from robot_rl.ros.graph import (
         apply_overrides,
@@ -290,10 +301,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.teleop or args.view == "rerun":
         _print_view_address(args, config["robot_rl"].get("actors", 1))
     monitor = Monitor(int(actor_params.get("total_steps", 0)), int(actor_params.get("eval_episodes", 0)), actor=actor,
-                      person=bool(args.teleop))
+                      person=bool(args.teleop), keys=KEY_LEGEND.get(args.teleop, ""))
     keyboard_here = _keyboard_here(args)
     codes, code = run_graph(specs, params_path, run_dir, env, monitor, plain=args.plain or keyboard_here,
-                            status_period=args.status_period, line_end="\r" if keyboard_here else "")
+                            status_period=args.status_period, redraw=keyboard_here)
+    if code == 130:
+        resume = command_line(args.argv, {"--overwrite": False, "--resume": False, "--run-dir": True},
+                              ["--run-dir", str(run_dir), "--resume"])
+        print(f"robot_rl: interrupted; carry the run on with: {resume}", flush=True)
     if codes:
         print("robot_rl: exit codes " + ", ".join(f"{n}={c}" for n, c in codes.items()), flush=True)
     fleet = sorted(run_dir.glob("robot*/eval.json"))
@@ -366,6 +381,7 @@ def cmd_record(args: argparse.Namespace) -> int:
         return cmd_record_env(args)
     if args.expert:
         raise UserError("--expert drives a Gymnasium environment: add --env ID")
+    from robot_rl.data.episodes import EpisodeDataset
     from robot_rl.ros.graph import (
         apply_overrides,
         build_graph,
@@ -398,7 +414,7 @@ def cmd_record(args: argparse.Namespace) -> int:
                           "scripted_human.hold_steps": 1_000, "scripted_human.label_success": True,
                           "teleop.hold_s": 0.05})
     settings = _settings(args.set)
-    config = apply_overrides(config, {**overrides, **settings})
+    config = apply_overrides(apply_overrides(config, overrides), settings)  # a refused --set names this run's value
     _refuse_settings_outside(node_names(config, args.backend), settings)
     run_dir = Path(args.run_dir or f"runs/record-{config['robot_rl']['task']}-{time.strftime('%Y%m%d-%H%M%S')}")
     run_dir = run_dir.resolve()
@@ -412,20 +428,25 @@ def cmd_record(args: argparse.Namespace) -> int:
     specs = build_graph(config, args.backend, str(run_dir))
     params_path = params_file(specs, run_dir / "params.yaml")
     (run_dir / "record.json").unlink(missing_ok=True)
-    monitor = Monitor(0, 0, record_episodes=args.episodes, actor=actor, person=True)
-    # The keyboard puts this terminal in raw mode: plain lines with their own carriage returns.
+    kept_before = len(EpisodeDataset(out)) if args.append and out.exists() else 0
+    monitor = Monitor(0, 0, record_episodes=args.episodes, actor=actor, person=True,
+                      keys="" if scripted else KEY_LEGEND[args.teleop])
     codes, code = run_graph(specs, params_path, run_dir, env, monitor, plain=args.plain or keyboard_here,
-                            status_period=args.status_period, line_end="\r" if keyboard_here else "")
+                            status_period=args.status_period, redraw=keyboard_here)
     if recording != out:
         replace_dataset(out, recording)
     summary_path = run_dir / "record.json"
     if summary_path.exists():
         print(json.dumps(json.loads(summary_path.read_text())), flush=True)
     elif out.exists():
-        from robot_rl.data.episodes import EpisodeDataset
-
         data = EpisodeDataset(out)
         print(json.dumps({"dataset": str(out), "episodes": len(data), "steps": data.num_steps}), flush=True)
+    if code == 130:  # the episodes still to record (--episodes 0: as many as the person likes)
+        left = args.episodes - (len(EpisodeDataset(out)) - kept_before if out.exists() else 0) if args.episodes else 0
+        more = command_line(args.argv, {"--overwrite": False, "--append": False, "--episodes": True},
+                            ["--append", "--episodes", str(left)])
+        print(f"robot_rl: interrupted; the episodes kept are in {out}"
+              + (f"; record more into it with: {more}" if left > 0 or not args.episodes else ""), flush=True)
     if codes.get(actor, 0) not in (0, None):
         code = code or 1
     return code
@@ -451,8 +472,11 @@ def cmd_security(args: argparse.Namespace) -> int:
     return 0
 
 
-def person_flags(parser: argparse.ArgumentParser, reset_time_s: float) -> None:
+def person_flags(parser: argparse.ArgumentParser, reset_time_s: float, episode_time_s: float | None) -> None:
     """The flags of a session with a person in the loop (record, train --teleop)."""
+    parser.add_argument("--episode-time-s", type=at_least(0.1, float), default=episode_time_s,
+                        help="length of each episode in seconds of the robot's time (a person needs tens; default: "
+                             f"{'the task horizon' if episode_time_s is None else episode_time_s})")
     parser.add_argument("--device-path", help="which device (see the teleop node's device_path)")
     parser.add_argument("--mapping", help="teleop mapping file (default: the device's)")
     parser.add_argument("--teleop-speed", type=in_range(0.01, 1.0), default=1.0,
@@ -482,8 +506,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                                               "passed to gymnasium.make")
     train.add_argument("--obs-keys", metavar="KEY,KEY", help="with --env: observation entries to use, in order (a/b for "
                                                               "nested Dict keys); default: every Box entry")
-    train.add_argument("--demos", metavar="DATASET", help="with --env: demonstrations, our zarr episodes or a "
-                                                           "LeRobotDataset (v3) directory")
+    train.add_argument("--demos", metavar="DATASET", help="with --env: demonstrations, our zarr episodes, a "
+                                                           "LeRobotDataset (v3) directory, or a bag (.mcap) of a task "
+                                                           "of this environment")
     train.add_argument("--control-hz", type=at_least(0.1, float), default=10.0,
                        help="with --env --teleop: steps per second on the wall clock while a person is in the "
                             "loop; with --env --graph: the environment's control rate")
@@ -521,7 +546,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--teleop", choices=TELEOP_DEVICES,
                        help="a person in the loop: add the teleop node reading this device (keyboard: this terminal) "
                             "and the person's view; the simulator then runs on the wall clock")
-    person_flags(train, reset_time_s=0.0)
+    person_flags(train, reset_time_s=0.0, episode_time_s=None)
     train.set_defaults(handler=cmd_train)
     node = sub.add_parser("node", help="run one node of the package (ROS arguments follow)")
     node.add_argument("name")
@@ -554,9 +579,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                           "gamepad (tests, demos)")
     rec.add_argument("--keep-idle", action="store_true",
                      help="keep episodes nobody drove (by default they are discarded, counted and the reason shown)")
-    rec.add_argument("--episode-time-s", type=at_least(0.1, float), default=30.0,
-                     help="length of each episode in seconds of the person's time (not the policy's horizon)")
-    person_flags(rec, reset_time_s=3.0)
+    person_flags(rec, reset_time_s=3.0, episode_time_s=30.0)
     rec.add_argument("--backend", default="sim", choices=["sim", "real"])
     rec.add_argument("--run-dir", help="logs and record.json (default: runs/record-<task>-<time>)")
     rec.add_argument("--domain-id", type=domain_id_arg, help="ROS_DOMAIN_ID (default: the exported one, else a random one)")

@@ -118,9 +118,13 @@ def cmd_train_env(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     import robot_rl.envs  # noqa: F401 - registers our environments
+    from robot_rl.ros.bag_import import imported_bag, is_bag
     from robot_rl.tasks import expert_for_env
     from robot_rl.training.gym_loop import Trainer, make_env
 
+    if args.demos and is_bag(args.demos):  # a bag of a task of this environment: its episodes, for the run
+        with imported_bag(args.demos, env_id=args.env) as dataset:
+            return cmd_train_env(argparse.Namespace(**{**vars(args), "demos": str(dataset)}))
     if getattr(args, "resume", False):
         raise UserError("--resume is for node-graph runs; a --env run starts afresh (--overwrite or a new --run-dir)")
     config = gym_train_config(args)

@@ -52,8 +52,9 @@ class EnvEpisodeRecorder:
         self.writer.add_step(self._obs(raw_obs), flat, reward, terminated, truncated, intervention=intervention,
                              success_label=None if success is None else bool(success), stamp=time.time())
 
-    def end_episode(self, final_obs) -> int:
-        return self.writer.end_episode(self._obs(final_obs))
+    def end_episode(self, final_obs, success_check: bool | None = None) -> int:
+        """Commits the episode; `success_check`: the environment's own success where it ended (beside a label)."""
+        return self.writer.end_episode(self._obs(final_obs), success_check)
 
     def discard_episode(self) -> None:
         self.writer.discard_episode()

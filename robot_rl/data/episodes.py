@@ -15,6 +15,9 @@ observation too), so no observation is stored twice. With N committed steps in E
                                                 observation the step reached shows success
       step/stamp     (N,) float64               time of the step's observation (seconds)
       episode_ends   (E,) int64                 cumulative step count at the end of each episode
+    root attr success_checks  [E] of 1, 0, -1   the task's own success check where each episode ended
+                                                (beside a person's label, which it may contradict);
+                                                -1 unchecked, and absent in data written before it
 
 Step k of episode e has observation k + e and next observation k + e + 1, so a transition never
 reaches into the following episode.
@@ -120,6 +123,17 @@ def _json_config(task_config: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"task_config must be JSON data (dicts, lists, strings, finite numbers): {exc}") from None
 
 
+def _success_checks(attrs: Mapping[str, Any], episodes: int, path: Path) -> list[int]:
+    """The `success_checks` attribute of a dataset with `episodes` committed: -1 for each episode when it is
+    absent (written before it existed); ValueError when it is malformed."""
+    checks = attrs.get("success_checks", [UNLABELLED] * episodes)
+    if (not isinstance(checks, list) or len(checks) < episodes
+            or any(c not in (1, 0, UNLABELLED) or isinstance(c, bool) for c in checks)):
+        raise ValueError(f"{path}: success_checks attribute must list 1, 0 or -1 for each of the {episodes} "
+                         f"episodes, got {checks!r}")
+    return checks[:episodes]  # longer: an uncommitted tail
+
+
 def _lengths(episodes: int, steps: int) -> dict[str, int]:
     """Rows of each kind of array with `episodes` episodes of `steps` steps in all (T + 1 observations each)."""
     return {"observations": steps + episodes, "steps": steps, "episodes": episodes}
@@ -171,6 +185,8 @@ class EpisodeDataset:
                              f"got {self.episode_ends.tolist()}")
         self.guard.episode_ends = self.episode_ends
         self.guard.require_present()
+        self.success_checks = np.array(_success_checks(self.attrs, episodes, self.path), np.int8)
+        """Per episode: the task's own success check where it ended (1, 0; -1 unchecked)."""
 
     def __len__(self) -> int:
         return len(self.episode_ends)
@@ -285,12 +301,14 @@ class EpisodeWriter:
                 raise ValueError(f"{self.path} was recorded with task_config {existing.task_config}, "
                                  f"not {self.task_config}")
             self.num_episodes, self.num_steps = len(existing), existing.num_steps
+            self._success_checks = existing.success_checks.tolist()
             # Data written before checksums stay without a manifest: their chunks were not all written.
             self._keeps_manifest = existing.guard.checksummed
             self._group = zarr.open_group(str(self.path), mode="r+")
             self._truncate_uncommitted()
         else:
             self.num_episodes = self.num_steps = 0
+            self._success_checks = []
             self._keeps_manifest = True
             self._group = self._create()
         self._pending: dict[str, list[np.ndarray]] = {key: [] for key in schema.arrays() if key != "episode_ends"}
@@ -363,10 +381,13 @@ class EpisodeWriter:
         for key, value in staged.items():
             self._pending[key].append(value)
 
-    def end_episode(self, final_obs: Mapping[str, np.ndarray]) -> int:
+    def end_episode(self, final_obs: Mapping[str, np.ndarray], success_check: bool | None = None) -> int:
         """Writes and commits the episode in progress, `final_obs` being the observation its last step
-        reached; returns the episode's index. A last step neither terminated nor truncated was cut off
-        by the recorder and is stored as truncated."""
+        reached, `success_check` the task's own success check there (None: not checked); returns the
+        episode's index. A last step neither terminated nor truncated was cut off by the recorder and is
+        stored as truncated."""
+        if success_check is not None and not isinstance(success_check, (bool, np.bool_)):
+            raise ValueError(f"success_check must be True, False or None, got {success_check!r}")
         steps = self.steps_in_episode
         if steps == 0:
             raise ValueError("end_episode: the episode in progress has no steps")
@@ -381,10 +402,13 @@ class EpisodeWriter:
                 _write_rows(self._group[key], lengths[counts], rows[key])
         _write_rows(self._group["episode_ends"], self.num_episodes, np.array([self.num_steps + steps], np.int64))
         # The commit: one atomic replace of the root attributes. Before it, readers see none of this episode.
-        commit = {"num_episodes": self.num_episodes + 1, "num_steps": self.num_steps + steps, "updated": _now()}
+        checks = [*self._success_checks, UNLABELLED if success_check is None else int(success_check)]
+        commit = {"num_episodes": self.num_episodes + 1, "num_steps": self.num_steps + steps, "updated": _now(),
+                  "success_checks": checks}
         if self._keeps_manifest:
             commit[MANIFEST_ATTR] = manifest(self._rows(self.num_episodes + 1, self.num_steps + steps))
         self._group.attrs.update(commit)
+        self._success_checks = checks
         self.num_episodes += 1
         self.num_steps += steps
         self.discard_episode()

@@ -48,7 +48,8 @@ PARAMS = [
     Param("env_task", "", "Task env: the run's env task file (env_task.json), written by `robot-rl train --env ID "
           "--graph`."),
     Param("run_dir", "runs/default", "Directory for checkpoints, the transition journal and TensorBoard logs."),
-    Param("demos", "", "Path of a zarr demonstration dataset loaded into the demo buffer ('' for none)."),
+    Param("demos", "", "Path of a zarr demonstration dataset, or of a bag (.mcap) of the task's topics, loaded into "
+          "the demo buffer ('' for none)."),
     Param("reward_model", "", "With learned rewards (actor reward_source: reward_node): the reward node's progress "
           "model directory, to relabel the demonstrations' rewards the same way ('' keeps the recorded ones)."),
     Param("reward_goal", "", "Goal sentence the demonstrations are relabelled against (with reward_model)."),
@@ -67,12 +68,17 @@ PARAMS = [
 
 
 def demonstration_arrays(path: str, task, reward_model: str = "", reward_goal: str = "") -> dict:
-    """Transitions (wire layout) from a zarr dataset: scripted-demo transitions or recorded episodes;
-    with `reward_model`, an episode dataset's rewards and ends come from that progress model."""
+    """Transitions (wire layout) from a zarr dataset (scripted-demo transitions or recorded episodes) or a bag of
+    the task's topics (.mcap); with `reward_model`, an episode dataset's rewards and ends come from that progress
+    model."""
     import zarr
 
+    from robot_rl.ros.bag_import import imported_bag, is_bag
     from robot_rl.data.episodes import EpisodeDataset
 
+    if is_bag(path):  # a bag of the task's topics: its episodes, imported for the while
+        with imported_bag(path, task=task) as dataset:
+            return demonstration_arrays(str(dataset), task, reward_model, reward_goal)
     if not Path(path).exists():
         raise FileNotFoundError(f"no demonstration dataset at {path}")
     if zarr.open_group(path, mode="r").attrs.get("format") != "robot_rl.episodes":

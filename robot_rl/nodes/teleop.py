@@ -12,7 +12,7 @@
   (TwistStamped: the person's twist, each axis in the task's action scale [-1, 1]) and
   `teleop/gripper` (Float32: -1 open, +1 close, held between presses: the 4th entry of the arm
   action); exactly one zero `teleop/cmd` on release. `teleop/event` (String): success, failure,
-  rerecord, reset, takeover, handback.
+  rerecord, reset, pause, help, takeover, handback.
 - `/estop` (latched Bool): while True nobody has control; only the release's zero command and
   `teleop/engaged` False are published, and after it the person must let go before taking over.
 - `/diagnostics`: device status and errors, engagement, events, rejected inputs by reason.

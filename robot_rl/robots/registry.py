@@ -98,6 +98,10 @@ class Robot:
     graph_evaluators: Mapping[str, str] = field(default_factory=dict)
     """Actor node -> evaluate(run, policy, task, episodes, seed, split, max_s) -> result dict: how a graph run's
     policy driven by that actor is judged in simulation (`robot-rl eval --policy RUN_DIR`)."""
+    topic_decoders: Mapping[str, str] = field(default_factory=dict)
+    """Actor node -> a class built as `(params, task)`, without a node, that reads what the actor reads and sends
+    (`state_topics`, `state(msgs)`; `command_topics`, `action(msgs)`; `params`, the actor's parameters it uses):
+    how a bag of the robot's topics becomes episodes (`robot-rl dataset import run.mcap`)."""
     encoder_scenes: Mapping[str, str] = field(default_factory=dict)
     """Gymnasium id of one of the robot's simulations -> frames(config, count, seed, progress) -> (frames, targets,
     target names): scripted episodes whose privileged state is the target, for `robot-rl pretrain-encoder`
@@ -206,6 +210,10 @@ def encoder_scene_ids() -> list[str]:
 
 def graph_evaluator(actor_node: str) -> Callable[..., dict] | None:
     return _resolved("graph_evaluators", actor_node)
+
+
+def topic_decoder(actor_node: str) -> type | None:
+    return _resolved("topic_decoders", actor_node)
 
 
 def robot_of_task(task: str) -> Robot:

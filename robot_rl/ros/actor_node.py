@@ -20,13 +20,18 @@ interventions (the learner stores them as demonstrations too). A command older t
 
 `mode: record` (what `robot-rl record` starts) is a recording session: only the person drives
 (the robot holds still otherwise), nothing is learned, and episodes are appended to the zarr
-dataset `record_path`; "rerecord" throws the current or just finished episode away.
+dataset `record_path`; "rerecord" throws the current or just finished episode away. A finished
+episode is committed when the countdown after it ends (the next episode runs); after the last one
+that countdown is a review (phase "review"): "rerecord" records it again, else the session ends.
+A person's success or failure label that the task's own success check contradicts is stored as
+given, with the check's verdict beside it, and warned about (log, status message).
 
 For the person in the loop it publishes `session/status` (`robot_rl.teleop.session_status.SessionStatus`
 as JSON: who drives, the episode clock, the last reward, kept and discarded episodes) at every
 step and phase change; the person's view and the console show it. After each reset the robot
 holds for `reset_time_s` (a countdown), and the person's pause key (teleop/event "pause") holds
-it until pressed again; neither takes a step, so the episode clock stops.
+it until pressed again; neither takes a step, so the episode clock stops. A simulator freezes while
+the status says "paused" (`robot_rl.ros.sim_time`); a real robot holds where it is.
 
 Act latency (observation stamp to command, on the wall clock; inside the node under simulated
 time) is reported on /diagnostics as p50/p99 over the last steps, with the steps that missed their
@@ -47,7 +52,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import TwistStamped, Vector3Stamped
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool, Float32, Header, String
 from std_srvs.srv import Trigger
 
@@ -68,8 +73,9 @@ from robot_rl.ros.node_utils import (
     set_torch_threads,
     timer_once,
 )
+from robot_rl.ros.step_log import STEP_TOPIC, StepOutcome, discard_msg, step_msg
 from robot_rl.ros.sync import StampSynchronizer
-from robot_rl.tasks import State, TaskSpec, get_task, task_names
+from robot_rl.tasks import State, TaskSpec, dataset_task_config, get_task, task_names
 from robot_rl.teleop.session_status import SessionClock, SessionStatus
 from robot_rl.teleop.takeover import HumanCommand
 from robot_rl.training.actor import LABELS, ActorConfig, ActorCore
@@ -134,13 +140,6 @@ LATENCY_WINDOW = 1000
 """Steps over which the act latency percentiles on /diagnostics are taken."""
 
 
-def record_task_config(task) -> dict:
-    """What a recorded dataset says about its task (stored inside it; appending checks it matches)."""
-    return {"task": task.name, "obs_dim": task.obs_dim, "action_dim": task.action_dim,
-            "cameras": list(task.cameras), "image_size": task.image_size, "control_hz": task.control_hz,
-            "max_episode_steps": task.max_episode_steps, "source": "teleop"}
-
-
 class ActorNode(Node):
     """The actor node `name` over the robot I/O `make_io(node, params, task)` builds; `params` lists what it
     declares (`actor_params`)."""
@@ -168,7 +167,8 @@ class ActorNode(Node):
                 raise ParameterError(f"{name}: mode record needs record_path (the dataset to write)")
             try:
                 recorder = EpisodeWriter(p["record_path"], EpisodeSchema(
-                    self.task.frame_shapes, self.task.obs_dim, self.task.action_dim), record_task_config(self.task))
+                    self.task.frame_shapes, self.task.obs_dim, self.task.action_dim),
+                    dataset_task_config(self.task, "teleop"))
             except ValueError as exc:
                 raise ParameterError(f"{name}: cannot record into {p['record_path']}: {exc}") from None
         config = config_from_params(ActorConfig, p, record_only=recording,
@@ -220,6 +220,10 @@ class ActorNode(Node):
         self.link = LearnerLink(self, self.core, self.core_lock)
         # Tells the reward node (and anyone) that a new episode begins: its next frame is the first.
         self.episode_pub = self.create_publisher(Header, "episode/event", qos.EVENTS)
+        # What each step did, so that a bag of the session rebuilds its episodes exactly (ros/step_log.py).
+        self.step_pub = self.create_publisher(JointState, STEP_TOPIC, qos.EVENTS)
+        self.observation_index = 0
+        """Index in its episode of the next observation stepped on."""
         self.invalid_rewards = 0
         self.reward_waits = 0
         if p["reward_source"] == "reward_node":
@@ -276,6 +280,9 @@ class ActorNode(Node):
             self._hold(stamp)
             self._publish_status(phase)
             return
+        if self.core.reviewing == "last":  # its review is over: kept, and the session ends before another step
+            self._commit_reviewed()
+            return
         with self.core_lock:
             if self.core.in_episode and self.core.waiting_for_learner():
                 self.learner_waits += 1
@@ -285,20 +292,52 @@ class ActorNode(Node):
                 return
             self.acted_stamp = stamp
             human_action = self.human.action(time.monotonic())
+            train_steps, discarded = self.core.train_steps, self.core.episodes_discarded
             try:
                 result = self.core.step(state, human_action, stamp)
             except ValueError as exc:  # e.g. a frame of the wrong size: skip it, the robot's watchdog holds
                 self.invalid_messages += 1
                 self.get_logger().warning(f"observation not usable: {exc}", throttle_duration_sec=5.0)
                 return
+            self._log_step(stamp, result, human_action, train_steps, discarded)
         if result.action is not None:
             self.last_action = result.action
             self._publish_command(result.action, stamp)
             self._measure_latency(stamp)
             self.driver = self._driver(human_action)
             self._publish_status("running")
+            if self.core.reviewing:
+                self._commit_reviewed()
             return
         self._on_episode_end(result.episode)
+
+    def _commit_reviewed(self) -> None:
+        """The countdown after a recorded episode is over: it is kept (written after the next episode's first
+        command is out: the write took 50-60 ms and would hold that command), and after the last one the
+        session ends."""
+        with self.core_lock:
+            self.core.commit_recording()
+        if self.core.finished:
+            self.episode_start_stamp = None  # no step of the episode begun here is taken
+            self._finish(drained=True)
+
+    def _log_step(self, stamp: int, result, human_action, train_steps: int, discarded: int) -> None:
+        """The step log of the step just taken at the observation stamped `stamp` (training and recorded
+        episodes: evaluation is not training data); `train_steps` and `discarded`: the core's counts before it."""
+        c = self.core
+        ended = result.action is None
+        if not (result.episode.evaluation if ended else c.evaluating):
+            outcome = StepOutcome(*c.last_recorded) if c.train_steps != train_steps else None
+            episode = result.episode.index if ended else c.episode_index - 1
+            self.step_pub.publish(step_msg(self.task.name, episode, self.observation_index, stamp,
+                                           None if ended else human_action is not None, outcome, ended))
+            self.observation_index += 1
+        self._log_discard(discarded, stamp)
+
+    def _log_discard(self, discarded: int, stamp: int) -> None:
+        """Tells the step log which episode a recording threw away since the core counted `discarded`."""
+        if self.core.episodes_discarded != discarded:
+            self.step_pub.publish(discard_msg(self.task.name, self.core.history[-1].index, stamp))
 
     def _driver(self, human_action) -> str:
         """Who drove the last step: the person, else the policy (a recording session: nobody, the robot holds)."""
@@ -321,6 +360,8 @@ class ActorNode(Node):
 
     def _publish_status(self, phase: str) -> None:
         c, hz = self.core, self.control_hz
+        if phase == "countdown" and c.reviewing == "last":
+            phase = "review"
         status = SessionStatus(
             mode="record" if c.config.record_only else "train", phase=phase, driver=self.driver,
             episode=max(0, c.episode_index - 1) if c.in_episode else c.episode_index, step=c.episode_steps,
@@ -354,7 +395,7 @@ class ActorNode(Node):
     def _on_teleop_event(self, msg: String) -> None:
         if msg.data == "pause":
             paused = self.session.toggle_pause()
-            self.status_message = "paused: the robot holds; pause again to go on" if paused else "resumed"
+            self.status_message = ""  # the console and the view say PAUSED, and resumed, themselves
             self.get_logger().info(f"person {'paused' if paused else 'resumed'} the session")
             self._publish_status(self.session.phase(time.monotonic()))
             return
@@ -363,7 +404,12 @@ class ActorNode(Node):
         self.teleop_events += 1
         self.get_logger().info(f"person labelled the episode: {msg.data}")
         with self.core_lock:
+            reviewing, discarded = self.core.reviewing, self.core.episodes_discarded
             self.core.label(msg.data)
+            self._log_discard(discarded, self.acted_stamp)
+        if reviewing and not self.core.reviewing:
+            self.status_message = f"episode {self.core.last_discard[0]} dropped: recording it again"
+            self._publish_status(self.session.phase(time.monotonic()))
 
     def _publish_command(self, action: np.ndarray, stamp: int) -> None:
         self.commanded = True
@@ -384,12 +430,16 @@ class ActorNode(Node):
         else:
             self.get_logger().info(f"training {text}", throttle_duration_sec=5.0)
             self.status_message = (f"episode {episode.index} done ({episode.steps} steps, success {episode.success})"
-                                   + ("; r during the reset throws it away" if self.core.config.record_only else ""))
+                                   + ("; r during the countdown throws it away" if self.core.reviewing else ""))
+        disagreement = self.core.label_disagreement
+        if disagreement is not None and disagreement[0] == episode.index:
+            verdict = "success" if episode.success_check else "failure"
+            warning = (f"WARNING: episode {episode.index} labelled {disagreement[1]}, but the task's own success "
+                       f"check says {verdict}; both are stored (label and check)")
+            self.get_logger().info(warning)  # the console shows it once, as the status message
+            self.status_message = f"{warning}. {self.status_message}"
         if self.core.finished:
-            if self.core.config.record_only:
-                self._finish(drained=True)
-            else:
-                self.draining_since = time.monotonic()
+            self.draining_since = time.monotonic()
             return
         self._request_reset()
 
@@ -421,16 +471,13 @@ class ActorNode(Node):
             self.core.start_episode(commit_recording=False)
         self.session.reset_done(time.monotonic())
         self.episode_start_stamp = stamp
+        self.observation_index = 0
         self._publish_status(self.session.phase(time.monotonic()))
         # The reward node's episode begins at the same observation (if the start announced before the
         # reset arrived late, frames up to this one may have been scored in the old episode).
         self.episode_pub.publish(Header(stamp=ns_to_stamp(stamp), frame_id="start"))
         if self.latest is not None and self.params["control_mode"] == "on_observation":
             self._act()
-        # A recording's finished episode is written after the new episode's first command is out (the
-        # write took 50-60 ms and held that command); its first step is staged one control period later.
-        with self.core_lock:
-            self.core.commit_recording()
 
     # ---- learner link -------------------------------------------------------------------------
 
@@ -446,6 +493,8 @@ class ActorNode(Node):
                 self._finish(drained)
 
     def _finish(self, drained: bool) -> None:
+        if self.core.in_episode:  # begun but never to be recorded (the review after a recording's last episode)
+            self.step_pub.publish(discard_msg(self.task.name, self.core.episode_index - 1, self.acted_stamp))
         self._publish_status("done")
         if self.core.config.record_only:
             summary = {**self.core.record_summary(), "teleop_stale_steps": self.human.stale}

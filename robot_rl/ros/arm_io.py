@@ -103,21 +103,41 @@ ACTOR_PARAMS = params_from_dataclass(ArmSimConfig, only=("action_scale", "contro
 `ros/actor_node.py: actor_params` adds the shared ones."""
 
 
-class ArmActorIO:
-    """The arm actor's robot I/O (`ros/actor_node.py: RobotActorIO`): state from `STATE_TOPICS`, commands on
-    `arm/cmd` and `arm/gripper`."""
+COMMAND_TOPICS = (("arm/cmd", TwistStamped), ("arm/gripper", Float32))
+"""The arm's commands: the twist, stamped with the observation it answers, and the gripper, sent just before it."""
+
+
+class ArmTopics:
+    """What the arm's actor reads and sends, decoded without a node: its state from `STATE_TOPICS`, its action
+    from `COMMAND_TOPICS` (the actor node's I/O, and bags: `robot_rl/ros/bag_import.py`)."""
 
     state_topics = STATE_TOPICS
+    command_topics = COMMAND_TOPICS
+    params = ACTOR_PARAMS
 
-    def __init__(self, node, params: dict, task):
+    def __init__(self, params: dict, task):
         self.action_scale, self.control_hz = params["action_scale"], params["control_hz"]
         self.action_dim = task.action_dim
-        self.cmd_pub = node.create_publisher(TwistStamped, "arm/cmd", qos.COMMAND)
-        self.gripper_pub = node.create_publisher(Float32, "arm/gripper", qos.COMMAND)
-        self.last: tuple[TwistStamped, Float32] | None = None
 
     def state(self, msgs: dict) -> dict[str, np.ndarray]:
         return msgs_to_state(*(msgs[topic] for topic, _ in STATE_TOPICS))
+
+    def action(self, msgs: dict) -> np.ndarray:
+        """The action the commands in `msgs` (topic -> message) carry; ValueError if malformed."""
+        (twist, _), (gripper, _) = COMMAND_TOPICS
+        return msgs_to_action(msgs[twist], msgs[gripper].data, self.action_scale, self.control_hz)
+
+
+class ArmActorIO(ArmTopics):
+    """The arm actor's robot I/O (`ros/actor_node.py: RobotActorIO`): state from `STATE_TOPICS`, commands on
+    `arm/cmd` and `arm/gripper`."""
+
+    def __init__(self, node, params: dict, task):
+        super().__init__(params, task)
+        (twist, twist_type), (gripper, gripper_type) = COMMAND_TOPICS
+        self.cmd_pub = node.create_publisher(twist_type, twist, qos.COMMAND)
+        self.gripper_pub = node.create_publisher(gripper_type, gripper, qos.COMMAND)
+        self.last: tuple[TwistStamped, Float32] | None = None
 
     def publish(self, action: np.ndarray, stamp_ns: int) -> None:
         self.last = action_to_msgs(action, stamp_ns, self.action_scale, self.control_hz)
@@ -130,7 +150,8 @@ class ArmActorIO:
 
     def hold(self, last_action: np.ndarray | None) -> np.ndarray:
         hold = np.zeros(self.action_dim, np.float32)
-        hold[3:] = last_action[3:] if last_action is not None else -1.0  # the gripper keeps what it holds; open after a reset
+        # The gripper keeps what it holds; open after a reset.
+        hold[3:] = last_action[3:] if last_action is not None else -1.0
         return hold
 
     def person_action(self, twist: np.ndarray, gripper: float) -> np.ndarray:

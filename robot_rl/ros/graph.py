@@ -119,8 +119,8 @@ def apply_overrides(config: dict[str, Any], overrides: Mapping[str, Any]) -> dic
             config["robot_rl"][param] = value
         else:
             node = current_name(node, "--set node")
-            value = check_node_setting(node, param, value, where)
-            config.setdefault(node, {}).setdefault("ros__parameters", {})[param] = value
+            section = config.setdefault(node, {}).setdefault("ros__parameters", {})
+            section[param] = check_node_setting(node, param, value, where, current=section.get(param))
     return config
 
 
@@ -299,9 +299,12 @@ def _node_environment(domain_id: int, base: Mapping[str, str] | None,
 
 def simulated_demos(config: Mapping[str, Any], backend: str, asked: bool = False) -> int:
     """Scripted demonstrations (episodes) `prepare_run` records in the simulator: those of the
-    `robot_rl.demos` section, for a real robot only when the user `asked` for them explicitly."""
+    `robot_rl.demos` section, for a real robot only when the user `asked` for them explicitly, and none
+    when the learner is given demonstrations of the user's (`learner.demos`: they would replace them)."""
     if backend == "real" and not asked:
         return 0
+    if ((config.get("learner") or {}).get("ros__parameters") or {}).get("demos"):
+        return 0  # the user's own demonstrations (`--set learner.demos=DATASET_OR_BAG`) are the ones loaded
     if config["robot_rl"].get("task") == ENV_TASK and not (config["robot_rl"].get("env") or {}).get("expert"):
         return 0  # an environment's demonstrations come from its expert (or a dataset, loaded as it is)
     return int((config["robot_rl"].get("demos") or {}).get("episodes", 0))

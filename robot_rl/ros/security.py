@@ -43,8 +43,10 @@ EVERY_NODE = Endpoints(
 # real robot.
 NODE_ENDPOINTS: dict[str, Endpoints] = {
     "env_sim": Endpoints(publish=("env/state", "env/outcome", CAMERA_TOPICS[0], "/clock"),
-                         subscribe=("env/cmd", "/estop"), serves=("~/reset", "~/reset_estop")),
-    "env_actor": Endpoints(publish=("env/cmd", "episode/event", "rl/transitions", "session/status"),
+                         subscribe=("env/cmd", "/estop", "session/status"),
+                         serves=("~/reset", "~/reset_estop")),
+    "env_actor": Endpoints(publish=("env/cmd", "episode/event", "episode/step", "rl/transitions",
+                                   "session/status"),
                            subscribe=("env/state", "env/outcome", CAMERA_TOPICS[0], *TELEOP_TOPICS, "reward",
                                       "reward/done", "rl/policy", "rl/acks"),
                            calls=(RESET,)),

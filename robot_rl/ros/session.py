@@ -111,10 +111,11 @@ class Monitor:
     """Reads /diagnostics from the graph and renders live progress (rich on a terminal,
     periodic plain lines otherwise, e.g. in CI logs). With a person in the loop it also reads the
     actor's session/status and prompts the person: the countdown after a reset, GO (with the
-    terminal's bell) when an episode starts, pauses, and why an episode was discarded."""
+    terminal's bell) when an episode starts, pauses, and why an episode was discarded; and lists
+    the device's `keys` at the start and whenever the person asks (teleop/event "help")."""
 
     def __init__(self, total_steps: int, eval_episodes: int, record_episodes: int | None = None,
-                 actor: str = "arm_actor", person: bool = False):
+                 actor: str = "arm_actor", person: bool = False, keys: str = ""):
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from std_msgs.msg import String
@@ -132,9 +133,11 @@ class Monitor:
         self.node = rclpy.create_node("robot_rl_monitor")
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
         self.status: SessionStatus | None = None
-        self._prompts: list[str] = []
+        self.keys = f"keys: {keys}" if keys else ""
+        self._prompts: list[str] = [self.keys] if self.keys else []
         if person:
             self.node.create_subscription(String, "session/status", self._on_status, qos.EVENTS)
+            self.node.create_subscription(String, "teleop/event", self._on_teleop_event, qos.EVENTS)
         self.started = time.monotonic()
         self.last_plain = 0.0
         self._reported_silence = False
@@ -146,6 +149,10 @@ class Monitor:
             return  # the actor's own message; a malformed one is the view's to count
         self._prompts += person_prompts(self.status, status)
         self.status = status
+
+    def _on_teleop_event(self, msg) -> None:
+        if msg.data == "help" and self.keys:
+            self._prompts.append(self.keys)
 
     def prompts(self) -> list[str]:
         """Prompts for the person since the last call (print each on a line of its own)."""
@@ -191,15 +198,22 @@ class Monitor:
             if self.status is None:
                 person = "PERSON DRIVING" if a.get("teleop_engaged") == "True" else "robot holding"
                 person += f"  episode {a.get('episodes', 0)} step {a.get('episode_steps', 0)}"
-            return (f"[{elapsed:6.0f}s] recording  kept {a.get('episodes_recorded', 0)}{target}  discarded "
-                    f"{a.get('episodes_discarded', 0)}  {person}{self._health(restarts)}")
+            counts = (f"recording  kept {a.get('episodes_recorded', 0)}{target}  "
+                      f"discarded {a.get('episodes_discarded', 0)}")
+            # A person's headline first: a line redrawn in place is cut at the terminal's width.
+            shown = f"{person}  {counts}" if self.status is not None else f"{counts}  {person}"
+            return f"[{elapsed:6.0f}s] {shown}{self._health(restarts)}"
         if a.get("evaluating") == "True":
             phase = f"evaluating {a.get('eval_done', 0)}/{self.eval_episodes}  success {a.get('eval_success_rate', '-')}"
         else:
-            phase = (f"step {a.get('train_steps', 0)}/{self.total_steps}  episode {a.get('episodes', 0)} "
-                     f"(step {a.get('episode_steps', 0)}, last return {a.get('last_return', '-')})  "
-                     f"success(last20) {a.get('success_rate_last20', '-')}  "
-                     f"interventions(last20) {a.get('intervention_rate_last20', '-')}  {person}")
+            # With a person in the loop the headline (`person`) names the episode and its clock.
+            last = f"last return {a.get('last_return', '-')}"
+            episode = last if self.status is not None else \
+                f"episode {a.get('episodes', 0)} (step {a.get('episode_steps', 0)}, {last})"
+            progress = (f"step {a.get('train_steps', 0)}/{self.total_steps}  {episode}  "
+                        f"success(last20) {a.get('success_rate_last20', '-')}  "
+                        f"interventions(last20) {a.get('intervention_rate_last20', '-')}")
+            phase = f"{person}  {progress}" if self.status is not None else f"{progress}  {person}"
             if "laps" in a:  # the car: practice instead of interventions
                 best = f" (best {float(a['best_lap_s']):.2f} s)" if a["laps"] != "0" and "best_lap_s" in a else ""
                 phase = (f"step {a.get('train_steps', 0)}/{self.total_steps}  episode {a.get('episodes', 0)}  "
@@ -250,15 +264,27 @@ def person_prompts(before: SessionStatus | None, now: SessionStatus) -> list[str
     elif now.phase == "running":
         out.append(f"resumed: episode {now.episode} at {now.clock_text()}")
     elif now.phase == "paused":
-        out.append("PAUSED: the robot holds and the clock stops; the pause key again goes on")
+        out.append("PAUSED: the robot holds (a simulator freezes) and the clock stops; the pause key again goes on")
+    elif now.phase == "review":
+        out.append(f"that was the last episode: re-record within {math.ceil(now.countdown_s)} s records it again; "
+                   "otherwise it is kept and the session ends")
     return out
 
 
+REDRAW_PERIOD_S = 1.0
+"""How often at least a status line redrawn in place is updated: its episode clock counts seconds."""
+CLEAR_LINE = "\r\x1b[K"
+
+
 def run_graph(specs, params_path: Path, run_dir: Path, env: dict, monitor: Monitor, plain: bool,
-              status_period: float, line_end: str = "") -> tuple[dict[str, int], int]:
+              status_period: float, redraw: bool = False) -> tuple[dict[str, int], int]:
     """Starts the nodes as separate processes and shows live status until an exit ends the run (the
     last actor finished, or a node the run needs is gone for good: `robot_rl.ros.exits`) or Ctrl-C.
-    Returns (exit codes, the command's code)."""
+    With `redraw` (a person at this terminal, which the keyboard puts in raw mode: lines carry their own
+    carriage returns) the plain status line is redrawn in place, at least every REDRAW_PERIOD_S (its running
+    clock readable), and the prompts go above it. Returns (exit codes, the command's code)."""
+    clear, line_end = (CLEAR_LINE, "\r\n") if redraw else ("", "\n")
+    period = min(status_period, REDRAW_PERIOD_S) if redraw else status_period
     supervisor = Supervisor(specs, params_path, run_dir / "logs", env)
     interrupted = {"flag": False}
     signal.signal(signal.SIGINT, lambda *_: interrupted.update(flag=True))
@@ -286,16 +312,21 @@ def run_graph(specs, params_path: Path, run_dir: Path, env: dict, monitor: Monit
             silence = monitor.silence_notice()
             for notice in supervisor.notices() + ([silence] if silence else []) + monitor.prompts():
                 # Under a rich Live display, print() goes above the live line.
-                print(f"robot_rl: {notice}", end=line_end + "\n", flush=True)
+                print(f"{clear}robot_rl: {notice}", end=line_end, flush=True)
+                monitor.last_plain = 0.0 if redraw else monitor.last_plain  # the status line again, under it
             if live is not None:
                 live.update(monitor.line(supervisor.restarts))
-            elif time.monotonic() - monitor.last_plain >= status_period:
+            elif time.monotonic() - monitor.last_plain >= period:
                 monitor.last_plain = time.monotonic()
-                print(monitor.line(supervisor.restarts), end=line_end + "\n", flush=True)
+                line = monitor.line(supervisor.restarts)
+                if redraw:
+                    print(f"{CLEAR_LINE}{line[:shutil.get_terminal_size().columns - 1]}", end="", flush=True)
+                else:
+                    print(line, flush=True)
     finally:
         if live is not None:
             live.stop()
-        print(f"robot_rl: shutting down the graph: {reason or 'error'}", flush=True)
+        print(f"{clear}robot_rl: shutting down the graph: {reason or 'error'}", flush=True)
         codes = supervisor.stop()
         monitor.close()
     return codes, code

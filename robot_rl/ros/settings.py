@@ -45,10 +45,11 @@ def check_node_name(node: str, where: str) -> None:
         raise SettingsError(f"{where}: unknown node {node!r}{closest_name(node, NODE_KINDS)}; known: {sorted(NODE_KINDS)}")
 
 
-def check_node_setting(node: str, name: str, value: Any, where: str) -> Any:
+def check_node_setting(node: str, name: str, value: Any, where: str, current: Any = None) -> Any:
     """`value` converted to the type `node` declares for parameter `name`; SettingsError naming
     `where` (a file or a --set) when the node has no such parameter or the value cannot be one
-    (wrong type, out of range, not one of the choices)."""
+    (wrong type, out of range, not one of the choices). `current`: the value the run has for it so far
+    (its task file's or a flag's), which the error names where it differs from the declared default."""
     check_node_name(node, where)
     declared = declared_params(node)
     if name not in declared:
@@ -58,7 +59,9 @@ def check_node_setting(node: str, name: str, value: Any, where: str) -> Any:
         check_bounds(declared[name], value)
         return value
     except ParameterError as exc:
-        raise SettingsError(f"{where}: {node}: {exc}") from None
+        param = declared[name]
+        here = f"; this run's value is {current!r}" if current is not None and current != param.default else ""
+        raise SettingsError(f"{where}: {node}: {exc} ({param.description.rstrip('.')}){here}") from None
 
 
 def check_graph_setting(name: str, value: Any, where: str) -> None:

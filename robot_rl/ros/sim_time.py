@@ -4,8 +4,12 @@ Simulated time advances one control period per step and never goes back, across 
 observation's stamp is unique. In `lockstep` the node publishes `/clock` with each observation and, when
 no command has answered the current observation for `republish_period_s`, publishes it again
 (best-effort sensor topics may drop a message; the actor answers a repeat by resending its command).
-In `realtime` a wall-clock timer calls the node's step at the control rate. `~/reset` (std_srvs/Trigger) starts a
-new episode one period later and answers with its first observation's stamp.
+In `realtime` a wall-clock timer calls the node's step at the control rate; while the actor's `session/status` says
+a person paused the session, the simulation is frozen instead: time goes on and the same state is published again
+each period (the view keeps its pictures, the actor its observations), but no physics step is taken, so nothing in
+the scene moves (a real robot only holds, and what it holds may still slip). Lockstep simulation steps only when the
+actor commands, which is never while a person is in the loop (their sessions run the simulator in realtime).
+`~/reset` (std_srvs/Trigger) starts a new episode one period later and answers with its first observation's stamp.
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ from typing import Callable
 
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
+from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
+from robot_rl.ros import qos
 from robot_rl.ros.messages import ns_to_stamp
 from robot_rl.ros.node_utils import reset_done
+from robot_rl.teleop.session_status import SessionStatus
 
 
 class SimulatedTime:
@@ -28,7 +35,8 @@ class SimulatedTime:
         """`publish_observation(stamp_ns)` publishes the simulator's observation stamped `stamp_ns`;
         `realtime_step()` steps it once (realtime mode); `new_episode()` resets the simulation (and
         forgets the last command) for `~/reset`; `counters["republished"]` and `counters["resets"]`
-        count repeats and resets."""
+        count repeats and resets, `counters["paused_steps"]` the periods frozen by a person's pause and
+        `counters["invalid_session_status"]` the malformed statuses ignored."""
         self.period_ns = int(round(period_s * 1e9))
         self.now_ns = self.period_ns
         self.lockstep = lockstep
@@ -37,13 +45,18 @@ class SimulatedTime:
         self._republish_period_s = republish_period_s
         self._last_publish_wall = 0.0
         self._new_episode = new_episode
-        counters.setdefault("resets", 0)
+        self.paused = False
+        """A person paused the session: realtime steps are frozen."""
+        for name in ("resets", "paused_steps", "invalid_session_status"):
+            counters.setdefault(name, 0)
         node.create_service(Trigger, "~/reset", self._on_reset)
         self._clock_pub = node.create_publisher(Clock, "/clock", 10) if lockstep else None
         if lockstep:
             node.create_timer(republish_period_s, self._republish_if_idle)
         else:
-            node.create_timer(period_s, realtime_step)
+            self._realtime_step = realtime_step
+            node.create_subscription(String, "session/status", self._on_session_status, qos.EVENTS)
+            node.create_timer(period_s, self._realtime_tick)
 
     def advance(self) -> None:
         """One control period passes (a step, or a reset: the new episode's first stamp is new too)."""
@@ -55,6 +68,20 @@ class SimulatedTime:
             self._clock_pub.publish(Clock(clock=ns_to_stamp(self.now_ns)))
         self._publish_observation(self.now_ns)
         self._last_publish_wall = time.monotonic()
+
+    def _on_session_status(self, msg: String) -> None:
+        try:
+            self.paused = SessionStatus.from_json(msg.data).phase == "paused"
+        except ValueError:
+            self._counters["invalid_session_status"] += 1
+
+    def _realtime_tick(self) -> None:
+        if not self.paused:
+            self._realtime_step()
+            return
+        self._counters["paused_steps"] += 1
+        self.advance()
+        self.publish()
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         self.advance()

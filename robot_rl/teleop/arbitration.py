@@ -19,7 +19,7 @@ single zero on release, twist_mux's input timeout):
 - Episode labels (success, failure, rerecord, reset) are events on each button press; each one
   ends the episode, after which the robot is reset with its gripper open, so the held gripper
   command returns to `initial_gripper`.
-- Session keys (pause) are events on each press too; they end nothing and leave the gripper.
+- Session keys (pause, help) are events on each press too; they end nothing and leave the gripper.
 - The gripper command (-1 open, +1 close: the task's action scale) follows the gripper buttons'
   presses while engaged and is held between presses.
 

@@ -21,9 +21,9 @@ AXES = ("x", "y", "z", "roll", "pitch", "yaw")
 EPISODE_LABELS = ("success", "failure", "rerecord", "reset")
 """Actions that label or end the episode: each press is published once on teleop/event."""
 
-SESSION_KEYS = ("pause",)
+SESSION_KEYS = ("pause", "help")
 """Actions for the session rather than the episode (pause toggles: the robot holds and the episode
-clock stops): each press is published once on teleop/event."""
+clock stops; help: the console lists the keys): each press is published once on teleop/event."""
 
 ACTIONS = ("gripper_open", "gripper_close", "takeover", *EPISODE_LABELS, *SESSION_KEYS)
 """What a button can mean (the names in the mapping files and in `TeleopInput.buttons`)."""

@@ -24,6 +24,9 @@ _ESCAPE_SEQUENCES = {
 }
 _SINGLE_BYTES = {0x20: "space", 0x0D: "enter", 0x0A: "enter", 0x09: "tab", 0x7F: "backspace", 0x08: "backspace"}
 _MAX_SEQUENCE = 16
+AUTO_REPEAT_DELAY_S = 0.6
+"""A motion key pressed again this soon continues holding it: terminals begin auto-repeating a held key
+0.25-0.6 s after its press (and tapping it again at once means the same: further, faster)."""
 
 
 class KeyDecoder:
@@ -103,9 +106,10 @@ def _escape_key(sequence: bytes) -> str | Rejected:
 
 class KeyboardBackend(InputBackend):
     """Reads key presses from a terminal in raw mode (key by key, no echo). Motion keys drive
-    their axis for `key_hold_s` after each press or auto-repeat; button keys are taps (a snapshot
-    with the key held, then one without). Keys that are not mapped are rejected ("unknown_key").
-    `close` restores the terminal."""
+    their axis for `key_hold_s` after each press or auto-repeat, a first press gently (`tap_speed`:
+    a fine step) and a held one faster the longer it is held (`full_speed_after_s`); button keys are
+    taps (a snapshot with the key held, then one without). Keys that are not mapped are rejected
+    ("unknown_key"). `close` restores the terminal."""
 
     def __init__(self, fd: int, mapping: DeviceMapping, rejections: InputRejections, description: str,
                  clock: Clock = time.monotonic, close_fd: bool = False):
@@ -114,7 +118,8 @@ class KeyboardBackend(InputBackend):
         self._close_fd = close_fd
         self._decoder = KeyDecoder()
         self._settings = mapping.keyboard
-        self._motion: dict[str, tuple[float, float]] = {}  # axis -> (direction, driven until)
+        self._motion: dict[str, tuple[float, float]] = {}  # axis -> (deflection, driven until)
+        self._held: dict[str, tuple[float, float, float]] = {}  # axis -> (direction, held since, last press)
         try:
             self._saved = termios.tcgetattr(fd)
         except termios.error as exc:
@@ -152,8 +157,12 @@ class KeyboardBackend(InputBackend):
             return []
         if key in self._settings.motion_keys:
             axis, direction = self._settings.motion_keys[key]
+            now = self._clock()
+            held = self._held.get(axis)
+            since = held[1] if held and held[0] == direction and now - held[2] <= AUTO_REPEAT_DELAY_S else now
+            self._held[axis] = (direction, since, now)
             # The latest key wins on its axis: a terminal auto-repeats only the last key pressed.
-            self._motion[axis] = (direction, self._clock() + self._settings.key_hold_s)
+            self._motion[axis] = (direction * self._settings.deflection(now - since), now + self._settings.key_hold_s)
             return [self._snapshot()]
         if key in self.mapping.buttons:
             self._raw_buttons = {key}
@@ -166,7 +175,7 @@ class KeyboardBackend(InputBackend):
     def _snapshot(self) -> TeleopInput:
         now = self._clock()
         self._motion = {axis: m for axis, m in self._motion.items() if m[1] > now}
-        self._raw_axes = {axis: direction for axis, (direction, _) in self._motion.items()}
+        self._raw_axes = {axis: deflection for axis, (deflection, _) in self._motion.items()}
         return super()._snapshot()
 
     def close(self) -> None:

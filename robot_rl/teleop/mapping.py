@@ -55,7 +55,7 @@ _SECTION_KEYS = {
     "spacemouse": {"axes", "buttons", "usb_ids", "full_scale"},
     "evdev": {"axes", "buttons", "name"},
     "joy": {"axes", "buttons"},
-    "keyboard": {"motion_keys", "speed", "key_hold_s", "buttons"},
+    "keyboard": {"motion_keys", "speed", "key_hold_s", "tap_speed", "full_speed_after_s", "buttons"},
 }
 _EVDEV_CODE = re.compile(r"^(ABS|BTN|KEY)_[A-Z0-9_]+$")
 
@@ -95,6 +95,14 @@ class KeyboardSettings:
     """A motion key drives its axis this long after its last press or auto-repeat (a terminal
     reports presses, never releases). Longer bridges the auto-repeat's initial delay (~0.25-0.5 s)
     smoothly but keeps moving that long after the key is let go."""
+    tap_speed: float = 0.2
+    """How far a motion key's first press deflects its axis, as a share of `speed`: a tap is a fine step."""
+    full_speed_after_s: float = 1.0
+    """Holding the key (or tapping it again at once) grows the deflection linearly to `speed` in this long."""
+
+    def deflection(self, held_s: float) -> float:
+        """A motion key's deflection after it was held `held_s` seconds, in (0, 1]."""
+        return min(1.0, self.tap_speed + (1.0 - self.tap_speed) * held_s / self.full_speed_after_s)
 
 
 @dataclass(frozen=True)
@@ -176,8 +184,9 @@ def parse_mapping(data: Any, device: str, name: str = "", source: str = "") -> D
     - `evdev`: `name` (device name substring). Axis sources ABS_* names, buttons BTN_*/KEY_* names.
     - `joy`: axis sources and buttons are indices into `Joy.axes` / `Joy.buttons`.
     - `keyboard`: instead of `axes`: `motion_keys` (key -> "+x", "-z", ...), `speed` (how far a
-      motion key deflects its axis, (0, 1]), `key_hold_s`; `buttons` map keys to actions. Keys are
-      printable ASCII characters or one of `KEY_NAMES`.
+      held motion key deflects its axis, (0, 1]), `tap_speed` (a first press's share of it, (0, 1]),
+      `full_speed_after_s`, `key_hold_s`; `buttons` map keys to actions. Keys are printable ASCII
+      characters or one of `KEY_NAMES`.
     """
     if device not in DEVICE_KINDS:
         raise ValueError(f"unknown device {device!r}; known: {list(DEVICE_KINDS)}")
@@ -322,4 +331,6 @@ def _keyboard(section: dict) -> KeyboardSettings:
             raise ValueError(f"{where}: {direction!r} is not a direction (+ or - then one of {list(AXES)})")
         motion[_key_name(key, where)] = (direction[1:], 1.0 if direction[0] == "+" else -1.0)
     hold = _number(section.get("key_hold_s", 0.15), "keyboard.key_hold_s", 0.01, 2.0)
-    return KeyboardSettings(motion, hold)
+    tap = _number(section.get("tap_speed", 0.2), "keyboard.tap_speed", 0.01, 1.0)
+    ramp = _number(section.get("full_speed_after_s", 1.0), "keyboard.full_speed_after_s", 0.01, 60.0)
+    return KeyboardSettings(motion, hold, tap, ramp)

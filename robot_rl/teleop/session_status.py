@@ -3,10 +3,11 @@
 person's view (`session_view` node) and the console (`robot-rl record`/`train`), so both show
 the same thing.
 
-Phases: "countdown" (the scene was reset; the next episode starts in `countdown_s`), "running",
-"paused" (a person's pause key: the robot holds, the episode clock stops), "done" (the session
-ended). Drivers: "person" (the person's commands reach the robot), "policy", or "holding" (a
-recording session with nobody driving: the robot holds still).
+Phases: "countdown" (the scene was reset; the next episode starts in `countdown_s`), "review" (a
+recording's last episode is done: re-record within `countdown_s` records it again, else it is kept and
+the session ends), "running", "paused" (a person's pause key: the robot holds, a simulator freezes,
+the episode clock stops), "done" (the session ended). Drivers: "person" (the person's commands reach
+the robot), "policy", or "holding" (a recording session with nobody driving: the robot holds still).
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields
 
-PHASES = ("countdown", "running", "paused", "done")
+PHASES = ("countdown", "review", "running", "paused", "done")
 DRIVERS = ("person", "policy", "holding")
 
 KEY_LEGEND = {
-    "keyboard": "space take over/hand back  arrows x/y  PgUp/PgDn z  c/o gripper  "
-                "s success  f failure  h end (reset)  r re-record  p pause",
+    "keyboard": "space take over/hand back  arrows move as the wrist picture shows (up +y, right +x): a tap a "
+                "little, held faster  PgUp/PgDn raise/lower  c/o close/open gripper  s success  f failure  "
+                "h end (reset)  r re-record  p pause  ? keys",
     "spacemouse": "push the cap to take over  buttons: gripper  keyboard of the console: none",
     "evdev": "sticks take over  buttons: gripper, success, failure, re-record (see the mapping file)",
     "joy": "sticks take over  buttons: gripper, success, failure, re-record (see the mapping file)",
@@ -101,6 +103,8 @@ class SessionStatus:
         """One line: phase, who drives, the episode clock and the last reward."""
         if self.phase == "countdown":
             return f"episode {self.episode} starts in {math.ceil(self.countdown_s)} s"
+        if self.phase == "review":
+            return f"last episode done: re-record within {math.ceil(self.countdown_s)} s, else it is kept"
         if self.phase == "done":
             return "session over"
         driver = {"person": "PERSON DRIVING", "policy": "policy driving", "holding": "robot holding"}[self.driver]

@@ -6,8 +6,9 @@ learner and when) is decided here, so it is testable with a plain gymnasium env.
 
 Recording sessions (`robot-rl record`, `record_only`) use the same loop: a person drives, the
 robot holds still while nobody does, nothing goes to a learner, and every finished episode goes
-to an `EpisodeWriter`. A finished episode is committed when the next one starts (or the session
-ends), so a person can still throw it away with "rerecord" during the reset.
+to an `EpisodeWriter`. A finished episode is held for review and committed when the next one runs
+(or the session ends), so a person can still throw it away with "rerecord" during the reset; the
+session finishes when its last episode is committed, so the last one is reviewed like the others.
 """
 
 from __future__ import annotations
@@ -17,15 +18,16 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from robot_rl.agents.policy import Policy, PolicySpec
+from robot_rl.agents.policy import Policy
 from robot_rl.config_fields import setting
 from robot_rl.data.episodes import EpisodeWriter
-from robot_rl.tasks import State, TaskSpec
+from robot_rl.tasks import State, TaskSpec, task_observation
 from robot_rl.training.actor_progress import PROGRESS_COUNTERS, committed_progress, save_progress
+from robot_rl.training.policy_payload import PreparedPolicy, policy_from_payload
 from robot_rl.transport import codec
 from robot_rl.transport.kinds import ACK, POLICY, TRANSITIONS
 from robot_rl.transport.layout import TRANSITION_FIELDS, stack_transitions
@@ -60,10 +62,11 @@ class ActorConfig:
     learner, no evaluation; episodes go to the recorder."""
     record_episodes: int = setting(0, "Record mode: finish after this many kept episodes (0: until stopped).", low=0,
                                    high=1_000_000)
-    episode_time_s: float = setting(0.0, "Record mode: episode length in seconds (0: the task's horizon).", low=0.0,
-                                    high=3600.0)
+    episode_time_s: float = setting(0.0, "Episode length in seconds at the task's control rate (0: the task's "
+                                    "horizon; `record` sets 30 s).", low=0.0, high=3600.0)
     """A person at a keyboard or SpaceMouse needs tens of seconds where a policy's horizon is a few
-    (LeRobot's recorder: episode_time_s; HIL-SERL's demonstrations: 100-200 steps)."""
+    (LeRobot's recorder: episode_time_s; HIL-SERL's demonstrations: 100-200 steps): `record` and
+    `train --teleop --episode-time-s` set it."""
     keep_idle: bool = setting(False, "Record mode: keep episodes nobody drove (else discarded and counted).")
     """An episode in which no person's action reached the robot is the robot holding still: as a
     demonstration it would teach standing still, so it is discarded unless asked for."""
@@ -88,6 +91,8 @@ class EpisodeStats:
     steps: int = 0
     ret: float = 0.0
     success: bool = False
+    success_check: bool = False
+    """The task's own success check where the episode ended (`success` follows a person's label)."""
     interventions: int = 0
     """Times a person took over (HIL-SERL's intervention_count)."""
     intervention_steps: int = 0
@@ -97,7 +102,7 @@ class EpisodeStats:
 
     def as_dict(self) -> dict[str, Any]:
         return {"index": self.index, "steps": self.steps, "return": round(self.ret, 4), "success": self.success,
-                "interventions": self.interventions,
+                "success_check": self.success_check, "interventions": self.interventions,
                 "intervention_steps": self.intervention_steps, "evaluation": self.evaluation,
                 "policy_version": self.policy_version}
 
@@ -110,27 +115,6 @@ class StepResult:
     """The finished episode when action is None."""
 
 
-def policy_from_payload(payload: codec.Payload, task: TaskSpec) -> Policy:
-    """The policy a learner's policy payload carries, checked against the task it is to act in.
-    Raises ValueError if it does not fit."""
-    spec = PolicySpec.from_json(payload.meta["spec"])
-    state_dim = spec.obs_dim if spec.encoder is None else spec.encoder["state_dim"]
-    if (state_dim, spec.full_action_dim) != (task.obs_dim, task.action_dim):
-        raise ValueError(f"policy for state_dim={state_dim}, action_dim={spec.full_action_dim} does not fit "
-                         f"task {task.name} ({task.obs_dim}, {task.action_dim})")
-    policy = Policy(spec)
-    policy.load_state_dict(codec.arrays_to_state_dict(payload.arrays))  # ValueError if they do not fit
-    return policy
-
-
-class PreparedPolicy(NamedTuple):
-    """Weights decoded into a policy of their own, waiting to be swapped in (`ActorCore.adopt_policy`)."""
-
-    policy: Policy
-    version: int
-    learner_updates: int
-
-
 @dataclass
 class _Pending:
     fields: dict[str, list] = field(default_factory=lambda: {k: [] for k in TRANSITION_FIELDS})
@@ -141,10 +125,9 @@ class _Pending:
 class ActorCore:
     """`progress_path`: a JSON file of the PROGRESS_COUNTERS, rewritten atomically each time a batch
     goes into the outbox and read back at start (with the batch's own copy: actor_progress.py), so a
-    restarted actor (crash, SIGKILL, `--resume`)
-    continues its step and episode counters where its last batch left them: the steps of a batch
-    not yet made are taken again, and no episode index is used twice. Evaluation, when the steps
-    are done, starts again from its first episode."""
+    restarted actor (crash, SIGKILL, `--resume`) continues its step and episode counters where its last
+    batch left them: the steps of a batch not yet made are taken again, and no episode index is used
+    twice. Evaluation, when the steps are done, starts again from its first episode."""
 
     def __init__(self, task: TaskSpec, config: ActorConfig, outbox: Outbox, recorder: EpisodeWriter | None = None,
                  progress_path: str | os.PathLike | None = None, key: bytes | None = None):
@@ -155,29 +138,31 @@ class ActorCore:
         self.key = key
         self.rng = np.random.default_rng(config.seed)
         self.policy: Policy | None = None
-        self.policy_version = 0
-        self.learner_updates = 0
+        self.policy_version = self.learner_updates = 0
         self.last_reward, self.last_success = math.nan, False
         """The reward and the task's success estimate of the newest step (what a person is shown)."""
+        self.last_recorded: tuple[float, bool, bool, bool | None] | None = None
+        """(reward, terminated, truncated, success_label) of the newest transition recorded (the step log's)."""
         self.train_steps = 0
         self.episode_index = 0
         self.evaluating = False
         self.finished = False
         self.eval_results: list[EpisodeStats] = []
         self.history: list[EpisodeStats] = []
-        self.transitions_sent = 0
-        self.payloads_sent = 0
-        self.acked = 0
+        self.transitions_sent = self.payloads_sent = self.acked = 0
         self._episode: EpisodeStats | None = None
         self._prev: tuple[np.ndarray, np.ndarray, bool] | None = None  # obs, action, intervention
         self._label: str | None = None
-        self._held_episode: Any = None  # final observation of a recorded episode awaiting its commit
-        self.episodes_recorded = 0
-        self.episodes_discarded = 0
+        self._held_episode: tuple[Any, EpisodeStats] | None = None  # a recorded episode awaiting its commit
+        self.episodes_recorded = self.episodes_discarded = 0
+        self.kept_takeovers = self.kept_person_steps = 0
+        """Recording: the person's takeovers and the steps they drove in the episodes kept."""
         self.episodes_idle = 0
         """Record mode: episodes discarded because nobody drove them (also in episodes_discarded)."""
         self.last_discard: tuple[int, str] | None = None
         """(episode index, why) of the last episode a recording session threw away."""
+        self.label_disagreement: tuple[int, str] | None = None
+        """(episode index, label) of the last person's label the task's success check contradicted."""
         self._pending = _Pending()
         # Learned rewards: stamp -> row in _pending of every pending transition (by the stamp of
         # the observation it reached), the rows still waiting for their reward (stamp -> since when).
@@ -186,8 +171,7 @@ class ActorCore:
         self._episode_first_stamp: int | None = None
         self._learned_done = False
         self._flush_due = False
-        self.learned_rewards_received = 0
-        self.late_rewards_sent = 0
+        self.learned_rewards_received = self.late_rewards_sent = 0
         self.progress_path = Path(progress_path) if progress_path is not None else None
         if self.progress_path is not None:
             self._restore_progress()
@@ -264,11 +248,12 @@ class ActorCore:
     def start_episode(self, commit_recording: bool = True) -> None:
         """Begins an episode; a recording's finished episode is written first unless the caller
         writes it itself (`commit_recording`) before the new episode's first step is staged."""
-        if self.finished:
-            raise RuntimeError("actor finished: training and evaluation are done")
         if commit_recording:
             self.commit_recording()
+        if self.finished:
+            raise RuntimeError("actor finished: training and evaluation (or the recording) are done")
         self._prev, self._label = None, None
+        self.last_reward, self.last_success = math.nan, False  # nothing of the last episode is shown as this one's
         self._episode_first_stamp, self._learned_done = None, False
         self._episode = EpisodeStats(self.episode_index, evaluation=self.evaluating,
                                      policy_version=self.policy_version)
@@ -284,8 +269,8 @@ class ActorCore:
 
     @property
     def max_episode_steps(self) -> int:
-        """The episode's horizon: the task's, or in a recording session episode_time_s at the task's rate."""
-        if self.config.record_only and self.config.episode_time_s > 0:
+        """The episode's horizon: the task's, or episode_time_s at the task's rate."""
+        if self.config.episode_time_s > 0:
             return max(1, round(self.config.episode_time_s * self.task.control_hz))
         return self.task.max_episode_steps
 
@@ -304,17 +289,34 @@ class ActorCore:
             raise ValueError(f"unknown episode label {event!r}; expected one of {LABELS}")
         if event == "rerecord" and self._held_episode is not None:
             self.recorder.discard_episode()
+            self.last_discard = (self._held_episode[1].index, "re-recorded")
             self._held_episode = None
             self.episodes_discarded += 1
         elif self._episode is not None:
             self._label = event
 
+    @property
+    def reviewing(self) -> str:
+        """What a recorded episode held for review (r throws it away) is: "last" when its commit finishes
+        the session, "episode" for another, "" when none is held."""
+        if self._held_episode is None:
+            return ""
+        target = self.config.record_episodes
+        return "last" if target and self.episodes_recorded + 1 >= target else "episode"
+
     def commit_recording(self) -> None:
-        """Writes the finished episode held for review (recording sessions; else nothing)."""
-        if self._held_episode is not None:
-            self.recorder.end_episode(self._held_episode)
-            self._held_episode = None
-            self.episodes_recorded += 1
+        """Writes the finished episode held for review (recording sessions; else nothing); the
+        session is finished once it holds the episodes asked for."""
+        if self._held_episode is None:
+            return
+        final_obs, episode = self._held_episode
+        self.recorder.end_episode(final_obs, success_check=episode.success_check)
+        self._held_episode = None
+        self.episodes_recorded += 1
+        self.kept_takeovers += episode.interventions
+        self.kept_person_steps += episode.intervention_steps
+        target = self.config.record_episodes
+        self.finished = self.finished or (bool(target) and self.episodes_recorded >= target)
 
     def step(self, state: State, human_action: np.ndarray | None = None, stamp_ns: int | None = None) -> StepResult:
         """Consumes the state reached after the previous action; returns the next action.
@@ -326,14 +328,14 @@ class ActorCore:
         if self._episode is None:
             raise RuntimeError("step() outside an episode: call start_episode() after the reset")
         episode = self._episode
-        obs = self._observation(state)
+        obs = task_observation(self.task, state)
         learned = self.config.learned_reward and not episode.evaluation
         if learned and stamp_ns is None:
             raise ValueError("learned rewards are keyed by the observation's stamp: pass stamp_ns")
         if self._episode_first_stamp is None:
             self._episode_first_stamp = stamp_ns
         if self._prev is not None:
-            success = bool(self.task.success(state))
+            success = episode.success_check = bool(self.task.success(state))
             if learned and self._learned_done:
                 # The reward node declared the previous observation done (its transition is terminal).
                 episode.success = success
@@ -344,6 +346,8 @@ class ActorCore:
             if label == "rerecord" and self.recorder is not None:
                 return StepResult(None, self._end_episode(obs, discard=True))
             if label is not None:
+                if label in ("success", "failure") and (label == "success") != success:
+                    self.label_disagreement = (episode.index, label)
                 success = label == "success" or (success and label in ("reset", "rerecord"))
                 if label == "success" and self.task.terminate_on_success and not learned:
                     reward = 1.0
@@ -380,22 +384,6 @@ class ActorCore:
         self._prev = (obs, action, intervention)
         return StepResult(action)
 
-    def _observation(self, state: State):
-        """The flat task observation, or for pixel tasks {camera frames..., "state": observation}."""
-        vector = np.asarray(self.task.observation(state), dtype=np.float32)
-        if vector.shape != (self.task.obs_dim,) or not np.isfinite(vector).all():
-            raise ValueError(f"task observation has shape {vector.shape} or non-finite values")
-        if not self.task.cameras:
-            return vector
-        frames = {}
-        for camera, shape in self.task.frame_shapes.items():
-            frame = state.get(camera)
-            if frame is None or frame.shape != shape or frame.dtype != np.uint8:
-                got = None if frame is None else (frame.shape, frame.dtype)
-                raise ValueError(f"camera {camera!r} frame must be uint8 {shape}, got {got}")
-            frames[camera] = frame
-        return {**frames, "state": vector}
-
     def _choose_action(self, obs, human_action: np.ndarray | None,
                        evaluation: bool) -> tuple[np.ndarray, bool]:
         action, intervention = self._unlimited_action(obs, human_action, evaluation)
@@ -430,6 +418,7 @@ class ActorCore:
     def _record(self, prev, reward, next_obs, terminated, truncated, success_label: bool | None,
                 stamp_ns: int | None = None) -> None:
         obs, action, intervention = prev
+        self.last_recorded = (reward, terminated, truncated, success_label)
         if self.recorder is not None:
             self.recorder.add_step(obs if isinstance(obs, dict) else {"state": obs}, action, reward, terminated,
                                    truncated, intervention, success_label, time.time())
@@ -504,12 +493,8 @@ class ActorCore:
                                      f"nobody drove it ({episode.steps} steps without a person's input; "
                                      "record --keep-idle keeps such episodes)")
             elif self.recorder.steps_in_episode:
-                self._held_episode = final_obs if isinstance(final_obs, dict) else {"state": final_obs}
+                self._held_episode = (final_obs if isinstance(final_obs, dict) else {"state": final_obs}, episode)
         if self.config.record_only:
-            target = self.config.record_episodes
-            if target and self.episodes_recorded + (self._held_episode is not None) >= target:
-                self.commit_recording()  # the last one: nothing follows to review it during
-                self.finished = True
             return episode
         if episode.evaluation:
             self.eval_results.append(episode)
@@ -581,7 +566,7 @@ class ActorCore:
                 "episodes_recorded": self.episodes_recorded, "episodes_discarded": self.episodes_discarded,
                 "episodes_discarded_idle": self.episodes_idle,
                 "steps": self.recorder.num_steps if self.recorder is not None else 0,
-                "interventions": sum(e.interventions for e in self.history)}
+                "person_steps": self.kept_person_steps, "takeovers": self.kept_takeovers}
 
     def intervention_rate(self, last: int = 20) -> float:
         """Share of the last training episodes in which a person took over."""

@@ -6,7 +6,8 @@ with the keys and timing of the graph's recording sessions: after each reset the
 of the person's time. While nobody drives, the robot holds (the motion axes at zero, the gripper
 as it was). Keys: success / failure label the episode and end it, reset (h) ends it without a
 label, re-record (r) drops it and records it again, pause (p) holds the robot and stops the
-episode clock. An episode nobody drove is discarded with the reason unless `keep_idle`.
+episode clock, help (?) lists the keys (as the start does). An episode nobody drove is discarded with
+the reason unless `keep_idle`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from robot_rl.data.env_recorder import EnvEpisodeRecorder
 from robot_rl.envs.adapter import CanonicalEnv
 from robot_rl.teleop.inputs import EPISODE_LABELS
 from robot_rl.teleop.person import LocalTeleop
+from robot_rl.teleop.session_status import KEY_LEGEND
 
 
 @dataclass
@@ -66,6 +68,7 @@ def record_env_session(env: CanonicalEnv, recorder: EnvEpisodeRecorder, person: 
     pacer = Pacer(config.control_hz)
     kept = discarded = rerecorded = attempt = 0
     reasons: list[str] = []
+    say(f"keys: {KEY_LEGEND[person.mapping.device]}")
     while config.episodes == 0 or kept < config.episodes:
         number = recorder.num_episodes + 1
         raw, _ = env.reset(seed=config.seed + attempt)
@@ -82,14 +85,17 @@ def record_env_session(env: CanonicalEnv, recorder: EnvEpisodeRecorder, person: 
             rerecorded += 1
             say(f"episode {number} dropped: re-recording it")
             continue
-        person_steps, steps, final = outcome
+        person_steps, steps, final, label, check = outcome
         if person_steps == 0 and not config.keep_idle:
             recorder.discard_episode()
             discarded += 1
             reasons.append(f"nobody drove it ({steps} steps)")
             say(f"episode {number} discarded: nobody drove it ({steps} steps); --keep-idle keeps such episodes")
             continue
-        recorder.end_episode(final)
+        if label in ("success", "failure") and (label == "success") != check:
+            say(f"WARNING: episode {number} labelled {label}, but the environment's own success check says "
+                f"{'success' if check else 'failure'}; both are stored (label and check)")
+        recorder.end_episode(final, success_check=check)
         kept += 1
         say(f"episode {number} kept: {steps} steps, {person_steps} driven by you")
     return {"episodes_recorded": kept, "episodes_discarded": discarded, "episodes_rerecorded": rerecorded,
@@ -97,9 +103,9 @@ def record_env_session(env: CanonicalEnv, recorder: EnvEpisodeRecorder, person: 
 
 
 def _run_episode(env: CanonicalEnv, recorder: EnvEpisodeRecorder, person: LocalTeleop, config: EnvSessionConfig,
-                 pacer: Pacer, raw, say, observer) -> tuple[int, int, Any] | None:
-    """One episode staged in `recorder` (not committed): (steps the person drove, steps, final observation),
-    or None when the person asked to re-record it."""
+                 pacer: Pacer, raw, say, observer) -> tuple[int, int, Any, str | None, bool] | None:
+    """One episode staged in `recorder` (not committed): (steps the person drove, steps, final observation, the
+    person's label, the environment's own success where it ended), or None when the person asked to re-record it."""
     clock_s = 0.0
     steps = person_steps = 0
     paused, label, gripper = False, None, None
@@ -113,6 +119,8 @@ def _run_episode(env: CanonicalEnv, recorder: EnvEpisodeRecorder, person: LocalT
                 say("PAUSED: the robot holds and the clock stops; p resumes" if paused else "resumed")
             elif event == "rerecord":
                 return None
+            elif event == "help":
+                say(f"keys: {KEY_LEGEND[person.mapping.device]}")
             elif event in ("success", "failure", "reset"):
                 label = event
         if paused:
@@ -137,5 +145,5 @@ def _run_episode(env: CanonicalEnv, recorder: EnvEpisodeRecorder, person: LocalT
         if ended:
             if observer is not None:
                 observer.episode_end(recorder.num_episodes, success, label or ("success" if success else "done"))
-            return person_steps, steps, raw
+            return person_steps, steps, raw, label, bool(info["is_success"])
         pacer.wait()

@@ -139,7 +139,7 @@ def evaluate_graph_policy(run: Path, source: Path, task_name: str, episodes: int
     trial or lap). `max_failures`: episodes stop early as `evaluate_policy`'s do."""
     from robot_rl.robots import registry
     from robot_rl.tasks import ENV_TASK, EnvTaskFile, get_task
-    from robot_rl.training.actor import policy_from_payload
+    from robot_rl.training.policy_payload import policy_from_payload
     from robot_rl.training.env_graph import ENV_TASK_FILE
     from robot_rl.transport import codec
     from robot_rl.transport.secret import read_secret

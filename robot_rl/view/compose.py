@@ -4,7 +4,8 @@ framed in the colour of whoever drives, with the session status above and the ke
     +-----------------------------------------------+   border: the driver's colour
     | [PERSON] PERSON DRIVING  episode 3  00:12 ... |   status band: badge, headline, message
     | +-----------+ +-----------+                   |
-    | |  front    | |  wrist    |    PAUSED / 3     |   scene: cameras, big phase overlay
+    | |  front    | |  wrist    |        3          |   scene: cameras, the countdown over them,
+    |== PAUSED: the robot holds (a simulation ...) =|   or a PAUSED banner along their bottom edge
     | +-----------+ +-----------+                   |
     | space take over/hand back  arrows x/y ...     |   legend band
     +-----------------------------------------------+
@@ -30,6 +31,8 @@ GAP = 4
 PAD = 8
 TEXT_SIZE = 16
 BIG_TEXT_SIZE = 96
+BANNER_TEXT_SIZE = 24
+BANNER_FILL = (20, 20, 20)
 
 DRIVER_COLOURS: dict[str, tuple[int, int, int]] = {
     "person": (255, 140, 0),  # orange: a person's commands reach the robot
@@ -87,21 +90,26 @@ def _status_lines(status: SessionStatus | None) -> tuple[str, str, str]:
 
 
 def _big_text(status: SessionStatus | None) -> str:
-    if status is None:
+    if status is None or status.phase not in ("countdown", "review"):
         return ""
-    if status.phase == "paused":
-        return "PAUSED"
-    if status.phase == "countdown":
-        return str(max(0, math.ceil(status.countdown_s)))
-    return ""
+    return str(max(0, math.ceil(status.countdown_s)))
+
+
+def _paused_banner(draw: ImageDraw.ImageDraw, left: int, right: int, bottom: int) -> None:
+    """PAUSED along the bottom edge of the scene, so the person still sees the pictures they paused on."""
+    font = _font(BANNER_TEXT_SIZE)
+    height = _line_height(font) + PAD
+    draw.rectangle((left, bottom - height, right, bottom), fill=BANNER_FILL)
+    draw.text(((left + right) // 2, bottom - height // 2), "PAUSED: the robot holds (a simulation freezes)",
+              font=font, fill=(255, 255, 255), anchor="mm")
 
 
 def compose_frame(images: Mapping[str, np.ndarray], status: SessionStatus | None, legend: str,
                   waiting_for: Sequence[str] = ()) -> np.ndarray:
     """The view as uint8 HxWx3: `images` (camera name -> rgb8 image of any size, at most
     MAX_CAMERAS) each scaled to SCENE_HEIGHT and tiled left to right in the mapping's order, the
-    status above them, `legend` below, a border in the driver's colour, and a big "PAUSED" or the
-    countdown's seconds over the scene. Without images the scene says it waits for the topics in
+    status above them, `legend` below, a border in the driver's colour, the countdown's seconds over the
+    scene and a PAUSED banner along its bottom edge. Without images the scene says it waits for the topics in
     `waiting_for`."""
     if len(images) > MAX_CAMERAS:
         raise ValueError(f"the view tiles at most {MAX_CAMERAS} cameras, got {len(images)}: {sorted(images)}")
@@ -152,6 +160,8 @@ def compose_frame(images: Mapping[str, np.ndarray], status: SessionStatus | None
             draw.text((BORDER + 2 * PAD, scene_top + SCENE_HEIGHT // 2 - line + i * line), text, font=font,
                       fill=TEXT)
 
+    if status is not None and status.phase == "paused":
+        _paused_banner(draw, BORDER, BORDER + inner_width - 1, scene_top + SCENE_HEIGHT - 1)
     big = _big_text(status)
     if big:
         centre = (BORDER + inner_width // 2, scene_top + SCENE_HEIGHT // 2)

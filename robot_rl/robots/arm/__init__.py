@@ -13,12 +13,12 @@ ROBOT = Robot(
     nodes={
         "arm_sim": NodeKind("arm_sim", "robot_rl.nodes.arm_sim", critical=True, role="simulator", serves_reset=True,
                             endpoints=Endpoints(publish=(*STATE_TOPICS, *CAMERA_TOPICS, "/clock"),
-                                                subscribe=(*COMMAND_TOPICS, "/estop"),
+                                                subscribe=(*COMMAND_TOPICS, "/estop", "session/status"),
                                                 serves=("~/reset", "~/reset_estop"))),
         "arm_actor": NodeKind("arm_actor", "robot_rl.nodes.arm_actor", critical=True, finishes_run=True,
                               max_restarts=DEFAULT_RESTARTS, role="actor",
-                              endpoints=Endpoints(publish=(*COMMAND_TOPICS, "episode/event", "rl/transitions",
-                                                           "session/status"),
+                              endpoints=Endpoints(publish=(*COMMAND_TOPICS, "episode/event", "episode/step",
+                                                           "rl/transitions", "session/status"),
                                                   subscribe=(*STATE_TOPICS, CAMERA_TOPICS[0], *TELEOP_TOPICS, "reward",
                                                              "reward/done", "rl/policy", "rl/acks"),
                                                   calls=(RESET,))),
@@ -34,6 +34,7 @@ ROBOT = Robot(
     encoder_scenes={"robot_rl/ArmPickCube-v0": "robot_rl.robots.arm.pretrain:scene_frames"},
     demonstrations="robot_rl.robots.arm.demos:record",
     graph_evaluators={"arm_actor": "robot_rl.robots.arm.evaluate:graph_episodes"},
+    topic_decoders={"arm_actor": "robot_rl.ros.arm_io:ArmTopics"},
     view_simulator="arm_sim",
     renamed_nodes={"sim": "arm_sim", "actor": "arm_actor"},  # the names before 0.1.x's robot-explicit ones
     default_for={"train": "arm_lift", "demos": "arm_lift", "init": "arm_lift", "record": "arm_pick_cube"},

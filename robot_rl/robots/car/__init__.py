@@ -11,7 +11,7 @@ ROBOT = Robot(
     nodes={
         "car_sim": NodeKind("car_sim", "robot_rl.nodes.car_sim", critical=True, role="simulator", serves_reset=True,
                             endpoints=Endpoints(publish=(*CAMERA_TOPICS, *SENSOR_TOPICS, "/clock"),
-                                                subscribe=("car/cmd_vel", "/estop"),
+                                                subscribe=("car/cmd_vel", "/estop", "session/status"),
                                                 serves=("~/reset", "~/reset_estop"))),
         "car_actor": NodeKind("car_actor", "robot_rl.nodes.car_actor", critical=True, finishes_run=True,
                               max_restarts=DEFAULT_RESTARTS, role="actor",

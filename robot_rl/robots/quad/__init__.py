@@ -11,7 +11,7 @@ ROBOT = Robot(
         "quad_sim": NodeKind("quad_sim", "robot_rl.nodes.quad_sim", critical=True, role="simulator",
                              serves_reset=True,
                              endpoints=Endpoints(publish=(*STATE_TOPICS, "/clock"),
-                                                 subscribe=("quad/cmd_ctbr", "/estop"),
+                                                 subscribe=("quad/cmd_ctbr", "/estop", "session/status"),
                                                  serves=("~/reset", "~/reset_estop"))),
         "juggle_actor": NodeKind("juggle_actor", "robot_rl.nodes.juggle_actor", critical=True, finishes_run=True,
                                  role="actor",

@@ -13,10 +13,12 @@ ROBOT = Robot(
         "planar_sim": NodeKind("planar_sim", "planar_robot.sim_node", critical=True, role="simulator",
                                serves_reset=True, endpoints=Endpoints(
                                    publish=(*STATE, "overhead/color/image_raw", "/clock"),
-                                   subscribe=("planar/cmd", "/estop"), serves=("~/reset", "~/reset_estop"))),
+                                   subscribe=("planar/cmd", "/estop", "session/status"),
+                                   serves=("~/reset", "~/reset_estop"))),
         "planar_actor": NodeKind("planar_actor", "planar_robot.actor_node", critical=True, finishes_run=True,
                                  max_restarts=DEFAULT_RESTARTS, role="actor", endpoints=Endpoints(
-                                     publish=("planar/cmd", "episode/event", "rl/transitions", "session/status"),
+                                     publish=("planar/cmd", "episode/event", "episode/step", "rl/transitions",
+                                              "session/status"),
                                      subscribe=(*STATE, *TELEOP_TOPICS, "reward", "reward/done", "rl/policy",
                                                 "rl/acks"),
                                      calls=(RESET,))),
