@@ -20,20 +20,34 @@ from robot_rl.ros.probe import RosProbe, start_node, stop_node
 from robot_rl.teleop.session_status import SessionStatus
 
 
-def test_arm_sim_moves_with_its_commands_holds_under_the_estop_and_resets(tmp_path):
-    log = tmp_path / "arm_sim.log"
-    proc, domain_id = start_node("robot_rl.nodes.arm_sim", log, "publish_images:=false", "randomization:=''")
-    probe = RosProbe(domain_id, "arm_sim_probe")
-    probe.watched = "arm_sim"
-    poses: list[PoseStamped] = []
-    probe.node.create_subscription(PoseStamped, "arm/ee_pose", poses.append, qos.SENSOR)
-    cmd = probe.node.create_publisher(TwistStamped, "arm/cmd", qos.COMMAND)
-    gripper = probe.node.create_publisher(Float32, "arm/gripper", qos.COMMAND)
-    estop = probe.node.create_publisher(Bool, "/estop", ESTOP_QOS)
+class ArmSimProbe:
+    """arm_sim started as a separate process with `params`, and a probe that hears its end-effector poses and
+    sends its commands."""
 
-    def position() -> np.ndarray:
-        p = poses[-1].pose.position
+    def __init__(self, tmp_path, *params: str):
+        self.log = tmp_path / "arm_sim.log"
+        self.proc, domain_id = start_node("robot_rl.nodes.arm_sim", self.log, "publish_images:=false",
+                                          "randomization:=''", *params)
+        self.probe = RosProbe(domain_id, "arm_sim_probe")
+        self.probe.watched = "arm_sim"
+        self.poses: list[PoseStamped] = []
+        self.probe.node.create_subscription(PoseStamped, "arm/ee_pose", self.poses.append, qos.SENSOR)
+        self.cmd = self.probe.node.create_publisher(TwistStamped, "arm/cmd", qos.COMMAND)
+        self.gripper = self.probe.node.create_publisher(Float32, "arm/gripper", qos.COMMAND)
+
+    def position(self) -> np.ndarray:
+        p = self.poses[-1].pose.position
         return np.array([p.x, p.y, p.z])
+
+    def close(self) -> None:
+        self.probe.close()
+        stop_node(self.proc, self.log)
+
+
+def test_arm_sim_moves_with_its_commands_holds_under_the_estop_and_resets(tmp_path):
+    sim = ArmSimProbe(tmp_path)
+    probe, poses, cmd, gripper, position = sim.probe, sim.poses, sim.cmd, sim.gripper, sim.position
+    estop = probe.node.create_publisher(Bool, "/estop", ESTOP_QOS)
 
     def steps(action, n: int) -> None:
         for _ in range(n):
@@ -68,28 +82,16 @@ def test_arm_sim_moves_with_its_commands_holds_under_the_estop_and_resets(tmp_pa
         probe.wait_for(lambda: probe.value("resets") == 1, 10, "the reset counted")
         assert probe.value("steps") == 13  # a reset is no step
     finally:
-        probe.close()
-        stop_node(proc, log)
+        sim.close()
 
 
 def test_a_persons_pause_freezes_the_realtime_simulation(tmp_path):
     """While the actor's session/status says a person paused, arm_sim on the wall clock takes no physics step:
     it publishes the same state each period with a new stamp, so nothing moves whatever it is told; running
     again, it moves with its commands."""
-    log = tmp_path / "arm_sim.log"
-    proc, domain_id = start_node("robot_rl.nodes.arm_sim", log, "publish_images:=false", "randomization:=''",
-                                 "clock_mode:=realtime")
-    probe = RosProbe(domain_id, "arm_sim_probe")
-    probe.watched = "arm_sim"
-    poses: list[PoseStamped] = []
-    probe.node.create_subscription(PoseStamped, "arm/ee_pose", poses.append, qos.SENSOR)
-    cmd = probe.node.create_publisher(TwistStamped, "arm/cmd", qos.COMMAND)
-    gripper = probe.node.create_publisher(Float32, "arm/gripper", qos.COMMAND)
+    sim = ArmSimProbe(tmp_path, "clock_mode:=realtime")
+    probe, poses, cmd, gripper, position = sim.probe, sim.poses, sim.cmd, sim.gripper, sim.position
     status = probe.node.create_publisher(String, "session/status", qos.EVENTS)
-
-    def position() -> np.ndarray:
-        p = poses[-1].pose.position
-        return np.array([p.x, p.y, p.z])
 
     def drive(seconds: float, phase: str) -> None:
         """A person pushing +x at full speed for `seconds`, the session in `phase`."""
@@ -114,5 +116,4 @@ def test_a_persons_pause_freezes_the_realtime_simulation(tmp_path):
         drive(0.5, "running")
         assert position()[0] - frozen[0] > 0.02
     finally:
-        probe.close()
-        stop_node(proc, log)
+        sim.close()

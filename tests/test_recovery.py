@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -138,6 +139,11 @@ def test_run_survives_learner_killed_twice_and_actor_once(tmp_path):
     status_lines = [line for line in text.splitlines() if "restarts " in line]
     assert any("learner 2" in line and "actor 1" in line for line in status_lines), status_lines[-3:]
     assert "[learner] exited with code -9; restarting (2/3)" in text
+    # The live line keeps the control callback's latency apart from the time steps waited for the learner.
+    columns = [re.search(r"control p99 ([0-9.]+) ms  learner wait p99 ([0-9.]+) ms", line) for line in status_lines]
+    columns = [c for c in columns if c]  # (none before a restarted actor's first step)
+    assert len(columns) > len(status_lines) / 2, status_lines[-3:]
+    assert isinstance(evaluation["control_ms_p99"], float) and isinstance(evaluation["learner_wait_ms_p99"], float)
     # the run's policy evaluates afterwards as any saved policy does (robot-rl eval on a graph run)
     out = subprocess.run([sys.executable, "-m", "robot_rl.cli", "eval", "--policy", str(run_dir), "--episodes", "2"],
                          capture_output=True, text=True, timeout=120)

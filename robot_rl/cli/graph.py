@@ -369,8 +369,8 @@ def fleet_evaluation(paths: list[Path]) -> dict:
             "transitions_sent": sum(r["transitions_sent"] for r in robots.values()),
             "transitions_acked_all": all(r["transitions_acked_all"] for r in robots.values()),
             "unacked_payloads": sum(r["unacked_payloads"] for r in robots.values()),
-            "act_latency_ms_p99": max((r["act_latency_ms_p99"] for r in robots.values()
-                                       if isinstance(r.get("act_latency_ms_p99"), float)), default="-"),
+            **{key: max((r[key] for r in robots.values() if isinstance(r.get(key), float)), default="-")
+               for key in ("act_latency_ms_p99", "control_ms_p99", "learner_wait_ms_p99")},
             "missed_periods": sum(r.get("missed_periods", 0) for r in robots.values()), "robots": robots}
 
 

@@ -140,6 +140,33 @@ LATENCY_WINDOW = 1000
 """Steps over which the act latency percentiles on /diagnostics are taken."""
 
 
+class ActTiming:
+    """The act latency's two parts, each over the last LATENCY_WINDOW steps: the control callback's own time
+    (observation in hand to command out) and how long a step waited before it could be taken (for the learner,
+    under lockstep's update ratio, or for late rewards); a waiting actor is not a slow robot."""
+
+    def __init__(self):
+        self.control_ms: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self.wait_ms: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self._deferred: tuple[int, float] | None = None
+        """(stamp, since when): the step at this observation is waiting."""
+
+    def deferred(self, stamp: int, now: float) -> None:
+        if self._deferred is None or self._deferred[0] != stamp:
+            self._deferred = (stamp, now)
+
+    def acted(self, stamp: int, started: float, now: float) -> None:
+        """The step at `stamp` was taken by the callback that began at `started` and published at `now`."""
+        waited = started - self._deferred[1] if self._deferred is not None and self._deferred[0] == stamp else 0.0
+        self._deferred = None
+        self.control_ms.append((now - started) * 1e3)
+        self.wait_ms.append(waited * 1e3)
+
+    def percentiles(self) -> dict[str, float | str]:
+        return {**latency_percentiles(self.control_ms, "control_ms"),
+                **latency_percentiles(self.wait_ms, "learner_wait_ms")}
+
+
 class ActorNode(Node):
     """The actor node `name` over the robot I/O `make_io(node, params, task)` builds; `params` lists what it
     declares (`actor_params`)."""
@@ -197,6 +224,7 @@ class ActorNode(Node):
         self.latest_received = 0.0
         """When the newest complete observation set formed (monotonic)."""
         self.act_latencies_ms: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self.act_timing = ActTiming()
         self.missed_periods = 0
         self.session = SessionClock(p["reset_time_s"])
         self.last_action: np.ndarray | None = None
@@ -263,6 +291,7 @@ class ActorNode(Node):
                 self._act()
 
     def _act(self) -> None:
+        started = time.monotonic()
         stamp, msgs = self.latest
         if self.episode_start_stamp is None or stamp < self.episode_start_stamp or stamp <= self.acted_stamp:
             return
@@ -286,9 +315,11 @@ class ActorNode(Node):
         with self.core_lock:
             if self.core.in_episode and self.core.waiting_for_learner():
                 self.learner_waits += 1
+                self.act_timing.deferred(stamp, started)
                 return
             if self.core.in_episode and self.core.waiting_for_rewards():
                 self.reward_waits += 1
+                self.act_timing.deferred(stamp, started)
                 return
             self.acted_stamp = stamp
             human_action = self.human.action(time.monotonic())
@@ -304,6 +335,7 @@ class ActorNode(Node):
             self.last_action = result.action
             self._publish_command(result.action, stamp)
             self._measure_latency(stamp)
+            self.act_timing.acted(stamp, started, time.monotonic())
             self.driver = self._driver(human_action)
             self._publish_status("running")
             if self.core.reviewing:
@@ -508,7 +540,7 @@ class ActorNode(Node):
                                               "transitions_acked_all": drained,
                                               "unacked_payloads": len(self.core.outbox),
                                               **latency_percentiles(self.act_latencies_ms),
-                                              "missed_periods": self.missed_periods}
+                                              **self.act_timing.percentiles(), "missed_periods": self.missed_periods}
         path = self.run_dir / "eval.json"
         path.write_text(json.dumps(summary, indent=2))
         self.get_logger().info(f"evaluation: success rate {summary['success_rate']:.2f} over "
@@ -535,8 +567,8 @@ class ActorNode(Node):
             "learned_rewards_received": c.learned_rewards_received, "late_rewards_sent": c.late_rewards_sent,
             "invalid_rewards": self.invalid_rewards, "reward_waits": self.reward_waits,
             "observation_age_s": round(time.monotonic() - self.last_observation, 1),
-            **latency_percentiles(self.act_latencies_ms), "missed_periods": self.missed_periods,
-            "paused": self.session.paused,
+            **latency_percentiles(self.act_latencies_ms), **self.act_timing.percentiles(),
+            "missed_periods": self.missed_periods, "paused": self.session.paused,
         }
         # Late joiners (the view, the console) get the status between steps too.
         self._publish_status(self.session.phase(time.monotonic()) if c.in_episode else "countdown")

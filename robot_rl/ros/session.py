@@ -222,13 +222,13 @@ class Monitor:
         if len(self.robots) > 1:  # a fleet: each robot's progress instead of the newest actor's
             phase = "  ".join(
                 f"{robot}: step {v.get('train_steps', 0)} ep {v.get('episodes', 0)} succ {v.get('success_rate_last20', '-')}"
-                f" v{v.get('policy_version', 0)} lat p99 {v.get('act_latency_ms_p99', '-')} ms"
+                f" v{v.get('policy_version', 0)}{_latency_columns(v)}"
                 + (f" eval {v.get('eval_done', 0)}/{self.eval_episodes}" if v.get("evaluating") == "True" else "")
                 for robot, v in sorted(self.robots.items()))
         lag = int(float(l.get("policy_version", 0))) - int(float(a.get("policy_version", 0)))
         received = float(l.get("transitions_received", 0))
         per_step = f", {float(l.get('updates', 0)) / received:.2f} per step" if received else ""
-        latency = f"  act p99 {a['act_latency_ms_p99']} ms" if a.get("act_latency_ms_p99", "-") != "-" else ""
+        latency = _latency_columns(a)
         return (f"[{elapsed:6.0f}s] {phase}  policy v{a.get('policy_version', 0)} (lag {max(lag, 0)})  "
                 f"updates {l.get('updates', 0)} ({l.get('updates_per_s', '-')}/s{per_step}){latency}  "
                 f"buffer {l.get('online_size', 0)}+{l.get('demo_size', 0)} demo  "
@@ -246,6 +246,14 @@ class Monitor:
     def close(self) -> None:
         self.node.destroy_node()
         self.rclpy.shutdown()
+
+
+def _latency_columns(actor: Mapping[str, str]) -> str:
+    """The control callback's p99 and, in a column of its own, the p99 of the time steps waited for the learner
+    (lockstep's update ratio) or late rewards: a long wait is a busy learner, not a slow robot."""
+    if actor.get("control_ms_p99", "-") == "-":
+        return ""
+    return f"  control p99 {actor['control_ms_p99']} ms  learner wait p99 {actor.get('learner_wait_ms_p99', '-')} ms"
 
 
 def person_prompts(before: SessionStatus | None, now: SessionStatus) -> list[str]:

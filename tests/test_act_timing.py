@@ -1,0 +1,30 @@
+"""The act latency's two parts, pinned by hand: the control callback's own time, and the time a step waited
+for the learner before it could be taken; and the live line's columns for them."""
+
+import pytest
+
+pytest.importorskip("rclpy")
+
+from robot_rl.ros.actor_node import ActTiming  # noqa: E402
+from robot_rl.ros.session import _latency_columns  # noqa: E402
+
+
+def test_a_step_that_waited_counts_its_wait_apart_from_the_callbacks_time():
+    timing = ActTiming()
+    timing.acted(stamp=1, started=10.000, now=10.002)  # taken at once: 2 ms, no wait
+    timing.deferred(stamp=2, now=11.000)  # refused: the learner is behind
+    timing.deferred(stamp=2, now=11.250)  # refused again (a repeat of the same observation): still from 11.0
+    timing.acted(stamp=2, started=11.600, now=11.603)
+    timing.deferred(stamp=3, now=12.000)  # an observation that was never acted on ...
+    timing.acted(stamp=4, started=12.100, now=12.101)  # ... does not lend its wait to the next one
+    assert list(timing.control_ms) == pytest.approx([2.0, 3.0, 1.0])
+    assert list(timing.wait_ms) == pytest.approx([0.0, 600.0, 0.0])
+    shown = timing.percentiles()
+    assert shown["control_ms_p50"] == 2.0 and shown["learner_wait_ms_p50"] == 0.0
+    assert shown["learner_wait_ms_p99"] == pytest.approx(588.0)  # numpy's linear interpolation: 0 + 0.98 * 600
+
+
+def test_the_live_line_shows_the_control_time_and_the_learner_wait_in_columns_of_their_own():
+    assert _latency_columns({"act_latency_ms_p99": "-", "control_ms_p99": "-"}) == ""  # before the first step
+    columns = _latency_columns({"act_latency_ms_p99": 650.0, "control_ms_p99": 3.1, "learner_wait_ms_p99": 641.7})
+    assert columns == "  control p99 3.1 ms  learner wait p99 641.7 ms"
