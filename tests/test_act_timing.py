@@ -10,16 +10,18 @@ from robot_rl.ros.session import _latency_columns  # noqa: E402
 
 
 def test_a_step_that_waited_counts_its_wait_apart_from_the_callbacks_time():
-    timing = ActTiming()
-    timing.acted(stamp=1, started=10.000, now=10.002)  # taken at once: 2 ms, no wait
+    timing = ActTiming(period_s=0.1)
+    timing.acted(stamp=1, started=10.000, now=10.002, latency_s=0.004)  # taken at once: 2 ms, no wait
     timing.deferred(stamp=2, now=11.000)  # refused: the learner is behind
     timing.deferred(stamp=2, now=11.250)  # refused again (a repeat of the same observation): still from 11.0
-    timing.acted(stamp=2, started=11.600, now=11.603)
+    timing.acted(stamp=2, started=11.600, now=11.603, latency_s=0.604)  # missed its 100 ms period
     timing.deferred(stamp=3, now=12.000)  # an observation that was never acted on ...
-    timing.acted(stamp=4, started=12.100, now=12.101)  # ... does not lend its wait to the next one
+    timing.acted(stamp=4, started=12.100, now=12.101, latency_s=0.002)  # ... does not lend its wait to the next one
     assert list(timing.control_ms) == pytest.approx([2.0, 3.0, 1.0])
     assert list(timing.wait_ms) == pytest.approx([0.0, 600.0, 0.0])
-    shown = timing.percentiles()
+    assert list(timing.act_ms) == pytest.approx([4.0, 604.0, 2.0]) and timing.missed_periods == 1
+    shown = timing.summary()
+    assert shown["act_latency_ms_p50"] == 4.0 and shown["missed_periods"] == 1
     assert shown["control_ms_p50"] == 2.0 and shown["learner_wait_ms_p50"] == 0.0
     assert shown["learner_wait_ms_p99"] == pytest.approx(588.0)  # numpy's linear interpolation: 0 + 0.98 * 600
 

@@ -20,7 +20,8 @@ pytest.importorskip("mcap_ros2")
 from std_msgs.msg import String  # noqa: E402
 
 from robot_rl.cli import main  # noqa: E402
-from robot_rl.ros.bag_import import EPISODE_EVENTS, STEP_LOG, actor_topics  # noqa: E402
+from robot_rl.ros.bag_import import EPISODE_EVENTS, actor_topics  # noqa: E402
+from robot_rl.ros.step_log import STEP_TOPIC  # noqa: E402
 from robot_rl.data.episodes import STEP_DTYPES, EpisodeDataset  # noqa: E402
 from robot_rl.ros import qos  # noqa: E402
 from robot_rl.ros.graph import loopback_environment  # noqa: E402
@@ -36,7 +37,7 @@ TASK = "arm_pick_cube"  # the cameras' frames are compared too
 
 def _bag_topics() -> list[str]:
     """What a ROS user records of the task: its cameras, the actor's state and commands, the step log."""
-    return [*actor_topics(get_task(TASK)).types, f"/{STEP_LOG}", f"/{EPISODE_EVENTS}"]
+    return [*actor_topics(get_task(TASK)).types, f"/{STEP_TOPIC}", f"/{EPISODE_EVENTS}"]
 
 
 class Status(RosProbe):

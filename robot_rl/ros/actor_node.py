@@ -141,13 +141,17 @@ LATENCY_WINDOW = 1000
 
 
 class ActTiming:
-    """The act latency's two parts, each over the last LATENCY_WINDOW steps: the control callback's own time
-    (observation in hand to command out) and how long a step waited before it could be taken (for the learner,
-    under lockstep's update ratio, or for late rewards); a waiting actor is not a slow robot."""
+    """The act latency (observation to command) and its two parts, each over the last LATENCY_WINDOW steps: the
+    control callback's own time (observation in hand to command out) and how long a step waited before it could
+    be taken (for the learner, under lockstep's update ratio, or for late rewards; a waiting actor is not a slow
+    robot); and the steps whose act latency missed their control period."""
 
-    def __init__(self):
+    def __init__(self, period_s: float):
+        self.period_s = period_s
+        self.act_ms: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self.control_ms: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self.wait_ms: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self.missed_periods = 0
         self._deferred: tuple[int, float] | None = None
         """(stamp, since when): the step at this observation is waiting."""
 
@@ -155,16 +159,19 @@ class ActTiming:
         if self._deferred is None or self._deferred[0] != stamp:
             self._deferred = (stamp, now)
 
-    def acted(self, stamp: int, started: float, now: float) -> None:
-        """The step at `stamp` was taken by the callback that began at `started` and published at `now`."""
+    def acted(self, stamp: int, started: float, now: float, latency_s: float) -> None:
+        """The step at `stamp` was taken by the callback that began at `started` and published at `now`,
+        `latency_s` after its observation."""
         waited = started - self._deferred[1] if self._deferred is not None and self._deferred[0] == stamp else 0.0
         self._deferred = None
+        self.act_ms.append(latency_s * 1e3)
+        self.missed_periods += int(latency_s > self.period_s)
         self.control_ms.append((now - started) * 1e3)
         self.wait_ms.append(waited * 1e3)
 
-    def percentiles(self) -> dict[str, float | str]:
-        return {**latency_percentiles(self.control_ms, "control_ms"),
-                **latency_percentiles(self.wait_ms, "learner_wait_ms")}
+    def summary(self) -> dict[str, float | str | int]:
+        return {**latency_percentiles(self.act_ms), **latency_percentiles(self.control_ms, "control_ms"),
+                **latency_percentiles(self.wait_ms, "learner_wait_ms"), "missed_periods": self.missed_periods}
 
 
 class ActorNode(Node):
@@ -223,9 +230,7 @@ class ActorNode(Node):
         """When any observation topic last delivered (since start before the first): a silent robot shows."""
         self.latest_received = 0.0
         """When the newest complete observation set formed (monotonic)."""
-        self.act_latencies_ms: deque[float] = deque(maxlen=LATENCY_WINDOW)
-        self.act_timing = ActTiming()
-        self.missed_periods = 0
+        self.act_timing = ActTiming(1.0 / self.control_hz)
         self.session = SessionClock(p["reset_time_s"])
         self.last_action: np.ndarray | None = None
         self.driver = self._driver(None)
@@ -334,8 +339,7 @@ class ActorNode(Node):
         if result.action is not None:
             self.last_action = result.action
             self._publish_command(result.action, stamp)
-            self._measure_latency(stamp)
-            self.act_timing.acted(stamp, started, time.monotonic())
+            self.act_timing.acted(stamp, started, time.monotonic(), self._act_latency_s(stamp))
             self.driver = self._driver(human_action)
             self._publish_status("running")
             if self.core.reviewing:
@@ -381,14 +385,11 @@ class ActorNode(Node):
         """The robot holds still (during the countdown and pauses), its gripper as last commanded."""
         self._publish_command(self.io.hold(self.last_action), stamp)
 
-    def _measure_latency(self, stamp: int) -> None:
+    def _act_latency_s(self, stamp: int) -> float:
         # Under simulated time the stamp is not on the wall clock: only the node's own share is measured.
         if self.get_parameter("use_sim_time").value:
-            latency_s = time.monotonic() - self.latest_received
-        else:
-            latency_s = (self.get_clock().now().nanoseconds - stamp) * 1e-9
-        self.act_latencies_ms.append(latency_s * 1e3)
-        self.missed_periods += int(latency_s > 1.0 / self.control_hz)
+            return time.monotonic() - self.latest_received
+        return (self.get_clock().now().nanoseconds - stamp) * 1e-9
 
     def _publish_status(self, phase: str) -> None:
         c, hz = self.core, self.control_hz
@@ -539,8 +540,7 @@ class ActorNode(Node):
         summary = self.core.eval_summary() | {"transitions_sent": self.core.transitions_sent,
                                               "transitions_acked_all": drained,
                                               "unacked_payloads": len(self.core.outbox),
-                                              **latency_percentiles(self.act_latencies_ms),
-                                              **self.act_timing.percentiles(), "missed_periods": self.missed_periods}
+                                              **self.act_timing.summary()}
         path = self.run_dir / "eval.json"
         path.write_text(json.dumps(summary, indent=2))
         self.get_logger().info(f"evaluation: success rate {summary['success_rate']:.2f} over "
@@ -567,8 +567,7 @@ class ActorNode(Node):
             "learned_rewards_received": c.learned_rewards_received, "late_rewards_sent": c.late_rewards_sent,
             "invalid_rewards": self.invalid_rewards, "reward_waits": self.reward_waits,
             "observation_age_s": round(time.monotonic() - self.last_observation, 1),
-            **latency_percentiles(self.act_latencies_ms), **self.act_timing.percentiles(),
-            "missed_periods": self.missed_periods, "paused": self.session.paused,
+            **self.act_timing.summary(), "paused": self.session.paused,
         }
         # Late joiners (the view, the console) get the status between steps too.
         self._publish_status(self.session.phase(time.monotonic()) if c.in_episode else "countdown")

@@ -33,10 +33,10 @@ import numpy as np
 
 from robot_rl.data.episodes import EpisodeDataset, EpisodeSchema, EpisodeWriter
 from robot_rl.robots import registry
+from robot_rl.ros.step_log import STEP_TOPIC, StepOutcome, parse_step_msg
 from robot_rl.tasks import TaskSpec, dataset_task_config, get_task, task_factories, task_observation
 
 MCAP_MAGIC = b"\x89MCAP0\r\n"
-STEP_LOG = "episode/step"
 EPISODE_EVENTS = "episode/event"
 
 
@@ -232,8 +232,6 @@ class PlannedEpisode:
 
 
 def _step_log(bag: Bag, topic: str) -> list:
-    from robot_rl.ros.step_log import parse_step_msg
-
     entries = []
     for record in bag.messages([topic]):
         try:
@@ -372,11 +370,11 @@ def _task(bag: Bag, entries: list, task: TaskSpec | None, env_id: str | None) ->
     elif env_id is not None:
         matching = [name for name, factory in task_factories().items() if factory().env_id == env_id]
         if len(matching) != 1:
-            raise BagError(f"{bag.path} has no step log ({STEP_LOG}) naming its task, and {len(matching)} tasks "
+            raise BagError(f"{bag.path} has no step log ({STEP_TOPIC}) naming its task, and {len(matching)} tasks "
                            f"simulate {env_id}{': ' + ', '.join(matching) if matching else ''}")
         task = get_task(matching[0])
     else:
-        raise BagError(f"{bag.path} has no step log ({STEP_LOG}) naming its task: name it (--task)")
+        raise BagError(f"{bag.path} has no step log ({STEP_TOPIC}) naming its task: name it (--task)")
     if env_id is not None and task.env_id != env_id:
         raise BagError(f"{bag.path} holds episodes of task {task.name}, whose environment is {task.env_id}, not "
                        f"{env_id}")
@@ -386,8 +384,6 @@ def _task(bag: Bag, entries: list, task: TaskSpec | None, env_id: str | None) ->
 def _write_episode(writer: EpisodeWriter, plan: PlannedEpisode, sets: dict[int, dict[str, Any]], commands: Commands,
                    topics: ActorTopics, task: TaskSpec, bag_name: str) -> str:
     """Writes one planned episode; returns '' or, writing nothing, what the bag lacks for it."""
-    from robot_rl.ros.step_log import StepOutcome
-
     states = []
     for stamp in plan.stamps:
         state = _state(sets.get(stamp, {}), topics, stamp, bag_name)
@@ -424,7 +420,7 @@ def import_bag(path: str | Path, out: str | Path, task: TaskSpec | None = None,
     cannot be imported."""
     bag = Bag(path)
     try:
-        log_topic = _bag_name(STEP_LOG, namespace)
+        log_topic = _bag_name(STEP_TOPIC, namespace)
         entries = _step_log(bag, log_topic) if log_topic in bag.topics else []
         task = _task(bag, entries, task, env_id)
         topics = actor_topics(task, settings, namespace)
