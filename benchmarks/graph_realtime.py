@@ -67,11 +67,14 @@ WIDE_TASK = "arm_pick_cube_wide"
 """Its config (config/arm_pick_cube_wide.yaml) is arm_pick_cube's but for the cube's range and the encoder
 (tests/test_graph_realtime_summary.py), so both run the same learner recipe."""
 CONTROL_HZ = 10.0
-RECIPE_SETTINGS = {"feature_views": 1, "bc_weight": 1.0}
+RECIPE_SETTINGS = {"feature_views": 1, "bc_weight": 1.0, "max_update_ratio": 1.0}
 """Learner settings that changed the recipe between recorded rows, with the value rows that do not
 name them ran (they predate the setting)."""
 PERSON_SETTINGS = ("bc_weight",)
 """Settings that act on a person's corrections only: part of the hil arm's recipe alone."""
+WALL_CLOCK_SETTINGS = ("max_update_ratio",)
+"""Settings that act on the wall clock only: a lockstep graph holds its learner to the actor's
+sync_updates_per_step (robot_rl/ros/graph.py), and the in-process loop to its updates_per_step."""
 SNAPSHOT_TRANSITIONS = 1_000
 """Steps between the lockstep graph's snapshots and the in-process loop's evaluations."""
 
@@ -143,6 +146,7 @@ def run_arm(arm: str, seed: int, steps: int, snapshot_s: float, run_dir: Path, e
             "duplicate_transitions": learner.get("duplicates", 0),
             "learner_updates": learner.get("updates"), "learner_updates_per_s": round(
                 learner.get("updates", 0) / max(wall_s, 1.0), 2),
+            "updates_per_transition": learner.get("updates_per_transition"), "snapshot_s": snapshot_s,
             "act_latency_ms_p99": max((r.get("act_latency_ms_p99", 0) for r in ledgers
                                        if isinstance(r.get("act_latency_ms_p99"), float)), default=None),
             "missed_periods": sum(r.get("missed_periods", 0) for r in ledgers),
@@ -220,7 +224,8 @@ def arm_recipe(arm: str, settings: dict) -> str:
     the car, another task, its own learner settings)."""
     if arm == "car":
         return ",".join(CAR_LEARNER[1::2])
-    return recipe_name({k: v for k, v in settings.items() if arm == "hil" or k not in PERSON_SETTINGS})
+    return recipe_name({k: v for k, v in settings.items() if (arm == "hil" or k not in PERSON_SETTINGS)
+                        and (arm not in STEP_ARMS or k not in WALL_CLOCK_SETTINGS)})
 
 
 def row_recipe(row: dict) -> str:
@@ -354,6 +359,8 @@ def summarize_recipe(rows: list[dict]) -> dict:
     summary["act_latency_p99_ms"] = max(latencies) if latencies else None
     summary["learner_updates_per_s"] = {arm: [r["learner_updates_per_s"] for r in runs] for arm, runs in by_arm.items()
                                         if arm != "in_process"}
+    summary["updates_per_transition"] = {arm: [r.get("updates_per_transition") for r in runs]
+                                         for arm, runs in by_arm.items() if arm != "in_process"}
     summary["killed_actor_runs"] = [{key: r.get(key) for key in ("seed", "actor_killed_at_min", "node_restarts",
                                                                  "lost_transitions", "duplicate_transitions")}
                                     for r in by_arm.get("killed_actor", [])]
@@ -409,7 +416,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--minutes", type=float, default=20.0, help="wall-clock budget of a real-time run")
     parser.add_argument("--steps", type=int, default=10_000, help="step budget of a lockstep or in_process run")
-    parser.add_argument("--snapshot-s", type=float, default=120.0, help="seconds between the learner's snapshots")
+    parser.add_argument("--snapshot-s", type=float, default=60.0,
+                        help="seconds between the learner's snapshots (rows before issue 42's: 120)")
     parser.add_argument("--summary", action="store_true", help="summarize the recorded rows instead of running")
     parser.add_argument("--quick", action="store_true",
                         help="a 1.5-minute (lockstep, in_process: 2,000-step) run of the arm, snapshots judged on 5 "

@@ -1,5 +1,6 @@
 """The act latency's two parts, pinned by hand: the control callback's own time, and the time a step waited
-for the learner before it could be taken; and the live line's columns for them."""
+for the learner before it could be taken; and the live line's columns for them; the
+learner's training thread, which gives way to the control loops."""
 
 import pytest
 
@@ -30,3 +31,26 @@ def test_the_live_line_shows_the_control_time_and_the_learner_wait_in_columns_of
     assert _latency_columns({"act_latency_ms_p99": "-", "control_ms_p99": "-"}) == ""  # before the first step
     columns = _latency_columns({"act_latency_ms_p99": 650.0, "control_ms_p99": 3.1, "learner_wait_ms_p99": 641.7})
     assert columns == "  control p99 3.1 ms  learner wait p99 641.7 ms"
+
+
+def test_the_learners_training_thread_yields_the_cpu_and_leaves_the_rest_of_the_process_alone():
+    import os
+    import threading
+
+    from robot_rl.nodes.learner import lower_thread_priority
+
+    seen = {}
+
+    def train():
+        seen["failed"] = lower_thread_priority(7)
+        me = threading.get_native_id()
+        seen["niceness"] = os.getpriority(os.PRIO_PROCESS, me)
+        seen["again"] = lower_thread_priority(3)  # never raises a thread's priority back: 7 stays
+        seen["kept"] = os.getpriority(os.PRIO_PROCESS, me)
+
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    thread = threading.Thread(target=train)
+    thread.start()
+    thread.join()
+    assert seen == {"failed": None, "niceness": max(7, before), "again": None, "kept": max(7, before)}
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before  # the executor's thread: as it was

@@ -177,6 +177,19 @@ def test_policy_swap_versions_and_learner_sync(tmp_path):
         core.load_policy(codec.decode(payload))
 
 
+def test_the_learner_trains_up_to_its_cap_per_transition_and_reports_the_ratio_it_achieved(tmp_path):
+    learner = LearnerCore(LearnerConfig(obs_dim=2, action_dim=1, warmup_transitions=4, max_update_ratio=3.0,
+                                        sac=SACConfig(hidden_dims=(8,), batch_size=4)), tmp_path / "learner")
+    core = ActorCore(_task(horizon=5), ActorConfig(total_steps=0, batch_transitions=5), Outbox(tmp_path / "outbox"))
+    _run_episode(core, [0, 0, 1, 1, 1, 2])
+    core.flush()
+    assert learner.updates_per_transition() == 0.0  # nothing received: no ratio, not a division by zero
+    assert sum(learner.ingest(data).transitions for _, data in core.outbox.due(now=0.0)) == 5
+    while learner.ready():
+        learner.train_step()
+    assert learner.agent.num_updates == 15 and learner.summary()["updates_per_transition"] == 3.0
+
+
 def test_an_actor_that_waits_for_the_learner_sends_its_part_batch_first(tmp_path):
     # Held back, these could be the transitions the learner's warm-up still needs: both would wait forever.
     config = ActorConfig(total_steps=0, batch_transitions=50, sync_updates_per_step=1.0, sync_slack_steps=3)

@@ -9,7 +9,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import graph_realtime  # noqa: E402
 
-SHIPPED = {"feature_views": 4, "bc_weight": 0.0}
+SHIPPED = {"feature_views": 4, "bc_weight": 0.0, "max_update_ratio": 8.0}
+NEW = "learner.feature_views=4,learner.max_update_ratio=8.0"
+"""The shipped recipe as a pick-cube row names it (bc_weight acts on a person's corrections only)."""
 
 
 def _row(arm, seed, successes, recipe=None, wall_s=960.0, lost=0):
@@ -31,23 +33,24 @@ def test_a_target_counts_at_the_first_of_two_consecutive_snapshots():
 
 
 def test_summary_reports_the_current_recipe_and_keeps_earlier_ones_beside_it():
-    new = "learner.feature_views=4"
+    new = NEW
     rows = [_row("realtime", 0, [0.5, 0.9, 0.92], recipe=new),  # 4 min
             _row("realtime", 1, [0.5, 0.8, 0.85], recipe=new),  # never: counts as its 16 min
             _row("realtime", 2, [0.9, 0.95, 0.9], recipe=new),  # 2 min
             _row("two_actors", 0, [0.91, 0.93], recipe=new),
-            _row("realtime", 0, [0.7, 0.8, 0.86], wall_s=1200.0, lost=1)]  # no recipe: it ran feature_views=1
+            _row("realtime", 0, [0.7, 0.8, 0.86], wall_s=1200.0, lost=1)]  # no recipe: feature_views=1, 1 update each
     summary = graph_realtime.summarize(rows, SHIPPED)
-    assert summary["recipe"] == "learner.feature_views=4,learner.bc_weight=0.0" and summary["rows"] == 4
+    assert summary["recipe"] == "learner.feature_views=4,learner.bc_weight=0.0,learner.max_update_ratio=8.0"
+    assert summary["rows"] == 4
     assert summary["wall_min_to_90"] == 4.0 and summary["realtime_seeds_reaching_90"] == "2/3"
     assert summary["two_actor_time_ratio"] == 0.5 and summary["lost_transitions"] == 0
-    earlier = summary["earlier_recipes"]["learner.feature_views=1"]
+    earlier = summary["earlier_recipes"]["learner.feature_views=1,learner.max_update_ratio=1.0"]
     assert earlier["wall_min_to_90"] == 20.0 and earlier["realtime_seeds_reaching_90"] == "0/1"
     assert earlier["lost_transitions"] == 1
 
 
 def test_lockstep_step_ratio_divides_the_graphs_median_steps_by_the_in_process_loops():
-    new = "learner.feature_views=4"
+    new = "learner.feature_views=4"  # lockstep holds its learner to the actor's ratio, whatever the wall-clock cap
 
     def by_steps(arm, seed, successes, env_steps=10_000):
         row = _row(arm, seed, successes, recipe=new)
@@ -65,7 +68,7 @@ def test_lockstep_step_ratio_divides_the_graphs_median_steps_by_the_in_process_l
         if row["arm"] == "in_process":  # not a graph: no transport ledger, no learner of its own
             for key in ("lost_transitions", "duplicate_transitions", "act_latency_ms_p99", "learner_updates_per_s"):
                 del row[key]
-    rows.append(_row("realtime", 0, [0.9, 0.9], recipe=new))
+    rows.append(_row("realtime", 0, [0.9, 0.9], recipe=NEW))
     summary = graph_realtime.summarize(rows, SHIPPED)
     assert summary["lockstep_steps_to_90"] == 3000 and summary["lockstep_seeds_reaching_90"] == "2/3"
     assert summary["in_process_steps_to_90"] == 3000 and summary["in_process_seeds_reaching_90"] == "3/3"
@@ -75,15 +78,27 @@ def test_lockstep_step_ratio_divides_the_graphs_median_steps_by_the_in_process_l
 
 
 def test_a_person_setting_splits_the_hil_rows_only():
-    rows = [_row("realtime", 0, [0.9, 0.9], recipe="learner.feature_views=4"),  # bc_weight: no person, same recipe
-            _row("hil", 0, [0.2, 0.3], recipe="learner.feature_views=4"),  # ran before bc_weight was named: 1.0
-            _row("hil", 0, [0.9, 0.94], recipe="learner.feature_views=4,learner.bc_weight=0.0")]
+    rows = [_row("realtime", 0, [0.9, 0.9], recipe=NEW),  # bc_weight: no person, same recipe
+            _row("hil", 0, [0.2, 0.3], recipe=NEW),  # ran before bc_weight was named: 1.0
+            _row("hil", 0, [0.9, 0.94], recipe=f"{NEW},learner.bc_weight=0.0")]
     summary = graph_realtime.summarize(rows, SHIPPED)
     assert summary["wall_min_to_90"] == 2.0 and summary["hil_wall_min_to_90"] == 2.0
     assert summary["hil_seeds_reaching_90"] == "1/1"
-    earlier = summary["earlier_recipes"]["learner.feature_views=4,learner.bc_weight=1.0"]
+    earlier = summary["earlier_recipes"]["learner.feature_views=4,learner.bc_weight=1.0,learner.max_update_ratio=8.0"]
     assert earlier["hil_seeds_reaching_90"] == "0/1" and earlier["rows"] == 1
     assert graph_realtime.row_recipe(rows[0]) == graph_realtime.arm_recipe("realtime", SHIPPED)
+
+
+def test_the_wall_clock_update_cap_splits_real_time_rows_but_not_lockstep_ones():
+    old_realtime = _row("realtime", 0, [0.5, 0.9, 0.9], recipe="learner.feature_views=4")  # before the cap: 1 each
+    old_lockstep = _row("lockstep", 0, [0.9, 0.9], recipe="learner.feature_views=4")
+    old_lockstep.update(env_steps=10_000, steps_to_90=1200)
+    summary = graph_realtime.summarize([_row("realtime", 1, [0.9, 0.9], recipe=NEW), old_realtime, old_lockstep],
+                                       SHIPPED)
+    assert summary["wall_min_to_90"] == 2.0 and summary["lockstep_steps_to_90"] == 1200  # lockstep: same recipe
+    earlier = summary["earlier_recipes"]["learner.feature_views=4,learner.max_update_ratio=1.0"]
+    assert earlier["rows"] == 1 and earlier["wall_min_to_90"] == 4.0
+    assert graph_realtime.arm_recipe("lockstep", SHIPPED) == "learner.feature_views=4"
 
 
 def test_the_car_counts_its_first_practice_lap_and_its_final_laps_against_the_expert():
@@ -106,7 +121,7 @@ def test_the_car_counts_its_first_practice_lap_and_its_final_laps_against_the_ex
 
 
 def test_the_wide_variant_is_summarized_apart_and_differs_from_pick_cube_only_in_its_scenes():
-    recipe = "learner.feature_views=4"
+    recipe = NEW
     rows = [_row("realtime", 0, [0.9, 0.9], recipe=recipe), _row("wide", 0, [0.5, 0.9, 0.95], recipe=recipe),
             _row("wide", 1, [0.9, 0.92], recipe=recipe), _row("wide", 2, [0.5, 0.6], recipe=recipe, wall_s=1800.0)]
     summary = graph_realtime.summarize(rows, SHIPPED)
@@ -129,7 +144,7 @@ def test_the_wide_variant_is_summarized_apart_and_differs_from_pick_cube_only_in
 
 
 def test_a_killed_actor_run_counts_in_the_ledger_not_in_the_time_medians():
-    recipe = "learner.feature_views=4"
+    recipe = NEW
     killed = _row("killed_actor", 0, [0.2, 0.3], recipe=recipe, lost=0)
     killed.update(actor_killed_at_min=3.0, node_restarts=1, duplicate_transitions=0)
     rows = [_row("realtime", 0, [0.9, 0.9], recipe=recipe), killed]

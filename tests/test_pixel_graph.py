@@ -43,6 +43,18 @@ def test_a_lockstep_actor_that_would_deadlock_with_the_warm_up_is_refused():
         build_graph(config)
 
 
+def test_a_lockstep_learner_makes_the_actors_ratio_and_a_wall_clock_one_trains_up_to_its_own_cap():
+    from robot_rl.ros.graph import apply_overrides, build_graph, config_path, load_config
+
+    def learner_cap(overrides):
+        config = apply_overrides(load_config(config_path("arm_pick_cube")), overrides)
+        return next(s for s in build_graph(config) if s.name == "learner").parameters["max_update_ratio"]
+
+    assert learner_cap({}) == 1.0  # lockstep as shipped: exactly the actor's 1 update per step
+    assert learner_cap({"arm_actor.sync_updates_per_step": 2.0}) == 2.0
+    assert learner_cap({"arm_sim.clock_mode": "realtime", "arm_actor.sync_updates_per_step": 0.0}) == 8.0
+
+
 def test_recorded_episodes_load_as_pixel_demonstrations(tmp_path):
     import numpy as np
 

@@ -8,6 +8,7 @@ ROS callbacks.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
 import time
@@ -63,8 +64,21 @@ PARAMS = [
           "payload of that moment, for evaluating success against time after the run; 0: none).", 0.0, 86400.0),
     Param("snapshot_every_transitions", 0, "Stored transitions between policy snapshots (as snapshot_period_s, for "
           "success against environment steps: lockstep runs; 0: none).", 0, 10**9),
+    Param("train_niceness", 10, "Niceness of the training thread (Linux): the control loops of the robot's nodes "
+          "on this machine keep their CPU while the learner trains on every spare cycle.", 0, 19),
     TORCH_THREADS,
 ]
+
+
+def lower_thread_priority(niceness: int) -> str | None:
+    """Gives the calling thread (and the threads it starts, e.g. torch's) at least `niceness` (Linux
+    threads have their own); returns why it could not, or None."""
+    try:
+        thread = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, thread, max(niceness, os.getpriority(os.PRIO_PROCESS, thread)))
+    except (AttributeError, OSError) as exc:  # no setpriority (not Linux/Unix), or not allowed
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def demonstration_arrays(path: str, task, reward_model: str = "", reward_goal: str = "") -> dict:
@@ -207,6 +221,9 @@ class LearnerNode(Node):
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(str(Path(self.params["run_dir"]) / "tensorboard"))
+        failed = lower_thread_priority(self.params["train_niceness"])
+        if failed:
+            self.get_logger().warning(f"training at normal priority ({failed}): it competes with control loops")
         last_publish = last_checkpoint = last_rate = last_snapshot = time.monotonic()
         every = self.params["snapshot_every_transitions"]
 
@@ -247,6 +264,7 @@ class LearnerNode(Node):
                 updates_at_last_rate, last_rate = n, now
                 step = self.core.transitions_received
                 self.writer.add_scalar("learner/updates_per_s", self.stats["updates_per_s"], step)
+                self.writer.add_scalar("learner/updates_per_transition", self.core.updates_per_transition(), step)
                 self.writer.add_scalar("learner/policy_version", self.core.policy_version, step)
                 self.writer.add_scalar("buffer/online", len(self.core.online), step)
                 self.writer.add_scalar("buffer/demos", len(self.core.demos), step)
@@ -294,7 +312,7 @@ class LearnerNode(Node):
 
     def _publish_diagnostics(self) -> None:
         s = self.core.summary()
-        values = {k: s[k] for k in ("updates", "policy_version", "online_size", "demo_size",
+        values = {k: s[k] for k in ("updates", "updates_per_transition", "policy_version", "online_size", "demo_size",
                                     "transitions_received", "duplicates", "rejected", "resumed")}
         values.update(payloads_forged=self.core.forged, payloads_replayed=self.core.duplicates)
         values["updates_per_s"] = round(self.stats["updates_per_s"], 2)

@@ -171,6 +171,7 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
                 spec.remaps["/clock"] = f"/{spec.namespace}/clock"
             specs.append(spec)
     _check_lockstep_sync(config)
+    _hold_learner_to_lockstep(specs)
     return specs
 
 
@@ -220,6 +221,19 @@ def _check_lockstep_sync(config: Mapping[str, Any]) -> None:
     if slack < warmup:  # a waiting actor has sent all its slack steps' transitions, and no more
         raise ValueError(f"{name}.sync_slack_steps={slack} is fewer than learner.warmup_transitions={warmup}: the "
                          "actor would wait for updates the learner never starts; raise the slack or lower the warm-up")
+
+
+def _hold_learner_to_lockstep(specs: list[NodeSpec]) -> None:
+    """A lockstep actor waits for `sync_updates_per_step` learner updates per step; the learner makes exactly
+    that many (its `max_update_ratio` becomes the actor's ratio), so a lockstep run's updates do not depend on
+    how fast the machine is. On the wall clock the learner keeps its own cap: it trains on every spare cycle."""
+    from robot_rl.ros.settings import declared_params
+
+    ratio = max((float(s.parameters.get("sync_updates_per_step", 0.0)) for s in specs if s.name in ACTORS),
+                default=0.0)
+    for spec in specs:
+        if ratio > 0 and spec.name in LEARNERS and "max_update_ratio" in declared_params(spec.name):
+            spec.parameters["max_update_ratio"] = ratio
 
 
 def params_file(specs: list[NodeSpec], path: str | os.PathLike) -> Path:

@@ -226,11 +226,11 @@ class Monitor:
                 + (f" eval {v.get('eval_done', 0)}/{self.eval_episodes}" if v.get("evaluating") == "True" else "")
                 for robot, v in sorted(self.robots.items()))
         lag = int(float(l.get("policy_version", 0))) - int(float(a.get("policy_version", 0)))
-        received = float(l.get("transitions_received", 0))
-        per_step = f", {float(l.get('updates', 0)) / received:.2f} per step" if received else ""
+        # The achieved update-to-data ratio (lockstep holds it; on the wall clock it is what the learner's CPU allows).
+        ratio = f", {l['updates_per_transition']} per transition" if "updates_per_transition" in l else ""
         latency = _latency_columns(a)
         return (f"[{elapsed:6.0f}s] {phase}  policy v{a.get('policy_version', 0)} (lag {max(lag, 0)})  "
-                f"updates {l.get('updates', 0)} ({l.get('updates_per_s', '-')}/s{per_step}){latency}  "
+                f"updates {l.get('updates', 0)} ({l.get('updates_per_s', '-')}/s{ratio}){latency}  "
                 f"buffer {l.get('online_size', 0)}+{l.get('demo_size', 0)} demo  "
                 f"unacked {a.get('outbox_pending', 0)}{self._health(restarts)}")
 

@@ -63,9 +63,12 @@ class LearnerConfig:
     demo_fraction: float = setting(0.5, "Share of each batch from demonstrations.", low=0.0, high=1.0)
     """Demonstrations and interventions (RLPD: 0.5)."""
     warmup_transitions: int = setting(256, "Online transitions before the first update.", low=0, high=10_000_000)
-    max_update_ratio: float = setting(0.0, "Max updates per received transition (0: unbounded).", low=0.0,
-                                      high=1000.0)
-    """0 trains as fast as possible."""
+    max_update_ratio: float = setting(8.0, "Max updates per received transition (0: unbounded); in lockstep the graph "
+                                      "holds it to the actor's sync_updates_per_step.", low=0.0, high=1000.0)
+    """On the wall clock the learner trains on every spare cycle up to this cap: a robot's time is the expensive
+    part, and RLPD's LayerNorm critic ensemble keeps high update-to-data ratios stable. 8 updates (each of
+    `utd_ratio` critic steps) per transition lets a fast learner use a real robot's 10-30 Hz; a CPU learner is
+    held by its compute first. 0 trains as fast as possible."""
     seed: int = setting(0, "Random seed.", low=0, high=2**31 - 1)
     device: str = setting("auto", "Training device.", choices=("auto", "cpu", "cuda"))
     """auto: CUDA when present."""
@@ -274,6 +277,12 @@ class LearnerCore:
         """Enough online data to start, and under the update-to-data cap if one is set."""
         return self.core.ready()
 
+    def updates_per_transition(self) -> float:
+        """The achieved update-to-data ratio: online updates (not those on demonstrations before any
+        transition) per transition received."""
+        online_updates = self.agent.num_updates - self.core.offline_updates
+        return round(online_updates / self.transitions_received, 3) if self.transitions_received else 0.0
+
     def train_step(self) -> dict[str, float]:
         return self.core.update()
 
@@ -346,5 +355,6 @@ class LearnerCore:
             "online_size": len(self.online), "demo_size": len(self.demos),
             "transitions_received": self.transitions_received, "duplicates": self.duplicates, "forged": self.forged,
             "rejected": sum(self.rejected.values()), "resumed": self.resumed,
+            "updates_per_transition": self.updates_per_transition(),
             "config": asdict(self.config),
         }
