@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import sys
 import time
 from pathlib import Path
@@ -87,7 +86,9 @@ def _domain_id(requested: int | None) -> tuple[int, str]:
         return requested, "--domain-id"
     exported = os.environ.get("ROS_DOMAIN_ID", "").strip()
     if not exported:
-        return random.SystemRandom().randint(1, 101), "fresh: none was exported"
+        from robot_rl.ros.graph import unused_domain_id
+
+        return unused_domain_id(), "fresh: none was exported"
     if not exported.isdigit():
         raise UserError(f"ROS_DOMAIN_ID={exported!r} is not a domain id (a number)")
     return int(exported), "exported"

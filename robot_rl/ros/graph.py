@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import os
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -269,6 +270,15 @@ def loopback_environment(domain_id: int, base: Mapping[str, str] | None = None) 
     env = _node_environment(domain_id, base)
     env.update({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_LOCALHOST_ONLY": "1"})  # the latter: pre-Jazzy
     return env
+
+
+def unused_domain_id() -> int:
+    """A random domain id of 1-101 that no Fast DDS participant on this machine uses (none has port files in
+    /dev/shm for it), so graphs started side by side do not meet; any of them if all are taken."""
+    from robot_rl.ros.probe import fastdds_leftovers
+
+    in_use = fastdds_leftovers()
+    return random.SystemRandom().choice([d for d in range(1, 102) if not in_use[d]] or range(1, 102))
 
 
 def discovery_environment(backend: str, domain_id: int, base: Mapping[str, str] | None = None,
