@@ -49,11 +49,8 @@ $(VENV)/.installed: setup.py package.xml | debian-packages
 train: setup
 	$(VENV)/bin/robot-rl train $(ARGS)
 
-# Two test processes at once (pytest-xdist; a module's tests stay together, so its fixtures are built once): most
-# tests wait on nodes running in real time, and each draws ROS domains of its own (robot_rl/ros/probe.py).
-TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 gym-hil-env: $(GYM_HIL_VENV)/.installed
 

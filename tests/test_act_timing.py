@@ -1,12 +1,14 @@
 """The act latency's two parts, pinned by hand: the control callback's own time, and the time a step waited
-for the learner before it could be taken; and the live line's columns for them; the
-learner's training thread, which gives way to the control loops."""
+for the learner before it could be taken; the frame age of a step with cameras, and the per-step timing log; the
+live line's columns for them; the learner's training thread, which gives way to the control loops."""
+
+import time
 
 import pytest
 
 pytest.importorskip("rclpy")
 
-from robot_rl.ros.actor_node import ActTiming  # noqa: E402
+from robot_rl.ros.act_timing import TIMING_LOG_COLUMNS, ActTiming  # noqa: E402
 from robot_rl.ros.session import _latency_columns  # noqa: E402
 
 
@@ -25,6 +27,32 @@ def test_a_step_that_waited_counts_its_wait_apart_from_the_callbacks_time():
     assert shown["act_latency_ms_p50"] == 4.0 and shown["missed_periods"] == 1
     assert shown["control_ms_p50"] == 2.0 and shown["learner_wait_ms_p50"] == 0.0
     assert shown["learner_wait_ms_p99"] == pytest.approx(588.0)  # numpy's linear interpolation: 0 + 0.98 * 600
+
+
+def test_the_frame_age_runs_from_the_oldest_frame_to_the_command_and_every_step_is_logged(tmp_path):
+    log = tmp_path / "timing.csv"
+    timing = ActTiming(period_s=1 / 30, frames=True, log_path=str(log))
+    assert timing.summary()["frame_age_ms_p99"] == "-"  # before the first step
+    # observation stamped 10.000 s (the arm), its oldest camera frame captured 25 ms before; command 4 ms after
+    timing.acted(stamp=10_000_000_000, started=1.0, now=1.003, latency_s=0.004, frames_stamp=9_975_000_000,
+                 episode=3)
+    timing.acted(stamp=10_033_000_000, started=1.1, now=1.101, latency_s=0.040, frames_stamp=10_033_000_000,
+                 episode=3)  # a frame as new as the observation: its age is the act latency, a missed period
+    timing.close()
+    assert list(timing.frame_age_ms) == pytest.approx([29.0, 40.0]) and timing.missed_periods == 1
+    assert timing.summary()["frame_age_ms_p50"] == pytest.approx(34.5)
+    header, *rows = [line.split(",") for line in log.read_text().splitlines()]
+    assert tuple(header) == TIMING_LOG_COLUMNS and len(rows) == 2
+    first = dict(zip(header, rows[0]))
+    assert (first["stamp_ns"], first["episode"]) == ("10000000000", "3")
+    assert [float(first[k]) for k in ("act_ms", "control_ms", "learner_wait_ms", "frame_age_ms")] == \
+        pytest.approx([4.0, 3.0, 0.0, 29.0])
+    assert abs(int(first["command_wall_ns"]) - time.time_ns()) < 10e9
+    again = ActTiming(period_s=0.1, log_path=str(log))  # a restarted actor appends, without a second header
+    again.acted(stamp=11_000_000_000, started=2.0, now=2.001, latency_s=0.002)
+    again.close()
+    lines = log.read_text().splitlines()
+    assert len(lines) == 4 and lines[-1].endswith(",") and "frame_age_ms_p50" not in again.summary()
 
 
 def test_the_live_line_shows_the_control_time_and_the_learner_wait_in_columns_of_their_own():

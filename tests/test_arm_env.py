@@ -159,6 +159,20 @@ def test_workspace_clamp(sim):
     assert np.all(np.abs(sim.target_pos - before) <= cfg.action_scale + 1e-12)
 
 
+def test_a_control_period_that_is_no_multiple_of_the_physics_timestep_is_split_evenly(sim):
+    """30 Hz (cameras' rate): 33.3 ms is no multiple of 2 ms, so 17 equal timesteps of 1.96 ms; a rate whose period is
+    a multiple keeps the configured timestep exactly."""
+    assert sim.model.opt.timestep == 0.002 and sim.n_substeps == 50  # 10 Hz
+    fast = ArmSim(ArmSimConfig(control_hz=30.0))
+    try:
+        fast.reset(np.random.default_rng(0))
+        assert fast.n_substeps == 17 and fast.model.opt.timestep == pytest.approx(1 / 30 / 17)
+        fast.step(np.array([1.0, 0.0, 0.0, -1.0]))
+        assert fast.time == pytest.approx(1 / 30)
+    finally:
+        fast.close()
+
+
 def test_task_functions_on_state(sim):
     state = sim.state()
     for key, shape in (

@@ -1,6 +1,6 @@
 """The simulated arm node as the actor meets it (a separate process, loopback DDS, lockstep): it moves with the
 commands that answer its observations, holds still under a latched `/estop` whatever it is told, and starts a
-new episode on `~/reset`; on the wall clock, a person's pause freezes it."""
+new episode on `~/reset`; on the wall clock, a person's pause freezes it, and it may stamp as a robot does."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import time
 
 import numpy as np
+import pytest
 from geometry_msgs.msg import PoseStamped, TwistStamped
 from std_msgs.msg import Bool, Float32, String
 from std_srvs.srv import Trigger
@@ -17,6 +18,7 @@ from robot_rl.ros.arm_io import action_to_msgs
 from robot_rl.ros.hardware_node import ESTOP_QOS
 from robot_rl.ros.messages import stamp_to_ns
 from robot_rl.ros.probe import RosProbe, start_node, stop_node
+from robot_rl.ros.sim_time import SimulatedTime
 from robot_rl.teleop.session_status import SessionStatus
 
 
@@ -117,3 +119,24 @@ def test_a_persons_pause_freezes_the_realtime_simulation(tmp_path):
         assert position()[0] - frozen[0] > 0.02
     finally:
         sim.close()
+
+
+def test_on_the_wall_clock_the_realtime_simulation_stamps_as_a_robot_does(tmp_path):
+    """`stamp_clock:=wall`: each observation is stamped with the wall clock when it is taken (so the actor pairs it
+    with real cameras' frames), once a period, a reset's too; lockstep, whose time is its /clock, refuses it."""
+    sim = ArmSimProbe(tmp_path, "clock_mode:=realtime", "stamp_clock:=wall", "control_hz:=30.0")
+    probe, poses = sim.probe, sim.poses
+    received: list[int] = []
+    probe.node.create_subscription(PoseStamped, "arm/ee_pose", lambda _: received.append(time.time_ns()), qos.SENSOR)
+    try:
+        probe.wait_for(lambda: len(received) >= 30, 30, "a second of observations")
+        stamps = [stamp_to_ns(p.header.stamp) for p in poses[-30:]]
+        ages = np.array(received[-30:]) - np.array(stamps)
+        assert (ages >= 0).all() and np.median(ages) < 20e6, ages  # taken just before it was sent
+        assert abs(np.median(np.diff(stamps)) - 1e9 / 30) < 5e6  # one a period
+        reply = probe.call(Trigger, "/arm_sim/reset", Trigger.Request())
+        assert abs(json.loads(reply.message)["stamp_ns"] - time.time_ns()) < 1e9
+    finally:
+        sim.close()
+    with pytest.raises(ValueError, match="realtime"):
+        SimulatedTime(None, 0.1, True, 0.2, {}, print, print, print, wall_stamps=True)

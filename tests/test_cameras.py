@@ -391,9 +391,10 @@ def test_camera_node_publishes_a_video_file(tmp_path):
     proc, log = _start_node(tmp_path, domain_id, "backend:=opencv", f"device:={path}", "camera_name:=front",
                             "output_width:=64", "output_height:=48", "crop_x:=0", "crop_width:=160",
                             "width:=160", "height:=120", "fps:=0",
-                            "fx:=100.0", "fy:=100.0", "cx:=79.5", "cy:=59.5", "diagnostics_period_s:=0.5")
+                            "fx:=100.0", "fy:=100.0", "cx:=79.5", "cy:=59.5", "diagnostics_period_s:=0.5",
+                            "publish_native:=true")
     rclpy, context, node, executor = _observer(domain_id)
-    got = {"image": [], "info": [], "diag": {}}
+    got = {"image": [], "info": [], "diag": {}, "native": [], "native_info": []}
 
     def on_diag(msg):
         for status in msg.status:
@@ -403,9 +404,13 @@ def test_camera_node_publishes_a_video_file(tmp_path):
     node.create_subscription(Image, "front/color/image_raw", got["image"].append, qos.SENSOR)
     node.create_subscription(CameraInfo, "front/color/camera_info", got["info"].append, qos.SENSOR)
     node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 10)
+    # The full-size picture as captured, for a recording: published only while someone subscribes.
+    node.create_subscription(Image, "front/color/native/image_raw", got["native"].append, qos.SENSOR)
+    node.create_subscription(CameraInfo, "front/color/native/camera_info", got["native_info"].append, qos.SENSOR)
     try:
-        _spin_until(executor, lambda: len(got["image"]) >= 10 and len(got["info"]) >= 10
-                    and float(got["diag"].get("fps", 0)) > 0, 60, "images, camera info and diagnostics", log)
+        _spin_until(executor, lambda: len(got["image"]) >= 10 and len(got["info"]) >= 10 and len(got["native"]) >= 5
+                    and float(got["diag"].get("fps", 0)) > 0 and int(got["diag"].get("native_frames_published", 0)),
+                    60, "images, camera info and diagnostics", log)
         assert proc.poll() is None
     finally:
         proc.send_signal(signal.SIGINT)
@@ -426,6 +431,12 @@ def test_camera_node_publishes_a_video_file(tmp_path):
     assert info.k[0] == pytest.approx(100 * 64 / 160) and info.k[4] == pytest.approx(100 * 48 / 120)
     assert stamp_to_ns(info.header.stamp) in stamps or stamp_to_ns(info.header.stamp) > stamps[0]
     assert 10 <= float(got["diag"]["fps"]) <= 30
+    native = got["native"][-1]
+    assert (native.width, native.height, native.encoding) == (160, 120, "rgb8")
+    assert stamp_to_ns(native.header.stamp) in stamps or stamp_to_ns(native.header.stamp) > stamps[-1]
+    full = msg_to_image(native)
+    assert full[60, 20, 0] > 150 and full[60, 20, 2] < 60 and full[60, 130, 2] > 150  # uncropped: blue on the right
+    assert got["native_info"][-1].k[0] == pytest.approx(100.0) and got["native_info"][-1].width == 160
 
 
 def test_camera_node_keeps_running_without_its_device_and_says_why(tmp_path):

@@ -19,9 +19,9 @@ rclpy = pytest.importorskip("rclpy")
 from std_msgs.msg import UInt8MultiArray  # noqa: E402
 
 from robot_rl.ros import qos  # noqa: E402
-from robot_rl.ros.graph import loopback_environment  # noqa: E402
+from robot_rl.ros.graph import fastdds_leftovers, loopback_environment  # noqa: E402
 from robot_rl.ros.messages import bytes_to_uint8_multiarray  # noqa: E402
-from robot_rl.ros.probe import RosProbe, fastdds_leftovers, fresh_domain_id, start_graph  # noqa: E402
+from robot_rl.ros.probe import RosProbe, fresh_domain_id, start_graph  # noqa: E402
 from robot_rl.ros.supervisor import Supervisor  # noqa: E402
 from robot_rl.transport import codec  # noqa: E402
 

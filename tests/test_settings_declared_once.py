@@ -69,23 +69,23 @@ CONFIGS = {"arm_actor": (ActorConfig, ArmSimConfig), "env_actor": (ActorConfig,)
            "scripted_human": (ArmSimConfig, InterventionConfig), "session_view": (), "teleop": (ArbitrationConfig,)}
 """The configs a node's settings come from (a node may take only some of a config's settings)."""
 ACTOR_NODE_ONLY = {"task", "mode", "record_path", "run_dir", "control_mode", "obs_slop_s", "max_obs_age_s",
-                   "reset_service", "teleop_timeout_s", "reward_source", "reset_time_s"}
+                   "reset_service", "teleop_timeout_s", "reward_source", "reset_time_s", "timing_log"}
 SIM_NODE_ONLY = {"clock_mode", "command_timeout_s", "republish_period_s", "seed"}
 NODE_ONLY = {
     "arm_actor": ACTOR_NODE_ONLY,
     "env_actor": ACTOR_NODE_ONLY | {"env_task"},
     "car_actor": {"policy_dir", "checkpoints", "run_dir", "obs_slop_s", "reset_service", "device"},
     "learner": {"task", "env_task", "run_dir", "demos", "reward_model", "reward_goal", "lr", "publish_period_s",
-                "checkpoint_period_s", "snapshot_period_s", "snapshot_every_transitions"},
+                "checkpoint_period_s", "snapshot_period_s", "snapshot_every_transitions", "train_niceness"},
     "reward": {"torch_threads", "diagnostics_period_s"},
-    "arm_sim": SIM_NODE_ONLY | {"publish_images", "randomization", "randomization_split", "viewer"},
+    "arm_sim": SIM_NODE_ONLY | {"publish_images", "randomization", "randomization_split", "viewer", "stamp_clock"},
     "env_sim": SIM_NODE_ONLY | {"env_task"},
     "car_sim": SIM_NODE_ONLY | {"hardware", "max_speed", "max_steer"},
     "quad_sim": SIM_NODE_ONLY | {"hardware", "randomization", "randomization_split", "ball_mass"},
     "camera": {"backend", "serial", "device", "device_index", "width", "height", "fps", "crop_x", "crop_y",
                "crop_width", "crop_height", "output_width", "output_height", "camera_name", "frame_id",
-               "publish_depth", "loop", "fx", "fy", "cx", "cy", "frame_timeout_s", "reconnect_backoff_s",
-               "reconnect_backoff_max_s", "diagnostics_period_s"},
+               "publish_depth", "publish_native", "loop", "fx", "fy", "cx", "cy", "frame_timeout_s",
+               "reconnect_backoff_s", "reconnect_backoff_max_s", "diagnostics_period_s"},
     "arm": {"hardware"},
     "car": {"hardware", "port", "seed"},
     "quadrotor": {"hardware", "connection", "auto_arm", "arm_retry_s", "quaternion_tolerance", "max_position_m"},

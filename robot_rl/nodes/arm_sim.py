@@ -10,9 +10,12 @@ Clock modes:
   topics may drop a message; the actor answers a repeat by resending its command).
 - `realtime` (people in the loop): a wall-clock timer steps at the control rate with the
   latest command; a command older than `command_timeout_s` is replaced by "hold still".
+  Observations are stamped with simulated time (one period per step), or with the wall clock
+  (`stamp_clock: wall`) as a robot's are, so that the actor pairs them with real cameras' frames
+  (camera nodes in front of the actor instead of `publish_images`).
 
-A true `/estop` (std_msgs/Bool) stops the arm where it is and holds it there, gripper included, whatever the commands say (the steps are
-counted as `estopped_steps`), until `~/reset_estop`, as the real arm's node does.
+A true `/estop` (std_msgs/Bool) stops the arm where it is and holds it there, gripper included, whatever the
+commands say (the steps are counted as `estopped_steps`), until `~/reset_estop`, as the real arm's node does.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ PARAMS = [
     *params_from_dataclass(ArmSimConfig),
     Param("publish_images", False, "Render and publish camera images."),
     Param("command_timeout_s", 0.3, "Realtime mode: hold still when the last command is older.", 0.01, 10.0),
+    Param("stamp_clock", "simulated", "Realtime mode: stamp observations with simulated time or with the wall clock "
+          "(as a robot does, to pair with real cameras' frames).", choices=["simulated", "wall"]),
     Param("republish_period_s", 0.2, "Lockstep mode: republish the observation if no command came.", 0.01, 10.0),
     Param("randomization", "", "Domain randomization file drawn at every reset (e.g. sim/arm/randomization.yaml; "
           "'' for none). Physics and appearance; latency and noise are the actor side's."),
@@ -102,9 +107,12 @@ class ArmSimNode(Node):
         self.create_subscription(TwistStamped, "arm/cmd", self._on_cmd, qos.COMMAND_INPUT)
         self.create_subscription(Float32, "arm/gripper", self._on_gripper, qos.COMMAND_INPUT)
         self.estop = SimEstop(self, self.counters, "the arm holds where it stopped", on_stop=self.sim.stop_here)
-        self.time = SimulatedTime(self, 1.0 / p["control_hz"], p["clock_mode"] == "lockstep",
-                                  p["republish_period_s"], self.counters, self._publish_observation,
-                                  self._realtime_step, self._on_reset)
+        try:
+            self.time = SimulatedTime(self, 1.0 / p["control_hz"], p["clock_mode"] == "lockstep",
+                                      p["republish_period_s"], self.counters, self._publish_observation,
+                                      self._realtime_step, self._on_reset, wall_stamps=p["stamp_clock"] == "wall")
+        except ValueError as exc:
+            raise ParameterError(f"arm_sim: stamp_clock:=wall: {exc}") from None
         self.create_timer(1.0, lambda: self.diag_pub.publish(diagnostics(self, dict(self.counters))))
         self.viewer_threads: list[threading.Thread] = []
         self.viewer = self._open_viewer(p["viewer"]) if p["viewer"] != "never" else None

@@ -4,6 +4,9 @@
     <camera_name>/color/camera_info                sensor_msgs/CameraInfo of that image
     <camera_name>/aligned_depth_to_color/image_raw sensor_msgs/Image 16UC1 (publish_depth, RealSense)
     <camera_name>/aligned_depth_to_color/camera_info
+    <camera_name>/color/native/image_raw           sensor_msgs/Image rgb8 as captured, before crop and resize
+    <camera_name>/color/native/camera_info         (publish_native, and only while anyone subscribes: a
+                                                   full-resolution recording; unwatched, it costs nothing)
 
 All on SENSOR QoS, stamped with the frame's capture time (the device's clock when it gives one).
 Frames are grabbed and published on a thread of their own, so a slow or unplugged camera never
@@ -46,6 +49,8 @@ PARAMS = [
     Param("camera_name", "camera", "Topic prefix: <camera_name>/color/image_raw, ..."),
     Param("frame_id", "", "Frame of the images; empty: <camera_name>_color_optical_frame."),
     Param("publish_depth", True, "Publish depth aligned to colour (RealSense only)."),
+    Param("publish_native", False, "Also publish the colour image as captured (before crop and resize) on "
+          "<camera_name>/color/native/image_raw while anyone subscribes, e.g. a full-resolution recording."),
     Param("loop", True, "OpenCV video files: start over at the end instead of stopping."),
     Param("fx", 0.0, "OpenCV: focal length x at the native size (0: uncalibrated, K all zeros).", 0.0, 1e5),
     Param("fy", 0.0, "OpenCV: focal length y at the native size.", 0.0, 1e5),
@@ -87,7 +92,10 @@ class CameraNode(Node):
         self.source = make_source(p)
         self.image_pub = self.create_publisher(Image, f"{name}/color/image_raw", qos.SENSOR)
         self.info_pub = self.create_publisher(CameraInfo, f"{name}/color/camera_info", qos.SENSOR)
-        self.depth_pub = self.depth_info_pub = None
+        self.depth_pub = self.depth_info_pub = self.native_pub = self.native_info_pub = None
+        if p["publish_native"]:
+            self.native_pub = self.create_publisher(Image, f"{name}/color/native/image_raw", qos.SENSOR)
+            self.native_info_pub = self.create_publisher(CameraInfo, f"{name}/color/native/camera_info", qos.SENSOR)
         if p["publish_depth"] and self.source.has_depth:
             self.depth_pub = self.create_publisher(Image, f"{name}/aligned_depth_to_color/image_raw", qos.SENSOR)
             self.depth_info_pub = self.create_publisher(CameraInfo, f"{name}/aligned_depth_to_color/camera_info",
@@ -96,6 +104,7 @@ class CameraNode(Node):
             self.get_logger().info("publish_depth is ignored: the opencv backend has no depth")
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.published = 0
+        self.native_published = 0
         self.publish_errors = 0
         self.camera_errors = 0
         self.last_frame_wall = 0.0
@@ -103,7 +112,7 @@ class CameraNode(Node):
         self.stale_stamps = 0
         self.end_of_stream = False
         self.error = ""
-        self._info_cache: tuple[Intrinsics, CameraInfo] | None = None
+        self._info_cache: dict[Intrinsics, CameraInfo] = {}
         self._diag_last = (time.monotonic(), 0)
         self._stop = threading.Event()
         self.create_timer(p["diagnostics_period_s"], self._publish_diagnostics)
@@ -144,25 +153,30 @@ class CameraNode(Node):
                 if not self._stop.is_set():
                     self.get_logger().error(f"cannot publish a frame: {exc!r}", throttle_duration_sec=5.0)
 
-    def _camera_info(self) -> CameraInfo:
-        intrinsics = self.source.intrinsics
-        if self._info_cache is None or self._info_cache[0] != intrinsics:
-            self._info_cache = (intrinsics, camera_info_msg(intrinsics, self.frame_id))
-        return self._info_cache[1]
+    def _camera_info(self, intrinsics: Intrinsics, stamp) -> CameraInfo:
+        info = self._info_cache.get(intrinsics)
+        if info is None:
+            info = self._info_cache[intrinsics] = camera_info_msg(intrinsics, self.frame_id)
+        info.header.stamp = stamp
+        return info
 
     def _publish(self, frame: Frame) -> None:
         if frame.stamp_ns <= self.last_stamp_ns:
             self.stale_stamps += 1  # a device clock that went back (reconnect): still publish
         self.last_stamp_ns = frame.stamp_ns
         stamp = ns_to_stamp(frame.stamp_ns)
-        info = self._camera_info()
-        info.header.stamp = stamp
+        info = self._camera_info(self.source.intrinsics, stamp)
         self.image_pub.publish(image_to_msg(frame.color, stamp, self.frame_id, "rgb8"))
         self.info_pub.publish(info)
         if self.depth_pub is not None and frame.depth is not None:
             self.depth_pub.publish(depth_to_msg(frame.depth, stamp, self.frame_id))
             self.depth_info_pub.publish(info)
         self.published += 1
+        # The policy's image first: the full-size copy and its serialisation only for someone who listens.
+        if self.native_pub is not None and frame.native is not None and self.native_pub.get_subscription_count():
+            self.native_pub.publish(image_to_msg(frame.native, stamp, self.frame_id, "rgb8"))
+            self.native_info_pub.publish(self._camera_info(self.source.native_intrinsics, stamp))
+            self.native_published += 1
         self.last_frame_wall = time.monotonic()
 
     # ---- diagnostics (executor) ---------------------------------------------------------------
@@ -176,6 +190,7 @@ class CameraNode(Node):
         values = {
             "fps": round(fps, 2),
             "frames_published": self.published,
+            "native_frames_published": self.native_published,
             "dropped_frames": stats["dropped_frames"],
             "reconnects": stats["reconnects"],
             "disconnects": stats["disconnects"],

@@ -35,7 +35,8 @@ the status says "paused" (`robot_rl.ros.sim_time`); a real robot holds where it 
 
 Act latency (observation stamp to command, on the wall clock; inside the node under simulated
 time) is reported on /diagnostics as p50/p99 over the last steps, with the steps that missed their
-control period counted.
+control period counted; for a task with cameras also the frame age (the oldest camera frame's capture
+stamp to the command). `timing_log` appends every step's figures to a CSV file (`TIMING_LOG_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
@@ -59,6 +59,7 @@ from std_srvs.srv import Trigger
 from robot_rl.config_fields import config_from_params
 from robot_rl.data.episodes import EpisodeSchema, EpisodeWriter
 from robot_rl.ros import qos
+from robot_rl.ros.act_timing import ActTiming
 from robot_rl.ros.learner_link import LearnerLink
 from robot_rl.ros.link_params import LINK_PARAMS
 from robot_rl.ros.messages import msg_to_image, ns_to_stamp, stamp_to_ns
@@ -67,7 +68,6 @@ from robot_rl.ros.node_utils import (
     ParameterError,
     declare_params,
     diagnostics,
-    latency_percentiles,
     params_from_dataclass,
     reset_stamp,
     set_torch_threads,
@@ -123,6 +123,9 @@ COMMON_PARAMS = [
     Param("reward_source", "task", "task: rewards and episode ends from the task's own functions (simulation, "
           "instrumented robots); reward_node: from the reward node's `reward` and `reward/done` (learned "
           "progress rewards from the cameras), evaluation still judged by the task.", choices=["task", "reward_node"]),
+    Param("timing_log", "", "CSV file every step's timing is appended to (when its command went out, the observation "
+          "stamp, the episode, act latency, control time, learner wait and frame age in ms), for latency "
+          "measurements over any window of a run; '' for none."),
 ]
 
 def actor_params(default_task: str, default_reset_service: str, robot_params: Sequence[Param]) -> list[Param]:
@@ -134,44 +137,6 @@ def actor_params(default_task: str, default_reset_service: str, robot_params: Se
               "('' for none: each episode starts where the robot is)."),
         *robot_params,
     ]
-
-
-LATENCY_WINDOW = 1000
-"""Steps over which the act latency percentiles on /diagnostics are taken."""
-
-
-class ActTiming:
-    """The act latency (observation to command) and its two parts, each over the last LATENCY_WINDOW steps: the
-    control callback's own time (observation in hand to command out) and how long a step waited before it could
-    be taken (for the learner, under lockstep's update ratio, or for late rewards; a waiting actor is not a slow
-    robot); and the steps whose act latency missed their control period."""
-
-    def __init__(self, period_s: float):
-        self.period_s = period_s
-        self.act_ms: deque[float] = deque(maxlen=LATENCY_WINDOW)
-        self.control_ms: deque[float] = deque(maxlen=LATENCY_WINDOW)
-        self.wait_ms: deque[float] = deque(maxlen=LATENCY_WINDOW)
-        self.missed_periods = 0
-        self._deferred: tuple[int, float] | None = None
-        """(stamp, since when): the step at this observation is waiting."""
-
-    def deferred(self, stamp: int, now: float) -> None:
-        if self._deferred is None or self._deferred[0] != stamp:
-            self._deferred = (stamp, now)
-
-    def acted(self, stamp: int, started: float, now: float, latency_s: float) -> None:
-        """The step at `stamp` was taken by the callback that began at `started` and published at `now`,
-        `latency_s` after its observation."""
-        waited = started - self._deferred[1] if self._deferred is not None and self._deferred[0] == stamp else 0.0
-        self._deferred = None
-        self.act_ms.append(latency_s * 1e3)
-        self.missed_periods += int(latency_s > self.period_s)
-        self.control_ms.append((now - started) * 1e3)
-        self.wait_ms.append(waited * 1e3)
-
-    def summary(self) -> dict[str, float | str | int]:
-        return {**latency_percentiles(self.act_ms), **latency_percentiles(self.control_ms, "control_ms"),
-                **latency_percentiles(self.wait_ms, "learner_wait_ms"), "missed_periods": self.missed_periods}
 
 
 class ActorNode(Node):
@@ -230,7 +195,10 @@ class ActorNode(Node):
         """When any observation topic last delivered (since start before the first): a silent robot shows."""
         self.latest_received = 0.0
         """When the newest complete observation set formed (monotonic)."""
-        self.act_timing = ActTiming(1.0 / self.control_hz)
+        try:
+            self.act_timing = ActTiming(1.0 / self.control_hz, bool(self.camera_topics), p["timing_log"])
+        except OSError as exc:
+            raise ParameterError(f"{name}: cannot write timing_log {p['timing_log']!r}: {exc}") from None
         self.session = SessionClock(p["reset_time_s"])
         self.last_action: np.ndarray | None = None
         self.driver = self._driver(None)
@@ -304,6 +272,7 @@ class ActorNode(Node):
             state = self.io.state(msgs)
             for topic, camera in self.camera_topics.items():
                 state[camera] = msg_to_image(msgs[topic], copy=True)
+            frames_stamp = min((stamp_to_ns(msgs[topic].header.stamp) for topic in self.camera_topics), default=None)
         except ValueError as exc:
             self.invalid_messages += 1
             self.get_logger().warning(f"invalid observation: {exc}", throttle_duration_sec=5.0)
@@ -339,7 +308,8 @@ class ActorNode(Node):
         if result.action is not None:
             self.last_action = result.action
             self._publish_command(result.action, stamp)
-            self.act_timing.acted(stamp, started, time.monotonic(), self._act_latency_s(stamp))
+            self.act_timing.acted(stamp, started, time.monotonic(), self._act_latency_s(stamp), frames_stamp,
+                                  self.core.episode_index - 1)
             self.driver = self._driver(human_action)
             self._publish_status("running")
             if self.core.reviewing:
@@ -577,5 +547,6 @@ class ActorNode(Node):
 
     def close(self) -> None:
         self.link.close()
+        self.act_timing.close()
         with self.core_lock:
             self.core.commit_recording()  # a session stopped during the reset keeps its last episode

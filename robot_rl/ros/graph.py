@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import os
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -272,11 +273,26 @@ def loopback_environment(domain_id: int, base: Mapping[str, str] | None = None) 
     return env
 
 
+_SHM_DIR = Path("/dev/shm")
+
+
+def fastdds_leftovers(shm_dir: Path = _SHM_DIR) -> Counter[int]:
+    """Fast DDS shared-memory port files in ``shm_dir`` per ROS domain (segments and their named
+    mutexes, named by RTPS port: 7400 + 250 * domain + offset, offset < 250). For a domain where no
+    process runs, they are what killed nodes of earlier runs left behind (a mutex a killed process
+    held stays locked)."""
+    counts: Counter[int] = Counter()
+    for path in shm_dir.iterdir() if shm_dir.is_dir() else ():
+        name = path.name.removeprefix("sem.")
+        digits = name.removeprefix("fastdds_port").split("_")[0]
+        if name.startswith("fastdds_port") and digits.isdigit() and int(digits) >= 7400:
+            counts[(int(digits) - 7400) // 250] += 1
+    return counts
+
+
 def unused_domain_id() -> int:
     """A random domain id of 1-101 that no Fast DDS participant on this machine uses (none has port files in
     /dev/shm for it), so graphs started side by side do not meet; any of them if all are taken."""
-    from robot_rl.ros.probe import fastdds_leftovers
-
     in_use = fastdds_leftovers()
     return random.SystemRandom().choice([d for d in range(1, 102) if not in_use[d]] or range(1, 102))
 

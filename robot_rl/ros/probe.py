@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 
@@ -86,23 +85,6 @@ class RosProbe:
 
 
 _UNUSED_DOMAINS: list[int] = []
-_SHM_DIR = Path("/dev/shm")
-
-
-def fastdds_leftovers(shm_dir: Path = _SHM_DIR) -> Counter[int]:
-    """Fast DDS shared-memory port files in ``shm_dir`` per ROS domain (segments and their named
-    mutexes, named by RTPS port: 7400 + 250 * domain + offset, offset < 250). For a domain where no
-    process runs, they are what killed nodes of earlier runs left behind (a mutex a killed process
-    held stays locked)."""
-    counts: Counter[int] = Counter()
-    for path in shm_dir.iterdir() if shm_dir.is_dir() else ():
-        name = path.name.removeprefix("sem.")
-        digits = name.removeprefix("fastdds_port").split("_")[0]
-        if name.startswith("fastdds_port") and digits.isdigit() and int(digits) >= 7400:
-            counts[(int(digits) - 7400) // 250] += 1
-    return counts
-
-
 def fresh_domain_id() -> int:
     """A loopback ROS domain id no earlier call in this process returned (120-230, shuffled; a
     pytest-xdist worker's own share of them), so a test's nodes never meet an earlier or a concurrent
@@ -110,6 +92,8 @@ def fresh_domain_id() -> int:
     port files (earlier runs' killed nodes) come last, as insurance against Fast DDS ports a
     crashed process left inoperative (not shown to have caused a failure here)."""
     if not _UNUSED_DOMAINS:
+        from robot_rl.ros.graph import fastdds_leftovers
+
         leftovers = fastdds_leftovers()
         # pytest-xdist's workers run at once: each draws from its own share of the range.
         worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)

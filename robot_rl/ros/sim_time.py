@@ -10,6 +10,9 @@ each period (the view keeps its pictures, the actor its observations), but no ph
 the scene moves (a real robot only holds, and what it holds may still slip). Lockstep simulation steps only when the
 actor commands, which is never while a person is in the loop (their sessions run the simulator in realtime).
 `~/reset` (std_srvs/Trigger) starts a new episode one period later and answers with its first observation's stamp.
+
+A realtime simulator may stamp with the wall clock instead (`wall_stamps`): the stamps are still unique and never go
+back, and, as a robot's, they pair with the frames of real cameras beside it.
 """
 
 from __future__ import annotations
@@ -31,14 +34,18 @@ from robot_rl.teleop.session_status import SessionStatus
 class SimulatedTime:
     def __init__(self, node: Node, period_s: float, lockstep: bool, republish_period_s: float,
                  counters: dict[str, int], publish_observation: Callable[[int], None],
-                 realtime_step: Callable[[], None], new_episode: Callable[[], None]):
+                 realtime_step: Callable[[], None], new_episode: Callable[[], None], wall_stamps: bool = False):
         """`publish_observation(stamp_ns)` publishes the simulator's observation stamped `stamp_ns`;
         `realtime_step()` steps it once (realtime mode); `new_episode()` resets the simulation (and
         forgets the last command) for `~/reset`; `counters["republished"]` and `counters["resets"]`
         count repeats and resets, `counters["paused_steps"]` the periods frozen by a person's pause and
-        `counters["invalid_session_status"]` the malformed statuses ignored."""
+        `counters["invalid_session_status"]` the malformed statuses ignored. `wall_stamps` (realtime only): the
+        time is the wall clock's when each observation is taken."""
+        if wall_stamps and lockstep:
+            raise ValueError("wall-clock stamps need realtime mode: a lockstep simulator's time is its /clock")
         self.period_ns = int(round(period_s * 1e9))
-        self.now_ns = self.period_ns
+        self.wall_stamps = wall_stamps
+        self.now_ns = time.time_ns() if wall_stamps else self.period_ns
         self.lockstep = lockstep
         self._counters = counters
         self._publish_observation = publish_observation
@@ -60,7 +67,8 @@ class SimulatedTime:
 
     def advance(self) -> None:
         """One control period passes (a step, or a reset: the new episode's first stamp is new too)."""
-        self.now_ns += self.period_ns
+        # On the wall clock: now, but never back (the system clock may be stepped) and never a stamp twice.
+        self.now_ns = max(time.time_ns(), self.now_ns + 1) if self.wall_stamps else self.now_ns + self.period_ns
 
     def publish(self) -> None:
         """The observation at the current time: `/clock` first in lockstep, then the node's topics."""

@@ -20,6 +20,8 @@ class Frame:
     """Frames delivered by this source so far, minus one (keeps counting across reconnects)."""
     hardware_stamp: bool = False
     """True when `stamp_ns` comes from the device rather than from the receive time."""
+    native: np.ndarray | None = None
+    """The colour image as the device gave it, before crop and resize (uint8 RGB at the native size)."""
 
 
 @dataclass(frozen=True)

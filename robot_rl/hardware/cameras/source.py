@@ -141,6 +141,11 @@ class CameraSource(ABC):
             return None
         return self.geometry.apply_intrinsics(self._native_intrinsics)
 
+    @property
+    def native_intrinsics(self) -> Intrinsics | None:
+        """Intrinsics of the image as the device gives it (`Frame.native`); None until the device was opened."""
+        return self._native_intrinsics
+
     def open(self) -> None:
         with self._lock:
             self._closing.clear()
@@ -189,8 +194,10 @@ class CameraSource(ABC):
                 self._close()
                 self.backoff.failed()
                 raise CameraError(self.last_error) from exc
+            native = color
             color, depth = self.geometry.apply(color, depth)
-            frame = Frame(color=color, depth=depth, stamp_ns=int(stamp_ns), seq=self.frames, hardware_stamp=hardware)
+            frame = Frame(color=color, depth=depth, stamp_ns=int(stamp_ns), seq=self.frames, hardware_stamp=hardware,
+                          native=native)
             self.frames += 1
             return frame
 
