@@ -21,7 +21,8 @@ GYM_HIL_VENV ?= .venv-gym-hil
 GYM_HIL_PY := $(GYM_HIL_VENV)/bin/python
 GYM_HIL_TESTS := tests/test_gym_hil.py
 
-.PHONY: setup train test benchmarks clean debian-packages gym-hil-env test-gym-hil gpu-wheels gpu-dry-run
+.PHONY: setup train test benchmarks clean debian-packages gym-hil-env test-gym-hil gpu-wheels gpu-dry-run \
+        peer-lerobot
 setup: $(VENV)/.installed
 
 debian-packages:
@@ -61,6 +62,30 @@ $(GYM_HIL_VENV)/.installed: setup.py package.xml | debian-packages
 # The gym_hil-marked tests, in the venv that holds gym-hil (in .venv they skip).
 test-gym-hil: gym-hil-env
 	$(GYM_HIL_PY) -m pytest -q -m gym_hil $(PYTEST_ARGS) $(GYM_HIL_TESTS)
+
+# The peer of issue 40, LeRobot's HIL-SERL with gym-hil, as its users install it (lerobot[hilserl], which pins a
+# torch below 2.11: PyPI's CUDA build), in a venv of its own; requirements/peer-lerobot.txt says how it was pinned.
+# The venv takes 9 GB and pip unpacks about 4 GB more while installing, so it checks the free space first.
+PEER_LEROBOT_VENV ?= .venv-peer-lerobot
+PEER_LEROBOT_GB := 14
+peer-lerobot: $(PEER_LEROBOT_VENV)/.installed
+
+# LeRobot's install guide asks for ffmpeg: torchcodec, its video decoder, loads FFmpeg's shared libraries.
+$(PEER_LEROBOT_VENV)/.installed: DEB_PACKAGES += ffmpeg
+
+$(PEER_LEROBOT_VENV)/.installed: requirements/peer-lerobot.txt | debian-packages
+	@for dir in $(dir $(abspath $(PEER_LEROBOT_VENV))) "$${TMPDIR:-/tmp}"; do \
+	  free=$$(df -Pk "$$dir" | awk 'NR == 2 {print int($$4 / 1048576)}'); \
+	  if [ "$$free" -lt $(PEER_LEROBOT_GB) ]; then \
+	    echo "make peer-lerobot needs $(PEER_LEROBOT_GB) GB free for LeRobot's venv; $$dir has $$free GB"; \
+	    exit 1; \
+	  fi; \
+	done
+	test -x $(PEER_LEROBOT_VENV)/bin/python || python3 -m venv $(PEER_LEROBOT_VENV)
+	$(PEER_LEROBOT_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PEER_LEROBOT_VENV)/bin/python -m pip install -q -r requirements/peer-lerobot.txt
+	$(PEER_LEROBOT_VENV)/bin/python -m pip check
+	touch $@
 
 benchmarks: setup gym-hil-env
 	# Every benchmark's --quick run, each in a scratch directory: quick runs record nothing here. The gym_hil_*
