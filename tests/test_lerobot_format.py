@@ -286,7 +286,7 @@ def test_damaged_or_missing_files_are_refused_by_name(exported, tmp_path):
 def test_cli_exports_and_imports_and_refuses_to_overwrite(source, tmp_path, capsys):
     out, back = tmp_path / "le", tmp_path / "back.zarr"
     assert main(["dataset", "export", str(source), "--format", "lerobot", "--out", str(out)]) == 0
-    assert "3 episodes (23 frames at 20 fps" in capsys.readouterr().out  # fps from the stamps
+    assert "3 episodes (23 frames at 20 fps (the recorded rate)" in capsys.readouterr().out  # control_hz
     assert main(["dataset", "import", str(out), "--out", str(back)]) == 0
     assert "3 episodes (23 steps)" in capsys.readouterr().out
     before = sorted(p.name for p in out.rglob("*"))
@@ -304,3 +304,116 @@ def test_cli_exports_and_imports_and_refuses_to_overwrite(source, tmp_path, caps
     assert main(["dataset", "export", str(source), "--format", "lerobot", "--out", str(tmp_path / "x"),
                  "--codec", "libsvtav1"]) == 2
     assert "'libsvtav1' encodes pixel formats" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
+# ---- what LeRobot's HIL-SERL learner needs of an offline dataset (issue 40) ----------------------------------------
+
+GYM_HIL_TASK_CONFIG = {"env_id": "gym_hil/PandaPickCube-v0", "cameras": ["pixels/front"]}  # no recorded rate
+
+
+def state_dataset(path, task_config, gaps, gripper=(0.0, 2.0, 1.0)):
+    """One episode, no cameras, steps `gaps` seconds apart; the action's last entry cycles through `gripper`."""
+    writer = EpisodeWriter(path, EpisodeSchema({}, 2, 4), task_config)
+    stamp = 1.7e9
+    for t, gap in enumerate(gaps):
+        writer.add_step({"state": np.full(2, t, np.float32)}, [0.1, -0.2, 0.3, gripper[t % len(gripper)]], 0.0,
+                        t == len(gaps) - 1, False, False, None, stamp)
+        stamp += gap
+    writer.end_episode({"state": np.zeros(2, np.float32)})
+    return path
+
+
+def test_camera_names_rename_the_features_and_import_gives_ours_back(source, tmp_path):
+    out = tmp_path / "renamed"
+    export_lerobot(source, out, fps=20, camera_names={"front": "top"})
+    info = json.loads((out / "meta/info.json").read_text())
+    cameras = sorted(k for k, f in info["features"].items() if f["dtype"] == "video")
+    assert cameras == ["observation.images.top", "observation.images.wrist"]
+    assert (out / "videos/observation.images.top/chunk-000/file-000.mp4").is_file()
+    assert "observation.images.top" in json.loads((out / "meta/stats.json").read_text())
+    assert "videos/observation.images.top/from_timestamp" in pq.read_schema(
+        out / "meta/episodes/chunk-000/file-000.parquet").names
+    view = LeRobotEpisodes(out)
+    assert set(view.schema.cameras) == {"front", "wrist"}  # meta/robot_rl.json remembers the rename
+    back = import_lerobot(out, tmp_path / "back.zarr")
+    assert back.schema == EpisodeDataset(source).schema
+    assert min(psnr(a, b) for a, b in zip(EpisodeDataset(source).episode(0)["front"], back.episode(0)["front"])) > 35
+
+
+def test_camera_names_the_dataset_lacks_or_that_collide_are_refused_naming_them(source, tmp_path, capsys):
+    out = tmp_path / "x"
+    refusals = {"pixels_top=front": "the dataset has no camera pixels_top (it has front, wrist)",
+                "front=wrist": "cameras front and wrist would both be 'wrist'",
+                "front=cam,wrist=cam": "cameras front and wrist would both be 'cam'",
+                "front=observation.images.front": "'observation.images.front' is not a camera name"}
+    for names, message in refusals.items():
+        assert main(["dataset", "export", str(source), "--format", "lerobot", "--out", str(out),
+                     "--camera-names", names]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+        assert not out.exists()
+    malformed = {"front": "expected OURS=LEROBOT pairs", "front=a,front=b": "camera 'front' is named twice"}
+    for names, message in malformed.items():
+        with pytest.raises(SystemExit):
+            main(["dataset", "export", str(source), "--format", "lerobot", "--out", str(out), "--camera-names", names])
+        assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_discrete_gripper_gets_lerobots_discrete_penalty_column(tmp_path):
+    """gym-hil's gripper (0 close ... 2 open as LeRobot's discrete head reads it): the learner's offline rows need
+    complementary_info.discrete_penalty beside the online ones, float32 [1], zeros as LeRobot records for gym-hil."""
+    gripper = state_dataset(tmp_path / "gripper.zarr", GYM_HIL_TASK_CONFIG, [0.1] * 6, gripper=(0.0, 2.0, 1.97))
+    export_lerobot(gripper, tmp_path / "le", fps=10, task="pick_cube")
+    info = json.loads((tmp_path / "le/meta/info.json").read_text())
+    assert info["features"]["complementary_info.discrete_penalty"] == {"dtype": "float32", "shape": [1],
+                                                                       "names": ["discrete_penalty"]}
+    data = pq.read_table(tmp_path / "le/data/chunk-000/file-000.parquet")
+    assert data.schema.field("complementary_info.discrete_penalty").type == pa.float32()
+    assert data["complementary_info.discrete_penalty"].to_pylist() == [0.0] * 6
+    stats = json.loads((tmp_path / "le/meta/stats.json").read_text())["complementary_info.discrete_penalty"]
+    assert stats["max"] == [0.0] and stats["count"] == [6]
+
+    continuous = state_dataset(tmp_path / "continuous.zarr", GYM_HIL_TASK_CONFIG, [0.1] * 6, gripper=(-1.0, 1.0))
+    export_lerobot(continuous, tmp_path / "le2", fps=10, task="pick_cube")
+    assert "complementary_info.discrete_penalty" not in json.loads((tmp_path / "le2/meta/info.json").read_text())[
+        "features"]
+
+
+def test_a_lerobot_datasets_own_discrete_penalty_is_carried_not_zeroed(tmp_path):
+    write_lerobot_recording(tmp_path / "rec")
+    data_path = tmp_path / "rec/data/chunk-000/file-000.parquet"
+    table = pq.read_table(data_path)
+    penalty = np.where(np.arange(table.num_rows) % 3 == 1, -0.02, 0.0).astype(np.float32)
+    pq.write_table(table.append_column("complementary_info.discrete_penalty", pa.array(penalty)), data_path)
+    info = json.loads((tmp_path / "rec/meta/info.json").read_text())
+    info["features"]["complementary_info.discrete_penalty"] = {"dtype": "float32", "shape": [1], "names": None}
+    (tmp_path / "rec/meta/info.json").write_text(json.dumps(info))
+    export_lerobot(tmp_path / "rec", tmp_path / "le", task="pick")
+    exported = pq.read_table(tmp_path / "le/data/chunk-000/file-000.parquet")
+    np.testing.assert_array_equal(exported["complementary_info.discrete_penalty"].to_numpy(), penalty)
+
+
+def test_fps_is_the_recorded_rate_else_evenly_paced_stamps_else_asked_for(tmp_path, capsys):
+    # A graph recording's control rate, not its stamps (here twice as fast).
+    paced = state_dataset(tmp_path / "paced.zarr", {"task": "arm_lift", "control_hz": 10.0}, [0.05] * 8)
+    assert export_lerobot(paced, tmp_path / "a", task="lift").fps == 10
+    assert main(["dataset", "export", str(paced), "--format", "lerobot", "--out", str(tmp_path / "b"),
+                 "--task", "lift"]) == 0
+    assert "at 10 fps (the recorded rate)" in capsys.readouterr().out
+    # No recorded rate: evenly paced stamps tell it (a person's session at --control-hz) ...
+    jitter = np.random.default_rng(0).uniform(-0.005, 0.005, 8)
+    assert export_lerobot(state_dataset(tmp_path / "person.zarr", GYM_HIL_TASK_CONFIG, 0.1 + jitter),
+                          tmp_path / "c", task="pick_cube").fps == 10
+    # ... a scripted expert's, stepping as fast as rendering allows, do not (issue 40 guessed 2 fps from them).
+    expert = state_dataset(tmp_path / "expert.zarr", GYM_HIL_TASK_CONFIG, [0.47, 0.49, 1.2, 0.5, 1.6, 0.52, 0.48, 1.7])
+    with pytest.raises(ValueError, match=r"not evenly paced .*; give fps \(--fps\)"):
+        export_lerobot(expert, tmp_path / "d", task="pick_cube")
+    assert not (tmp_path / "d").exists()
+    assert export_lerobot(expert, tmp_path / "d", fps=10, task="pick_cube").fps_from == "given"
+    with pytest.raises(ValueError, match="recorded at 12.5 Hz, not a whole number"):
+        export_lerobot(state_dataset(tmp_path / "odd.zarr", {"control_hz": 12.5}, [0.08] * 4), tmp_path / "e",
+                       task="x")
+    with pytest.raises(ValueError, match="under one frame per second"):
+        export_lerobot(state_dataset(tmp_path / "slow.zarr", GYM_HIL_TASK_CONFIG, [3.0] * 4), tmp_path / "f",
+                       task="x")

@@ -92,6 +92,20 @@ def cmd_dataset(args: argparse.Namespace) -> int:
     return 0
 
 
+def camera_names_arg(text: str) -> dict[str, str]:
+    """--camera-names OURS=LEROBOT[,OURS=LEROBOT...]: cameras renamed on export (checked against the dataset there)."""
+    names: dict[str, str] = {}
+    for pair in text.split(","):
+        ours, sep, theirs = (part.strip() for part in pair.partition("="))
+        if not (sep and ours and theirs):
+            raise argparse.ArgumentTypeError(f"expected OURS=LEROBOT pairs separated by commas (pixels_front=front), "
+                                             f"got {pair!r}")
+        if ours in names:
+            raise argparse.ArgumentTypeError(f"camera {ours!r} is named twice")
+        names[ours] = theirs
+    return names
+
+
 def _export(args: argparse.Namespace) -> int:
     from robot_rl.data.lerobot_export import VideoSettings, export_lerobot
 
@@ -100,9 +114,10 @@ def _export(args: argparse.Namespace) -> int:
     video = VideoSettings(**{name: value for name, value in chosen.items() if value is not None})
     # Built beside --out and renamed into place when complete: a failure leaves no partial dataset behind.
     with atomic_path(args.out, directory=True) as target:
-        summary = export_lerobot(args.dataset, target, fps=args.fps, task=args.task, video=video)
-    print(f"wrote {summary.episodes} episodes ({summary.frames} frames at {summary.fps} fps, {video.codec} "
-          f"{video.pix_fmt} crf {video.crf}) to {args.out} as a LeRobotDataset v3")
+        summary = export_lerobot(args.dataset, target, fps=args.fps, task=args.task, video=video,
+                                 camera_names=args.camera_names)
+    print(f"wrote {summary.episodes} episodes ({summary.frames} frames at {summary.fps} fps ({summary.fps_from}), "
+          f"{video.codec} {video.pix_fmt} crf {video.crf}) to {args.out} as a LeRobotDataset v3")
     return 0
 
 
@@ -184,10 +199,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                        help="with --env: your scripted expert for any Gymnasium environment, called "
                             "expert(observation, info) -> the environment's action (a class is instantiated; see "
                             "robot_rl/training/experts.py); recorded as `robot-rl record --env --expert` records")
-    demos.add_argument("--env-kwargs", metavar="JSON", help="with --expert: the environment's own options (JSON object)")
+    demos.add_argument("--env-kwargs", metavar="JSON",
+                       help="with --expert: the environment's own options (JSON object)")
     demos.add_argument("--obs-keys", metavar="KEY,KEY", help="with --expert: observation entries to record, in order")
     demos.add_argument("--set", action="append", default=[], metavar="adapter.FIELD=VALUE",
-                       help="with --expert: declare the environment's conventions (robot_rl.envs.adapter.AdapterConfig)")
+                       help="with --expert: declare the environment's conventions "
+                            "(robot_rl.envs.adapter.AdapterConfig)")
     demos.add_argument("--keep-failures", action="store_true",
                        help="with --expert: keep every attempt (by default only successful episodes are kept)")
     demos.set_defaults(handler=cmd_demos)
@@ -207,8 +224,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     export.add_argument("dataset", help="zarr episode dataset (robot-rl demos --env, record) or LeRobot v3 directory")
     export.add_argument("--format", required=True, choices=["lerobot"], help="output format")
     export.add_argument("--out", required=True, help="output directory")
-    export.add_argument("--fps", type=at_least(1), help="frames per second (default: from the steps' stamps)")
+    export.add_argument("--fps", type=at_least(1), help="frames per second (default: the rate the dataset was "
+                                                         "recorded at, else its steps' stamps where evenly paced)")
     export.add_argument("--task", help="task sentence of every episode (default: the dataset's goal)")
+    export.add_argument("--camera-names", type=camera_names_arg, metavar="OURS=LEROBOT,...",
+                        help="rename cameras, e.g. pixels_front=front,pixels_wrist=wrist for LeRobot's HIL-SERL "
+                             "(observation.images.front, .wrist)")
     export.add_argument("--codec", help="video encoder: h264 (default), hevc or libsvtav1 (AV1, needs --pix-fmt "
                                         "yuv420p)")
     export.add_argument("--pix-fmt", help="video pixel format (default yuv444p: 4:2:0 loses colour edges)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -18,6 +19,7 @@ from robot_rl.data.lerobot_format import (
     CODEBASE_VERSION,
     DATA_FILE_MB,
     DATA_PATH,
+    DISCRETE_PENALTY,
     EPISODES_PATH,
     FINAL_FLAG,
     FINAL_STATE,
@@ -29,9 +31,19 @@ from robot_rl.data.lerobot_format import (
     TASKS_PATH,
     VIDEO_FILE_MB,
     VIDEO_PATH,
+    LeRobotEpisodes,
     lerobot_libraries,
     open_episodes,
 )
+
+DISCRETE_GRIPPER_CHOICES = (0, 1, 2)
+"""The commands of LeRobot's discrete gripper (HIL-SERL's `num_discrete_actions` 3, gym-hil's 0..2 gripper): its
+critic reads the action's last entry rounded to one of them."""
+STAMP_SPREAD = 1.5
+"""Stamps tell the frame rate only where the steps are evenly paced: the middle 80 % of the gaps between them
+within this factor of each other (a paced loop's misses stay rarer; an unpaced scripted expert's do not)."""
+CAMERA_NAME = re.compile(r"[A-Za-z0-9_-]+")
+"""An exported camera name: one path component of `videos/observation.images.<name>/`."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +94,8 @@ class ExportSummary:
     """Frame rows written (steps: one per action)."""
     fps: int
     """Frames per second in info.json and the videos."""
+    fps_from: str
+    """Where `fps` came from: "given", "the recorded rate" or "the stamps' rate" (`_frame_rate`)."""
 
 
 # ---- writing ------------------------------------------------------------------------------------
@@ -196,8 +210,9 @@ def _fixed_lists(values: np.ndarray):
 
 
 def _frame_columns(episode: Mapping[str, np.ndarray], state: bool, episode_index: int, first_index: int,
-                   task_index: int, fps: int) -> dict[str, np.ndarray]:
-    """One episode's frame rows (T of them) as LeRobot feature -> values."""
+                   task_index: int, fps: int, discrete_penalty: bool) -> dict[str, np.ndarray]:
+    """One episode's frame rows (T of them) as LeRobot feature -> values; with `discrete_penalty`, the episode's
+    own or zeros (DISCRETE_PENALTY)."""
     steps = len(episode["action"])
     values = {name: episode[name] for name in ("reward", "truncated", "terminated", "intervention", "success_label",
                                                "stamp")}
@@ -209,6 +224,8 @@ def _frame_columns(episode: Mapping[str, np.ndarray], state: bool, episode_index
     columns.update({"timestamp": (frame_index / fps).astype(np.float32), "frame_index": frame_index,
                     "episode_index": np.full(steps, episode_index, np.int64),
                     "index": first_index + frame_index, "task_index": np.full(steps, task_index, np.int64)})
+    if discrete_penalty:
+        columns[DISCRETE_PENALTY] = np.asarray(episode.get("discrete_penalty", np.zeros(steps)), np.float32)
     return columns
 
 
@@ -239,12 +256,65 @@ def _write_tasks(tasks: list[str], root: Path) -> None:
 
 
 def _estimated_fps(source) -> int:
-    """Frames per second from the stamps' median step, for a dataset exported without --fps."""
+    """Frames per second from the stamps' median step, where the steps are evenly paced (STAMP_SPREAD)."""
     gaps = np.concatenate([np.diff(source.episode(i)["stamp"]) for i in range(min(len(source), 5))])
     gaps = gaps[gaps > 0]
     if not gaps.size:
         raise ValueError("cannot tell the frame rate from the dataset's stamps; give fps (--fps)")
-    return max(1, round(1.0 / float(np.median(gaps))))
+    low, median, high = np.quantile(gaps, [0.1, 0.5, 0.9])
+    if high > STAMP_SPREAD * low:
+        raise ValueError(f"the steps' stamps are {low:.3g} s to {high:.3g} s apart, not evenly paced (a scripted "
+                         "expert records as fast as it can), so they do not tell the frame rate; give fps (--fps)")
+    if round(1.0 / median) < 1:
+        raise ValueError(f"the steps' stamps are {median:.3g} s apart, under one frame per second; give fps (--fps)")
+    return round(1.0 / median)
+
+
+def _frame_rate(source, fps: int | None) -> tuple[int, str]:
+    """The export's frames per second and where it came from: `fps`, else the rate the dataset was recorded at (a
+    LeRobot dataset's fps, a graph or bag recording's control_hz), else its stamps'."""
+    if fps is not None:
+        return fps, "given"
+    recorded = source.fps if isinstance(source, LeRobotEpisodes) else source.task_config.get("control_hz")
+    if recorded is None:
+        return _estimated_fps(source), "the stamps' rate"
+    if isinstance(recorded, bool) or not isinstance(recorded, (int, float)) or recorded < 1 \
+            or recorded != round(recorded):
+        raise ValueError(f"the dataset was recorded at {recorded!r} Hz, not a whole number of frames per second as "
+                         "LeRobot's fps is; give fps (--fps)")
+    return round(recorded), "the recorded rate"
+
+
+def _camera_keys(cameras: Mapping[str, Any], camera_names: Mapping[str, str]) -> dict[str, str]:
+    """Each camera's LeRobot feature key, `camera_names` renaming some (ours -> LeRobot's)."""
+    unknown = sorted(set(camera_names) - set(cameras))
+    if unknown:
+        raise ValueError(f"camera names (--camera-names): the dataset has no camera {', '.join(unknown)} "
+                         f"(it has {', '.join(cameras) or 'none'})")
+    bad = [name for name in camera_names.values() if not CAMERA_NAME.fullmatch(name)]
+    if bad:
+        raise ValueError(f"camera names (--camera-names): {bad[0]!r} is not a camera name (letters, digits, _ and -; "
+                         f"the key is {CAMERA_PREFIX}<name>)")
+    names = {camera: camera_names.get(camera, camera) for camera in cameras}
+    for name in set(names.values()):
+        shared = [camera for camera, new in names.items() if new == name]
+        if len(shared) > 1:
+            raise ValueError(f"camera names (--camera-names): cameras {' and '.join(shared)} would both be {name!r}")
+    return {camera: CAMERA_PREFIX + name for camera, name in names.items()}
+
+
+def _writes_discrete_penalty(source) -> bool:
+    """Whether the export has DISCRETE_PENALTY: where the source has one, or where the action ends in a discrete
+    gripper as LeRobot's recordings of gym-hil do (more entries than the gripper, its every value rounding to
+    one of DISCRETE_GRIPPER_CHOICES). A continuous gripper within 0..2 gets the zeros too, at no cost: only the
+    discrete critic reads them."""
+    if isinstance(source, LeRobotEpisodes):
+        if DISCRETE_PENALTY in source.features:
+            return True
+        actions = source.actions()
+    else:
+        actions = source.transitions()["action"]
+    return actions.shape[1] > 1 and bool(np.isin(np.rint(actions[:, -1]), DISCRETE_GRIPPER_CHOICES).all())
 
 
 def _task_text(task_config: Mapping[str, Any], task: str | None) -> str:
@@ -255,9 +325,12 @@ def _task_text(task_config: Mapping[str, Any], task: str | None) -> str:
 
 
 def export_lerobot(dataset_path: str | os.PathLike, out_dir: str | os.PathLike, fps: int | None = None,
-                   task: str | None = None, video: VideoSettings = VideoSettings()) -> ExportSummary:
+                   task: str | None = None, video: VideoSettings = VideoSettings(),
+                   camera_names: Mapping[str, str] | None = None) -> ExportSummary:
     """Writes the episodes at `dataset_path` (ours, or a LeRobot dataset) as a LeRobotDataset v3 in `out_dir`,
-    which must not exist or be empty. `fps` defaults to the stamps' rate, `task` to the dataset's goal."""
+    which must not exist or be empty. `fps` defaults to the rate the dataset was recorded at (`_frame_rate`),
+    `task` to the dataset's goal; `camera_names` renames cameras (ours -> LeRobot's, e.g. gym-hil's
+    pixels_front -> front, as LeRobot's HIL-SERL names them)."""
     lerobot_libraries()
     video.check()
     source = open_episodes(dataset_path)
@@ -266,12 +339,13 @@ def export_lerobot(dataset_path: str | os.PathLike, out_dir: str | os.PathLike, 
         raise ValueError(f"{out} exists and is not an empty directory")
     if len(source) == 0:
         raise ValueError(f"{dataset_path} has no episodes to export")
-    fps = _estimated_fps(source) if fps is None else fps
+    schema, has_state = source.schema, source.schema.state_dim > 0
+    keys = _camera_keys(schema.cameras, camera_names or {})
+    fps, fps_from = _frame_rate(source, fps)
     if not isinstance(fps, int) or isinstance(fps, bool) or fps < 1:
         raise ValueError(f"fps must be a positive integer, got {fps!r}")
     text = _task_text(source.task_config, task)
-    schema, has_state = source.schema, source.schema.state_dim > 0
-    keys = {camera: CAMERA_PREFIX + camera for camera in schema.cameras}
+    discrete_penalty = _writes_discrete_penalty(source)
     videos = {camera: _VideoWriter(out, keys[camera], shape, fps, video) for camera, shape in schema.cameras.items()}
     histograms = {camera: _ChannelHistogram() for camera in schema.cameras}
     all_columns: dict[str, list[np.ndarray]] = {}
@@ -282,7 +356,7 @@ def export_lerobot(dataset_path: str | os.PathLike, out_dir: str | os.PathLike, 
     try:
         for index in range(len(source)):
             episode = source.episode(index)
-            columns = _frame_columns(episode, has_state, index, frames, 0, fps)
+            columns = _frame_columns(episode, has_state, index, frames, 0, fps, discrete_penalty)
             steps = len(episode["action"])
             if file_columns and sum(c.nbytes for parts in file_columns.values() for c in parts) >= DATA_FILE_MB * 2**20:
                 _write_table(file_columns, out / DATA_PATH.format(chunk_index=data_file[0], file_index=data_file[1]))
@@ -306,7 +380,7 @@ def export_lerobot(dataset_path: str | os.PathLike, out_dir: str | os.PathLike, 
         for writer in videos.values():
             writer.close()
     _write_metadata(out, source, fps, text, keys, all_columns, histograms, episodes, frames)
-    return ExportSummary(out, len(source), frames, fps)
+    return ExportSummary(out, len(source), frames, fps, fps_from)
 
 
 def _write_metadata(out: Path, source, fps: int, text: str, keys: Mapping[str, str],
@@ -327,7 +401,8 @@ def _write_metadata(out: Path, source, fps: int, text: str, keys: Mapping[str, s
         stats[key] = histograms[camera].stats()
     for key, parts in columns.items():
         values = np.concatenate(parts)
-        features[key] = _feature(str(values.dtype), values.shape[1:] or (1,))
+        features[key] = _feature(str(values.dtype), values.shape[1:] or (1,),
+                                 ["discrete_penalty"] if key == DISCRETE_PENALTY else None)  # as LeRobot names it
         stats[key] = _numeric_stats(values)
     info = {"codebase_version": CODEBASE_VERSION, "robot_type": None, "total_episodes": len(source),
             "total_frames": frames, "total_tasks": 1, "chunks_size": CHUNKS_SIZE,
@@ -337,7 +412,9 @@ def _write_metadata(out: Path, source, fps: int, text: str, keys: Mapping[str, s
     (out / "meta").mkdir(parents=True, exist_ok=True)
     (out / INFO_PATH).write_text(json.dumps(info, indent=4))
     (out / STATS_PATH).write_text(json.dumps(stats, indent=4))
-    (out / ROBOT_RL_PATH).write_text(json.dumps({"task_config": source.task_config}, indent=4))
+    renamed = {camera: key[len(CAMERA_PREFIX):] for camera, key in keys.items() if key != CAMERA_PREFIX + camera}
+    (out / ROBOT_RL_PATH).write_text(json.dumps({"task_config": source.task_config, "camera_names": renamed},
+                                                indent=4))
     _write_tasks([text], out)
     path = out / EPISODES_PATH.format(chunk_index=0, file_index=0)
     path.parent.mkdir(parents=True, exist_ok=True)

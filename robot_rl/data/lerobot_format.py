@@ -17,7 +17,7 @@ Mapping (an episode of T steps has T + 1 observations here; LeRobot stores T fra
 observation with the action taken from it):
 
     ours                     LeRobot frame k (k < T)
-    camera <name>            observation.images.<name> (video)
+    camera <name>            observation.images.<name> (video; export's camera_names may rename it)
     state                    observation.state
     action                   action
     reward                   next.reward
@@ -25,20 +25,24 @@ observation with the action taken from it):
     intervention             complementary_info.is_intervention (HIL-SERL's name)
     success_label            next.success (label == 1), complementary_info.success_label (-1 unlabelled)
     stamp                    complementary_info.stamp (float64; `timestamp` is LeRobot's k / fps)
+    (none)                   complementary_info.discrete_penalty (float32 zeros) where the action ends in a
+                             discrete gripper, see DISCRETE_PENALTY
 
 The observation the last step reached (T + 1-th) has no frame row: its camera frames are one more frame
 at the end of the episode's span in each video (to_timestamp covers it; LeRobot never queries it) and
 its state is the episode's `robot_rl/final_state`; `robot_rl/final_observation` says it is there.
-`meta/robot_rl.json` keeps the dataset's task_config. So export -> import gives back every array
-exactly, camera frames through the video codec (`lerobot_export.VideoSettings`; export lives there).
+`meta/robot_rl.json` keeps the dataset's task_config and the cameras' names where export renamed them
+(import gives them back). So export -> import gives back every array exactly, camera frames through the
+video codec (`lerobot_export.VideoSettings`; export lives there).
 
 A dataset recorded by LeRobot has no final observation: the last one is repeated, and the last step is
 terminated where next.done says so (and next.truncated, if present, does not), truncated otherwise.
 Without next.reward rewards are 0, without next.success steps are unlabelled, and without
 `complementary_info.is_intervention` no step is an intervention. Several state features are
 concatenated in `STATE_ORDER`, then the other numeric `observation.*` features in info.json order
-(text features are left out, as are columns this mapping does not name, e.g. HIL-SERL's
-complementary_info.discrete_penalty).
+(text features are left out, as are columns this mapping does not name). A dataset's
+complementary_info.discrete_penalty is read as the episode's `discrete_penalty`, which an export carries
+on and an import, having no place for it, leaves out.
 """
 
 from __future__ import annotations
@@ -60,7 +64,8 @@ VIDEO_PATH = "videos/{video_key}/" + CHUNK_FILE + ".mp4"
 EPISODES_PATH = "meta/episodes/" + CHUNK_FILE + ".parquet"
 INFO_PATH, STATS_PATH, TASKS_PATH = "meta/info.json", "meta/stats.json", "meta/tasks.parquet"
 ROBOT_RL_PATH = "meta/robot_rl.json"
-"""Our own file beside LeRobot's metadata (LeRobot ignores it): the dataset's task_config."""
+"""Our own file beside LeRobot's metadata (LeRobot ignores it): the dataset's task_config and, under
+"camera_names", our name -> the exported one of each renamed camera."""
 CHUNKS_SIZE = 1000
 """Files per chunk directory (LeRobot's default)."""
 DATA_FILE_MB, VIDEO_FILE_MB = 100, 200
@@ -73,6 +78,13 @@ NUMERIC = ("float64", "float32", "float16", "int64", "int32", "int16", "int8", "
 """Feature dtypes read as numbers; observation.* features of other dtypes (text) are not state."""
 INDEX_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 FINAL_FLAG, FINAL_STATE = "robot_rl/final_observation", "robot_rl/final_state"
+DISCRETE_PENALTY = "complementary_info.discrete_penalty"
+"""HIL-SERL's penalty for a needless gripper command, added to the reward by LeRobot's discrete gripper critic.
+LeRobot 0.4.4's recorder (rl/gym_manipulator.py) writes it, float32 of shape [1], whenever the action ends in
+its discrete gripper command (0, 1 or 2), and its actor sends it with every online transition; a learner whose
+offline rows lack it merges a half-sized penalty batch and fails at its first update. For gym-hil the value
+LeRobot records is always 0 (its GymHILAdapterProcessorStep does not pass gym-hil's info["discrete_penalty"]
+on), so export writes zeros where a dataset has none of its own."""
 QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 # Step fields as LeRobot features: ours -> (LeRobot key, dtype).
 STEP_FEATURES = {
@@ -194,7 +206,11 @@ class LeRobotEpisodes:
             if not isinstance(shape, list) or len(shape) != 1 or features[key].get("dtype") not in NUMERIC:
                 raise ValueError(f"{info_path}: feature {key!r} is {features[key].get('dtype')} of shape {shape}; "
                                  "state and action features must be numeric vectors")
-        cameras = {_camera_name(k): (*_frame_size(k, features[k], info_path), 3) for k in self.camera_keys}
+        ours = self._robot_rl_metadata()
+        renamed = {exported: name for name, exported in (ours or {}).get("camera_names", {}).items()}
+        self.camera_names = {k: renamed.get(_camera_name(k), _camera_name(k)) for k in self.camera_keys}
+        """Our name of each camera key: its name in the key, or the one it had before an export renamed it."""
+        cameras = {self.camera_names[k]: (*_frame_size(k, features[k], info_path), 3) for k in self.camera_keys}
         try:
             self.schema = EpisodeSchema(cameras, sum(features[k]["shape"][0] for k in self.state_keys),
                                         features["action"]["shape"][0])
@@ -203,9 +219,20 @@ class LeRobotEpisodes:
         self.tasks = self._read_tasks()
         self._episodes = self._read_episodes()
         self._final_stored = FINAL_FLAG in self._episodes
-        extra = self.path / ROBOT_RL_PATH
-        self.task_config = _read_json(extra)["task_config"] if extra.is_file() else self._foreign_task_config()
+        self.task_config = ours["task_config"] if ours else self._foreign_task_config()
         self._table: tuple[Path, Any] | None = None  # the data file read last (episodes share files)
+
+    def _robot_rl_metadata(self) -> dict[str, Any] | None:
+        """ROBOT_RL_PATH of a dataset we exported (None for one LeRobot recorded)."""
+        path = self.path / ROBOT_RL_PATH
+        if not path.is_file():
+            return None
+        ours = _read_json(path)
+        names = ours.get("camera_names", {}) if isinstance(ours, dict) else None
+        if not isinstance(names, dict) or not isinstance(ours.get("task_config"), dict) \
+                or not all(isinstance(name, str) for name in names.values()):
+            raise ValueError(f"{path}: expected a task_config object and camera_names (our name -> exported name)")
+        return ours
 
     def _read_tasks(self) -> list[str]:
         """Task texts by task_index: LeRobot writes them as the pandas index of meta/tasks.parquet."""
@@ -317,14 +344,14 @@ class LeRobotEpisodes:
             raise ValueError(f"{path}: camera {key!r} has {len(found)} of episode {index}'s {len(wanted)} frames "
                              f"between {wanted[0]:.3f} s and {wanted[-1]:.3f} s")
         frames = np.stack([found[i] for i in range(len(wanted))])
-        expected = self.schema.cameras[_camera_name(key)]
+        expected = self.schema.cameras[self.camera_names[key]]
         if frames.shape[1:] != expected:
             raise ValueError(f"{path}: frames are {frames.shape[1:]}, info.json says {expected} for {key!r}")
         return frames
 
     def episode(self, index: int) -> dict[str, np.ndarray]:
         """Episode `index` (negative counts from the end) as EpisodeDataset.episode gives it: each camera and
-        `state` with T + 1 rows, every step field with T."""
+        `state` with T + 1 rows, every step field with T; and `discrete_penalty` (T) where the dataset has one."""
         if not -len(self) <= index < len(self):
             raise IndexError(f"episode {index} out of range: {self.path} has {len(self)}")
         index %= len(self)
@@ -351,10 +378,20 @@ class LeRobotEpisodes:
         episode = {}
         for key in self.camera_keys:
             frames = self._frames(index, key, times)
-            episode[_camera_name(key)] = frames if final else np.concatenate([frames, frames[-1:]])
+            episode[self.camera_names[key]] = frames if final else np.concatenate([frames, frames[-1:]])
         episode["state"] = np.concatenate([state, final_state])
         episode.update(self._steps(path, index, rows, column, timestamps))
+        if DISCRETE_PENALTY in names:
+            episode["discrete_penalty"] = column(DISCRETE_PENALTY, "float32", 0.0)
         return episode
+
+    def _actions(self, path: Path, rows) -> np.ndarray:
+        return _rows(rows["action"], rows.num_rows, tuple(self.features["action"]["shape"]),
+                     f"{path}: 'action'").astype(np.float32).reshape(rows.num_rows, -1)
+
+    def actions(self) -> np.ndarray:
+        """Every frame's action, episodes in order, read without decoding a video."""
+        return np.concatenate([self._actions(*self._data_rows(index)) for index in range(len(self))])
 
     def _steps(self, path: Path, index: int, rows, column, timestamps: np.ndarray) -> dict[str, np.ndarray]:
         """The step fields of one episode's frame rows (the flags as the module docstring says)."""
@@ -377,9 +414,8 @@ class LeRobotEpisodes:
             success_label = column(field["success"], "bool", False).astype(np.int8)
         else:
             success_label = np.full(steps, UNLABELLED, np.int8)
-        return {"action": _rows(rows["action"], steps, tuple(self.features["action"]["shape"]),
-                                f"{path}: 'action'").astype(np.float32).reshape(steps, -1),
-                "reward": column(field["reward"], "float32", 0.0), "terminated": terminated, "truncated": truncated,
+        return {"action": self._actions(path, rows), "reward": column(field["reward"], "float32", 0.0),
+                "terminated": terminated, "truncated": truncated,
                 "intervention": column(field["intervention"], "bool", False), "success_label": success_label,
                 "stamp": column(field["stamp"], "float64", 0.0) if field["stamp"] in names else timestamps}
 

@@ -193,6 +193,8 @@ def evaluate_policy(act: Callable[[Any, Mapping], np.ndarray], env, episodes: in
                 return {"success_rate": None, "success_at_most": (episodes - failures) / episodes,
                         "stopped_after": len(results), "results": results}
     finally:
+        # Right after this env rendered, while its own GL context is current: MuJoCo before 4.0 (gym-hil's venv)
+        # frees a closed renderer's GL objects in the current context, corrupting another live env's pictures.
         env.close()
     return {"success_rate": float(np.mean([r["success"] for r in results])),
             "mean_return": float(np.mean([r["return"] for r in results])), "results": results}
