@@ -190,6 +190,17 @@ def test_the_learner_trains_up_to_its_cap_per_transition_and_reports_the_ratio_i
     assert learner.agent.num_updates == 15 and learner.summary()["updates_per_transition"] == 3.0
 
 
+def test_a_deferred_full_batch_waits_for_its_owner_to_pack_it(tmp_path):
+    core = ActorCore(_task(horizon=100), ActorConfig(total_steps=0, batch_transitions=3), Outbox(tmp_path / "outbox"),
+                     defer_full_batches=True)
+    _run_episode(core, [0, 0, 0, 0])  # 3 transitions: a full batch, not packed inside the step
+    assert core.transitions_sent == 0 and len(core.outbox) == 0
+    core.flush_if_due()  # the node, once its command is out
+    assert core.transitions_sent == 3 and len(core.outbox) == 1
+    core.flush_if_due()
+    assert core.payloads_sent == 1  # nothing more was due
+
+
 def test_an_actor_that_waits_for_the_learner_sends_its_part_batch_first(tmp_path):
     # Held back, these could be the transitions the learner's warm-up still needs: both would wait forever.
     config = ActorConfig(total_steps=0, batch_transitions=50, sync_updates_per_step=1.0, sync_slack_steps=3)

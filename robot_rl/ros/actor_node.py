@@ -173,7 +173,7 @@ class ActorNode(Node):
         config = config_from_params(ActorConfig, p, record_only=recording,
                                     learned_reward=p["reward_source"] == "reward_node")
         self.core = ActorCore(self.task, config, outbox, recorder, progress_path=outbox_dir / "progress.json",
-                              key=run_key(p))
+                              key=run_key(p), defer_full_batches=True)  # packed after the command (_act)
         if self.core.train_steps:
             self.get_logger().info(f"continuing from {outbox_dir}: {self.core.train_steps} training steps, "
                                    f"{len(outbox)} batches not yet acknowledged")
@@ -310,6 +310,8 @@ class ActorNode(Node):
             self._publish_command(result.action, stamp)
             self.act_timing.acted(stamp, started, time.monotonic(), self._act_latency_s(stamp), frames_stamp,
                                   self.core.episode_index - 1)
+            with self.core_lock:  # a full batch, packed now that the command is out (the period's slack)
+                self.core.flush_if_due()
             self.driver = self._driver(human_action)
             self._publish_status("running")
             if self.core.reviewing:
