@@ -52,6 +52,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable, Sequence
 
 from graph_realtime import _commit, first_reached, saved_minutes
 
@@ -88,10 +89,10 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
-def robot_rl(*args: str, log: Path) -> None:
-    """`robot-rl ARGS`, its output in `log`; exits naming the log's end if it fails."""
+def robot_rl(*args: str, log: Path, python: str = sys.executable) -> None:
+    """`robot-rl ARGS` (run by `python`), its output in `log`; exits naming the log's end if it fails."""
     with open(log, "w") as out:
-        code = subprocess.run([sys.executable, "-m", "robot_rl.cli", *args], stdout=out, stderr=subprocess.STDOUT,
+        code = subprocess.run([python, "-m", "robot_rl.cli", *args], stdout=out, stderr=subprocess.STDOUT,
                               env=subprocess_env()).returncode
     if code != 0:
         raise SystemExit(f"env_graph: `robot-rl {' '.join(args[:3])} ...` exited with {code}; its output ended "
@@ -108,13 +109,14 @@ def record_demos(out: Path, episodes: int, seed: int) -> float:
 
 
 def run_arm(arm: str, seed: int, minutes: float, snapshot_s: float, run_dir: Path, demos: Path,
-            episodes: int) -> dict:
-    """One `robot-rl train --env --graph` for `minutes` of wall clock, then its snapshots judged."""
-    steps = int(minutes * 60 * CONTROL_HZ)
-    cmd = ["train", "--env", ENV_ID, "--graph", "--env-kwargs", json.dumps(ENV_KWARGS), *ADAPTER,
+            episodes: int, env_id: str = ENV_ID, extra: Sequence[str] = ()) -> dict:
+    """One `robot-rl train --env --graph` for `minutes` of wall clock, then its snapshots judged. `env_id` (the
+    same scene under another registration) and `extra` settings are benchmarks/peer_lerobot.py's."""
+    steps = round(minutes * 60 * CONTROL_HZ)
+    cmd = ["train", "--env", env_id, "--graph", "--env-kwargs", json.dumps(ENV_KWARGS), *ADAPTER,
            "--demos", str(demos), "--control-hz", str(CONTROL_HZ), "--seed", str(seed), "--steps", str(steps),
            "--eval-episodes", "0", "--run-dir", str(run_dir), "--plain", "--status-period", "60",
-           "--set", f"learner.snapshot_period_s={snapshot_s}", *LEARNER, *REALTIME, *ARMS[arm]]
+           "--set", f"learner.snapshot_period_s={snapshot_s}", *LEARNER, *REALTIME, *ARMS[arm], *extra]
     started, commit = time.time(), _commit()
     robot_rl(*cmd, log=run_dir.with_suffix(".log"))
     wall_s = time.time() - started
@@ -137,20 +139,33 @@ def run_arm(arm: str, seed: int, minutes: float, snapshot_s: float, run_dir: Pat
 
 
 def judge_snapshots(run_dir: Path, started: float, episodes: int) -> list[dict]:
-    """Snapshots in the order they were saved, each on the same episodes, until two consecutive pass."""
+    """The run's snapshots in the order they were saved, each on the same episodes, until two consecutive pass."""
+    return judge_in_order(sorted((run_dir / "snapshots").glob("*.policy")), graph_judge(run_dir, episodes), started,
+                          episodes)
+
+
+def graph_judge(run_dir: Path, episodes: int) -> Callable[[Path, int | None], dict]:
+    """judge(policy file of graph run `run_dir`, max_failures) on the benchmark's `episodes` seeded episodes."""
     from robot_rl.tasks import ENV_TASK
     from robot_rl.training.evaluate import evaluate_graph_policy
 
+    return lambda path, max_failures: evaluate_graph_policy(run_dir, path, ENV_TASK, episodes, seed=EVAL_SEED,
+                                                            max_failures=max_failures)
+
+
+def judge_in_order(paths: Sequence[Path], judge: Callable[[Path, int | None], dict], started: float,
+                   episodes: int) -> list[dict]:
+    """Snapshots (`paths`, in the order they were saved) judged by `judge(path, max_failures)` (robot_rl's
+    evaluator result) until two consecutive pass; each stops at the failure that makes it miss the target."""
     allowed_failures = episodes - math.ceil(TARGET * episodes - 1e-9)  # 45 of 50 must succeed: 5 may fail
     judged: list[dict] = []
-    for path in sorted((run_dir / "snapshots").glob("*.policy")):
-        result = evaluate_graph_policy(run_dir, path, ENV_TASK, episodes, seed=EVAL_SEED,
-                                       max_failures=allowed_failures)
+    for path in paths:
+        result = judge(path, allowed_failures)
         passed = result["success_rate"] is not None and result["success_rate"] >= TARGET
         judged.append({"minutes": saved_minutes(path, started), "version": result["policy_version"],
                        "transitions": result["transitions"], "success": result["success_rate"],
                        "success_at_most": result.get("success_at_most"), "stopped_after": result.get("stopped_after"),
-                       "passed": passed})
+                       "successes": sum(r["success"] for r in result["results"]), "passed": passed})
         print(json.dumps(judged[-1]), flush=True)
         if len(judged) >= 2 and judged[-2]["passed"] and passed:
             break

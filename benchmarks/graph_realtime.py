@@ -121,7 +121,7 @@ def run_arm(arm: str, seed: int, steps: int, snapshot_s: float, run_dir: Path, e
             try:
                 process.wait(timeout=minutes * 60 / 2)
             except subprocess.TimeoutExpired:
-                kill_actor(run_dir)
+                kill_node(run_dir)
                 killed_at = round((time.time() - started) / 60, 2)
         code = process.wait(timeout=minutes * 60 * 3 + 600)
     except subprocess.TimeoutExpired:
@@ -157,12 +157,12 @@ def run_arm(arm: str, seed: int, steps: int, snapshot_s: float, run_dir: Path, e
             "recipe": arm_recipe(arm, shipped_settings()), "date": time.strftime("%Y-%m-%d"), "commit": commit}
 
 
-def kill_actor(run_dir: Path) -> int:
-    """SIGKILLs the arm_actor node of the run in `run_dir` (the process started with its params file);
-    returns its pid."""
+def kill_node(run_dir: Path, node: str = "arm_actor") -> int:
+    """SIGKILLs node `node` of the run in `run_dir` (the process started with its module and the run's params
+    file); returns its pid."""
     from robot_rl.ros.node_kinds import NODE_KINDS
 
-    wanted = {NODE_KINDS["arm_actor"].module, str(run_dir / "params.yaml")}
+    wanted = {NODE_KINDS[node].module, str(run_dir / "params.yaml")}
     for proc in Path("/proc").iterdir():
         try:
             argv = set((proc / "cmdline").read_bytes().decode(errors="replace").split("\0"))
@@ -171,7 +171,7 @@ def kill_actor(run_dir: Path) -> int:
         if proc.name.isdigit() and wanted <= argv:
             os.kill(int(proc.name), signal.SIGKILL)
             return int(proc.name)
-    raise RuntimeError(f"no arm_actor process of {run_dir} to kill")
+    raise RuntimeError(f"no {node} process of {run_dir} to kill")
 
 
 def run_in_process(seed: int, steps: int, eval_episodes: int = 50) -> dict:

@@ -168,10 +168,10 @@ def test_kill_actor_kills_only_the_actor_of_that_run(tmp_path):
     (tmp_path / "b").mkdir()
     ours, other = fake_node(tmp_path / "a"), fake_node(tmp_path / "b")
     try:
-        assert graph_realtime.kill_actor(tmp_path / "a") == ours.pid
+        assert graph_realtime.kill_node(tmp_path / "a") == ours.pid
         assert ours.wait(timeout=10) == -signal.SIGKILL and other.poll() is None
     finally:
         other.kill()
         other.wait()
     with pytest.raises(RuntimeError, match="no arm_actor process"):
-        graph_realtime.kill_actor(tmp_path / "a")
+        graph_realtime.kill_node(tmp_path / "a")

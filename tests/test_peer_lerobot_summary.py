@@ -1,0 +1,142 @@
+"""benchmarks/peer_lerobot.py's summary on hand-made rows (no LeRobot needed): medians with a seed that never got
+to 90 % counted as its budget, ours over LeRobot's, no ratio when LeRobot never learned; the demonstrations' cache
+check and what is read from LeRobot's own logs."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import peer_lerobot  # noqa: E402
+from lerobot_processes import log_facts  # noqa: E402  (benchmarks/peer_lerobot/, put on sys.path by peer_lerobot)
+
+BUDGET = 30_000
+
+
+def _row(system, seed, successes, at_budget, wall_s=3000.0, kill=None):
+    """A row whose snapshots every 2,000 steps (3 minutes apart) scored `successes` (None: stopped early)."""
+    snapshots = [{"transitions": 2000 * (i + 1), "minutes": 3.0 * (i + 1), "success": s,
+                  "successes": 0 if s is None else round(50 * s)} for i, s in enumerate(successes)]
+    return {"system": system, "seed": seed, "steps_budget": BUDGET, "wall_s": wall_s, "snapshots": snapshots,
+            **peer_lerobot.common_figures(snapshots), "success_at_budget": at_budget, "learner_updates_per_s": 2.0,
+            "lost_transitions": 0, "kill_learner_at_steps": kill, "restart": None, "lerobot_version": "0.4.4",
+            "learner_updates": 130, "actor_episodes": 300, "actor_successes": 0, "env_steps": BUDGET,
+            "snapshot_every": 2000}
+
+
+def test_a_snapshot_stopped_early_is_below_the_target():
+    figures = peer_lerobot.common_figures([{"transitions": 2000, "minutes": 3.0, "success": 0.9},
+                                           {"transitions": 4000, "minutes": 6.0, "success": None},
+                                           {"transitions": 6000, "minutes": 9.0, "success": 0.92},
+                                           {"transitions": 8000, "minutes": 12.0, "success": 0.96}])
+    assert figures == {"steps_to_90": 6000, "wall_min_to_90": 9.0}
+
+
+def test_medians_count_a_seed_that_never_reached_90_as_its_budget():
+    rows = [_row("ours", 0, [0.5, 0.92, 0.94], 0.96),    # 4,000 steps, 6 minutes
+            _row("ours", 1, [0.5, 0.8, 0.85], 0.86),     # never: 30,000 steps, its 50 minutes
+            _row("ours", 2, [0.9, 0.95], 1.0)]           # 2,000 steps, 3 minutes
+    summary = peer_lerobot.summarize(rows)
+    assert summary["ours_steps_to_90"] == 4000 and summary["ours_wall_min_to_90"] == 6.0
+    assert summary["ours_seeds_reaching_90"] == "2/3" and summary["ours_success_at_budget"] == 0.96
+    assert summary["ours_learner_updates_per_s"] == 2.0
+    assert summary["lerobot_steps_to_90"] is None and summary["fewer_than_3_seeds"] == ["lerobot"]
+    assert summary["step_ratio_vs_lerobot"] is None and summary["lerobot_learned"] is None
+
+
+def test_ratios_are_ours_over_lerobots():
+    rows = [_row("ours", seed, [0.5, 0.92, 0.94], 0.96) for seed in range(3)]  # 4,000 steps, 6 min
+    rows += [_row("lerobot", seed, [0.2, 0.4, 0.6, 0.8, 0.9, 0.95], 0.95) for seed in range(3)]  # 10,000, 15 min
+    summary = peer_lerobot.summarize(rows)
+    assert summary["lerobot_version"] == "0.4.4" and summary["lerobot_steps_to_90"] == 10_000
+    assert summary["step_ratio_vs_lerobot"] == 0.4 and summary["wall_ratio_vs_lerobot"] == 0.4
+    assert summary["lerobot_median_is_its_budget"] is False and "ratio_not_a_result" not in summary
+
+
+def test_a_lerobot_that_learned_but_never_reached_90_counts_as_its_budget():
+    rows = [_row("ours", seed, [0.5, 0.92, 0.94], 0.96) for seed in range(3)]
+    rows += [_row("lerobot", seed, [0.0, None, 0.1], 0.04) for seed in range(3)]
+    summary = peer_lerobot.summarize(rows)
+    assert summary["lerobot_learned"] and summary["lerobot_seeds_reaching_90"] == "0/3"
+    assert summary["step_ratio_vs_lerobot"] == round(4000 / BUDGET, 3)
+    assert summary["wall_ratio_vs_lerobot"] == round(6.0 / 50.0, 3)
+    assert summary["lerobot_median_is_its_budget"] is True
+
+
+def test_a_lerobot_that_never_learned_gives_no_ratio_and_shows_its_logs():
+    rows = [_row("ours", seed, [0.5, 0.92, 0.94], 0.96) for seed in range(3)]
+    rows += [_row("lerobot", seed, [0.0, None, None], 0.0) for seed in range(3)]
+    summary = peer_lerobot.summarize(rows)
+    assert summary["lerobot_learned"] is False
+    assert summary["step_ratio_vs_lerobot"] is None and summary["wall_ratio_vs_lerobot"] is None
+    assert "no judged episode" in summary["ratio_not_a_result"]
+    assert [log["learner_updates"] for log in summary["lerobot_logs"]] == [130, 130, 130]
+    assert summary["lerobot_steps_to_90"] == BUDGET and summary["lerobot_success_at_budget"] == 0.0
+
+
+def test_restart_checks_stay_out_of_the_medians():
+    killed = _row("ours", 0, [0.0, 0.0], 0.0, kill=10_000)
+    killed["restart"] = {"continued": True, "env_steps_lost": 0, "updates_lost_at_least": 12}
+    rows = [_row("ours", 0, [0.92, 0.94], 0.96), killed]
+    summary = peer_lerobot.summarize(rows)
+    assert summary["ours_steps_to_90"] == 2000 and summary["ours_seeds_reaching_90"] == "1/1"
+    assert summary["restart_checks"] == [{"system": "ours", "seed": 0, "continued": True, "env_steps_lost": 0,
+                                          "updates_lost_at_least": 12}]
+
+
+def _recorded(folder, recipe):
+    (folder / "demos.zarr").mkdir(parents=True)
+    (folder / "demos.zarr" / "chunk").write_bytes(b"frames")
+    manifest = {"recipe": recipe, "files": peer_lerobot.file_digests(folder)}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_the_demonstrations_cache_refuses_what_it_did_not_record_intact(tmp_path):
+    recipe = {"episodes": 20, "seed": 1000}
+    _recorded(tmp_path / "ok", recipe)
+    peer_lerobot.check_demonstrations(tmp_path / "ok", recipe)
+    with pytest.raises(SystemExit, match="not this benchmark's"):
+        peer_lerobot.check_demonstrations(tmp_path / "ok", {**recipe, "episodes": 3})
+    (tmp_path / "ok" / "demos.zarr" / "chunk").write_bytes(b"frameZ")
+    with pytest.raises(SystemExit, match=r"corrupt: 1 file\(s\) .* demos.zarr/chunk"):
+        peer_lerobot.check_demonstrations(tmp_path / "ok", recipe)
+    (tmp_path / "interrupted").mkdir()
+    with pytest.raises(SystemExit, match="no manifest.json"):
+        peer_lerobot.check_demonstrations(tmp_path / "interrupted", recipe)
+    (tmp_path / "interrupted" / "manifest.json").write_text("{")
+    with pytest.raises(SystemExit, match="manifest.json is corrupt"):
+        peer_lerobot.check_demonstrations(tmp_path / "interrupted", recipe)
+
+
+def test_what_lerobots_own_logs_say():
+    learner = ("INFO 2026-11-29 04:00:48 /learner.py:666 [LEARNER] gRPC server started\n"
+               "INFO 2026-11-29 04:03:55 /learner.py:586 [LEARNER] Number of optimization step: 1\n"
+               "INFO 2026-11-29 04:04:15 /learner.py:586 [LEARNER] Number of optimization step: 2\n")
+    actor = ("INFO 2026-11-29 04:03:27 ib/actor.py:329 [ACTOR] Global step 99: Episode reward: 0.0\n"
+             "ERROR 2026-11-29 04:03:28 ib/actor.py:440 [ACTOR] Waiting for Learner to be ready... x\n"
+             "INFO 2026-11-29 04:04:33 ib/actor.py:329 [ACTOR] Global step 161: Episode reward: 1.0\n"
+             "ERROR 2026-11-29 04:05:00 ib/actor.py:599 [ACTOR] gRPC error: StatusCode.UNAVAILABLE\n")
+    facts = log_facts(learner, actor)
+    assert facts["learner_updates"] == 2 and facts["actor_episodes"] == 2 and facts["actor_successes"] == 1
+    assert facts["actor_last_step"] == 162 and facts["problems"] == [actor.splitlines()[-1]]
+    assert facts["first_update_at"] is not None
+    assert log_facts("", "")["first_update_at"] is None
+
+
+def test_a_missing_venv_is_refused_in_one_line_naming_its_make_target(tmp_path, monkeypatch):
+    built = tmp_path / "built"
+    (built / "bin").mkdir(parents=True)
+    (built / "bin" / "python").write_text("")
+    for name in ("STACK_VENV", "GYM_HIL_VENV"):
+        monkeypatch.setattr(peer_lerobot, name, built)
+    monkeypatch.setattr(peer_lerobot, "ROOT", tmp_path)
+    monkeypatch.setattr(peer_lerobot.lerobot_processes, "VENV", tmp_path / ".venv-peer-lerobot")
+    with pytest.raises(SystemExit, match=r"^peer_lerobot: \.venv-peer-lerobot is missing; build it with "
+                                         r"`make peer-lerobot`$"):
+        peer_lerobot.check_venvs()
+    monkeypatch.setattr(peer_lerobot, "GYM_HIL_VENV", tmp_path / ".venv-gym-hil")
+    with pytest.raises(SystemExit, match="^peer_lerobot: .venv-gym-hil is missing; build it with `make gym-hil-env`$"):
+        peer_lerobot.check_venvs()
