@@ -92,6 +92,9 @@ benchmarks: setup gym-hil-env
 	# ones run in gym-hil's venv.
 	for b in benchmarks/*.py; do \
 	  py=$(abspath $(PY)); case $$b in benchmarks/gym_hil_*) py=$(abspath $(GYM_HIL_PY));; esac; \
+	  if [ $$b = benchmarks/peer_lerobot.py ] && [ ! -x $(PEER_LEROBOT_VENV)/bin/python ]; then \
+	    echo "skipping $$b: LeRobot's venv (14 GB) is not built; make peer-lerobot first"; continue; \
+	  fi; \
 	  (cd "$$(mktemp -d)" && $$py $(CURDIR)/$$b --quick) || exit 1; \
 	done
 
