@@ -54,7 +54,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from graph_realtime import _commit, first_reached, saved_minutes
+from graph_realtime import _commit, first_reached, read_rows, saved_minutes
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -215,7 +215,7 @@ def main() -> None:
                         "judged on 5 episodes; nothing recorded")
     args = parser.parse_args()
     if args.summary:
-        rows = [json.loads(line) for line in ROWS.read_text().splitlines() if line.strip()]
+        rows = read_rows(ROWS)
         summary = summarize(rows)
         (RESULTS / "env_graph.json").write_text(json.dumps(summary, indent=2) + "\n")
         print(json.dumps(summary), flush=True)

@@ -301,6 +301,11 @@ def _intervention_steps(run_dir: Path) -> int:
     return sum(json.loads(line).get("intervention_steps", 0) for line in path.read_text().splitlines() if line)
 
 
+def read_rows(path: Path) -> list[dict]:
+    """The rows a benchmark appended to `path` (JSON lines), in order."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def _commit() -> str:
     done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return done.stdout.strip()
@@ -426,7 +431,7 @@ def main() -> None:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.setdefault("ROS_LOCALHOST_ONLY", "1")
     if args.summary:
-        rows = [json.loads(line) for line in ROWS.read_text().splitlines() if line.strip()]
+        rows = read_rows(ROWS)
         summary = summarize(rows, shipped_settings())
         (RESULTS / "graph_realtime.json").write_text(json.dumps(summary, indent=2))
         plot(rows, RESULTS / "graph_realtime.png")

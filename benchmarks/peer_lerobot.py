@@ -67,7 +67,7 @@ import time
 from pathlib import Path
 
 import env_graph
-from graph_realtime import _commit, first_reached, kill_node
+from graph_realtime import _commit, first_reached, kill_node, read_rows
 
 BENCHMARKS = Path(__file__).resolve().parent
 ROOT = BENCHMARKS.parent
@@ -359,7 +359,7 @@ def main() -> None:
                         "250 steps judged on 5 episodes; nothing recorded")
     args = parser.parse_args()
     if args.summary:
-        rows = [json.loads(line) for line in ROWS.read_text().splitlines() if line.strip()]
+        rows = read_rows(ROWS)
         summary = summarize(rows)
         (RESULTS / "peer_lerobot.json").write_text(json.dumps(summary, indent=2) + "\n")
         plot(rows, RESULTS / "peer_lerobot.png")
@@ -389,8 +389,7 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     with open(ROWS, "a") as f:
         f.write(json.dumps(rows[0]) + "\n")
-    recorded = [json.loads(line) for line in ROWS.read_text().splitlines() if line.strip()]
-    print(json.dumps(summarize(recorded)), flush=True)  # the figures so far; --summary also writes them
+    print(json.dumps(summarize(read_rows(ROWS))), flush=True)  # the figures so far; --summary also writes them
 
 
 if __name__ == "__main__":
