@@ -1,5 +1,7 @@
 """Actor logic without ROS: episodes, transitions, batching, policy swaps, synchronisation."""
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -8,6 +10,7 @@ from robot_rl.agents.policy import Policy, PolicySpec
 from robot_rl.agents.sac import SACConfig
 from robot_rl.ros.sync import StampSynchronizer
 from robot_rl.tasks import TaskSpec
+from robot_rl.training import batch_packer
 from robot_rl.training.actor import ActorConfig, ActorCore
 from robot_rl.training.learner import LearnerConfig, LearnerCore
 from robot_rl.transport import codec
@@ -136,9 +139,9 @@ def test_a_kill_between_the_outbox_and_the_progress_file_neither_redoes_nor_lose
     core = _spilling_core(tmp_path)
     _run_episode(core, [0, 0, 0])  # the first batch of 2, progress written
 
-    def kill(_core):
+    def kill(*_):
         raise RuntimeError("SIGKILL")
-    monkeypatch.setattr(ActorCore, "_save_progress", kill)
+    monkeypatch.setattr(batch_packer, "save_progress", kill)
     core.step({"x": 0})
     with pytest.raises(RuntimeError, match="SIGKILL"):
         core.step({"x": 0})  # the second batch of 2 goes into the outbox, then the kill
@@ -190,15 +193,60 @@ def test_the_learner_trains_up_to_its_cap_per_transition_and_reports_the_ratio_i
     assert learner.agent.num_updates == 15 and learner.summary()["updates_per_transition"] == 3.0
 
 
-def test_a_deferred_full_batch_waits_for_its_owner_to_pack_it(tmp_path):
-    core = ActorCore(_task(horizon=100), ActorConfig(total_steps=0, batch_transitions=3), Outbox(tmp_path / "outbox"),
-                     defer_full_batches=True)
-    _run_episode(core, [0, 0, 0, 0])  # 3 transitions: a full batch, not packed inside the step
-    assert core.transitions_sent == 0 and len(core.outbox) == 0
-    core.flush_if_due()  # the node, once its command is out
-    assert core.transitions_sent == 3 and len(core.outbox) == 1
-    core.flush_if_due()
-    assert core.payloads_sent == 1  # nothing more was due
+def test_a_background_packer_takes_batches_in_the_step_and_packs_them_as_the_inline_one_does(tmp_path):
+    def run(name, background):
+        core = ActorCore(_task(horizon=4), ActorConfig(total_steps=0, batch_transitions=3),
+                         Outbox(tmp_path / name, max_memory_bytes=0), progress_path=tmp_path / f"{name}.json",
+                         pack_in_background=background)
+        for _ in range(3):
+            _run_episode(core, [0, 1, 2, 3, 4])  # 4 steps: a full batch of 3 inside, the rest at the episode end
+            if background:  # taken in the step, packed only once its owner says the command is out
+                assert len(core.outbox) < core.unacknowledged == core.payloads_sent
+                core.flush_if_due()
+        assert core.transitions_sent == 12 and core.payloads_sent == 6  # counted when taken, before packing
+        assert core.close() and core.unacknowledged == 6
+        return [codec.decode(d) for _, d in core.outbox.due(now=0.0)], (tmp_path / f"{name}.json").read_text()
+
+    (inline, inline_progress), (background, background_progress) = run("inline", False), run("background", True)
+    assert [p.meta["seq"] for p in background] == list(range(6)) and background_progress == inline_progress
+    for a, b in zip(inline, background):
+        assert a.meta["progress"] == b.meta["progress"] and a.arrays.keys() == b.arrays.keys()
+        for name in a.arrays:
+            np.testing.assert_array_equal(a.arrays[name], b.arrays[name])
+
+
+def test_the_packer_works_off_the_callers_thread_in_order_and_retries_a_failed_batch_before_later_ones(monkeypatch):
+    monkeypatch.setattr(batch_packer, "RETRY_S", 0.01)
+    release, packed, threads = threading.Event(), [], set()
+    failures = iter([OSError("No space left on device")])
+
+    def pack(job):
+        threads.add(threading.current_thread().name)
+        release.wait(5)
+        if job == 1 and (failure := next(failures, None)) is not None:
+            raise failure
+        packed.append(job)
+
+    packer = batch_packer.BatchPacker(pack, name="packer-under-test")
+    sent = []
+    packer.on_packed = lambda: sent.append(len(packed))
+    for job in range(3):
+        packer.submit(job)  # returns at once: the caller (a control loop) never waits for a pack
+    assert packer.in_flight == 3 and not packer.wait(0.05) and packed == []
+    release.set()
+    assert packer.wait(5) and packer.close()
+    assert packed == [0, 1, 2] and sent == [1, 2, 3] and threads == {"packer-under-test"}
+    assert packer.failures == 1 and packer.error is None  # the failed batch went in on its second try
+
+
+def test_an_outbox_persists_a_sequence_number_once_its_payload_is_in_and_forgets_one_never_put(tmp_path):
+    outbox = Outbox(tmp_path, max_memory_bytes=0)
+    assert [outbox.allocate_seq() for _ in range(3)] == [0, 1, 2]
+    outbox.put(1, b"x" * 10)
+    outbox.put(1, b"y" * 10)  # packed again after a failed try: one payload, counted once
+    assert len(outbox) == 1 and outbox.memory_bytes == 0 and outbox.newest() == (1, b"y" * 10)
+    outbox.ack(1)
+    assert list(tmp_path.glob("*.payload")) == [] and Outbox(tmp_path).allocate_seq() == 2  # 2 never went out
 
 
 def test_an_actor_that_waits_for_the_learner_sends_its_part_batch_first(tmp_path):

@@ -117,7 +117,8 @@ class CarActorNode(Node):
         # car actor (crash, SIGKILL) goes on where it stopped and loses no transition.
         outbox = Outbox(outbox_dir, max_memory_bytes=0, resend_after_s=p["resend_after_s"])
         self.core = ActorCore(self.task, config_from_params(ActorConfig, p), outbox,
-                              progress_path=outbox_dir / "progress.json", key=run_key(p))
+                              progress_path=outbox_dir / "progress.json", key=run_key(p),
+                              pack_in_background=True)
         self.practice_path = outbox_dir / "practice.json"  # laps and practice events, for a restart's summary
         self.core.policy = initial_policy(policy.actor, self.task.obs_dim)
         self.core_lock = threading.Lock()
@@ -241,10 +242,12 @@ class CarActorNode(Node):
                 return
         if action is None:
             self._command(stamp, 0.0, 0.0)
-            return
-        self.previous_action = action
-        self._command(stamp, self.race.speed_offset + self.race.speed_scale * float(action[0]),
-                      self.race.steer_scale * float(action[1]))
+        else:
+            self.previous_action = action
+            self._command(stamp, self.race.speed_offset + self.race.speed_scale * float(action[0]),
+                          self.race.steer_scale * float(action[1]))
+        with self.core_lock:  # a batch taken in this step is packed (on its thread) now that the command is out
+            self.core.flush_if_due()
 
     def _step(self, stamp: int, frame: np.ndarray, sensors: dict, event: str | None) -> np.ndarray | None:
         """One ActorCore step (holding the core lock); None when the car is to recover or the run is over."""
@@ -290,7 +293,7 @@ class CarActorNode(Node):
     def _send_due(self) -> None:
         self.link.send_due()
         if self.draining_since is not None:
-            drained = len(self.core.outbox) == 0
+            drained = self.core.unacknowledged == 0
             if drained or time.monotonic() - self.draining_since > self.params["drain_timeout_s"]:
                 self._finish(drained)
 
@@ -301,7 +304,7 @@ class CarActorNode(Node):
                 "transitions_sent": self.core.transitions_sent}
 
     def _finish(self, drained: bool) -> None:
-        summary = self.summary() | {"transitions_acked_all": drained, "unacked_payloads": len(self.core.outbox)}
+        summary = self.summary() | {"transitions_acked_all": drained, "unacked_payloads": self.core.unacknowledged}
         path = self.run_dir / "eval.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(summary, indent=2))
@@ -318,7 +321,7 @@ class CarActorNode(Node):
             "crashes": self.events["crash"], "stuck": self.events["stuck"], "evaluating": c.evaluating,
             "transitions_sent": c.transitions_sent, "payloads_acked": c.acked, "outbox_pending": len(c.outbox),
             "sync_dropped": self.sync.dropped, "invalid_messages": self.invalid_messages + self.link.rejected,
-            "learner_waits": self.learner_waits, "learner_updates_seen": c.learner_updates}))
+            "learner_waits": self.learner_waits, "learner_updates_seen": c.learner_updates}, *self.link.health()))
 
     def close(self) -> None:
         self.link.close()

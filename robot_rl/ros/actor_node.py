@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import TwistStamped, Vector3Stamped
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
@@ -173,7 +173,7 @@ class ActorNode(Node):
         config = config_from_params(ActorConfig, p, record_only=recording,
                                     learned_reward=p["reward_source"] == "reward_node")
         self.core = ActorCore(self.task, config, outbox, recorder, progress_path=outbox_dir / "progress.json",
-                              key=run_key(p), defer_full_batches=True)  # packed after the command (_act)
+                              key=run_key(p), pack_in_background=True)
         if self.core.train_steps:
             self.get_logger().info(f"continuing from {outbox_dir}: {self.core.train_steps} training steps, "
                                    f"{len(outbox)} batches not yet acknowledged")
@@ -310,7 +310,7 @@ class ActorNode(Node):
             self._publish_command(result.action, stamp)
             self.act_timing.acted(stamp, started, time.monotonic(), self._act_latency_s(stamp), frames_stamp,
                                   self.core.episode_index - 1)
-            with self.core_lock:  # a full batch, packed now that the command is out (the period's slack)
+            with self.core_lock:  # a batch taken in this step is packed (on its thread) now that the command is out
                 self.core.flush_if_due()
             self.driver = self._driver(human_action)
             self._publish_status("running")
@@ -493,7 +493,7 @@ class ActorNode(Node):
         if resume and self.latest is not None and self.params["control_mode"] == "on_observation":
             self._act()  # a step that waited for a reward which is not coming
         if self.draining_since is not None:
-            drained = len(self.core.outbox) == 0
+            drained = self.core.unacknowledged == 0
             if drained or time.monotonic() - self.draining_since > self.params["drain_timeout_s"]:
                 self._finish(drained)
 
@@ -511,7 +511,7 @@ class ActorNode(Node):
             return
         summary = self.core.eval_summary() | {"transitions_sent": self.core.transitions_sent,
                                               "transitions_acked_all": drained,
-                                              "unacked_payloads": len(self.core.outbox),
+                                              "unacked_payloads": self.core.unacknowledged,
                                               **self.act_timing.summary()}
         path = self.run_dir / "eval.json"
         path.write_text(json.dumps(summary, indent=2))
@@ -543,8 +543,7 @@ class ActorNode(Node):
         }
         # Late joiners (the view, the console) get the status between steps too.
         self._publish_status(self.session.phase(time.monotonic()) if c.in_episode else "countdown")
-        level = DiagnosticStatus.WARN if len(c.outbox) > 100 else DiagnosticStatus.OK
-        message = "learner not acknowledging" if level != DiagnosticStatus.OK else "ok"
+        level, message = self.link.health()
         self.diag_pub.publish(diagnostics(self, values, level, message))
 
     def close(self) -> None:

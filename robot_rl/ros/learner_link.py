@@ -1,15 +1,18 @@
 """An actor node's link to the learner, shared by the arm `actor` and the `car_actor`.
 
-Out: the `ActorCore`'s transition batches on `rl/transitions`, resent until acknowledged on
-`rl/acks` (the core's outbox spills to disk past its memory bound). In: policies from `rl/policy`,
+Out: the `ActorCore`'s transition batches on `rl/transitions`, sent from its packing thread as soon as each is
+packed (batch_packer.py) and resent until acknowledged on `rl/acks` (the core's outbox spills to disk past its
+memory bound). In: policies from `rl/policy`,
 decoded on a worker thread (only the newest waits) and swapped into the core between steps.
 """
 
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 
+from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.node import Node
 from std_msgs.msg import UInt8MultiArray
 
@@ -17,6 +20,8 @@ from robot_rl.ros import qos
 from robot_rl.ros.messages import bytes_to_uint8_multiarray, uint8_multiarray_view
 from robot_rl.training.actor import ActorCore
 from robot_rl.transport import codec
+
+GIL_SWITCH_INTERVAL_S = 0.001
 
 
 class LearnerLink:
@@ -31,6 +36,11 @@ class LearnerLink:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._policy_loop, name=f"{node.get_name()}-policy", daemon=True)
         self._thread.start()
+        if core.packer is not None:
+            core.packer.on_packed = self._send_new
+        # The link's threads (policy decoding, packing) hand the GIL to the control loop within a millisecond
+        # (the default 5 ms is a sixth of a 30 Hz period).
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
 
     def _on_policy(self, msg: UInt8MultiArray) -> None:
         data = bytes(uint8_multiarray_view(msg))
@@ -76,10 +86,28 @@ class LearnerLink:
         """Flushes a batch that is due and (re)sends what the learner has not acknowledged."""
         with self.core_lock:
             self.core.flush_if_due()
-            due = self.core.outbox.due()
-        for _, data in due:
+        self._send_new()
+
+    def _send_new(self) -> None:
+        """Sends what is due in the outbox (thread-safe: also called on the packing thread)."""
+        for _, data in self.core.outbox.due():
             self.transitions_pub.publish(bytes_to_uint8_multiarray(data))
 
+    def health(self) -> tuple[bytes, str]:
+        """The /diagnostics level and message of the link: a batch that cannot be packed (a full disk) is an
+        error, a learner that acknowledges nothing a warning."""
+        packer = self.core.packer
+        if packer is not None and packer.error is not None:
+            return DiagnosticStatus.ERROR, f"cannot pack transitions into the outbox: {packer.error}"
+        if self.core.unacknowledged > 100:
+            return DiagnosticStatus.WARN, "learner not acknowledging"
+        return DiagnosticStatus.OK, "ok"
+
     def close(self) -> None:
+        """Packs the batches still being packed into the outbox (on disk for a restart) and stops the policy
+        thread."""
+        if not self.core.close():
+            self.node.get_logger().error(f"{self.core.unacknowledged} transition batches not packed in time: their "
+                                         f"steps are taken again on a restart ({self.core.packer.error})")
         self._stop.set()
         self._thread.join(timeout=5)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +26,11 @@ from robot_rl.agents.policy import Policy
 from robot_rl.config_fields import setting
 from robot_rl.data.episodes import EpisodeWriter
 from robot_rl.tasks import State, TaskSpec, task_observation
-from robot_rl.training.actor_progress import PROGRESS_COUNTERS, committed_progress, save_progress
+from robot_rl.training.actor_progress import PROGRESS_COUNTERS, committed_progress
+from robot_rl.training.batch_packer import BatchPacker, PendingTransitions, TakenBatch, pack_batch
 from robot_rl.training.policy_payload import PreparedPolicy, policy_from_payload
 from robot_rl.transport import codec
-from robot_rl.transport.kinds import ACK, POLICY, TRANSITIONS
-from robot_rl.transport.layout import TRANSITION_FIELDS, stack_transitions
+from robot_rl.transport.kinds import ACK, POLICY
 from robot_rl.transport.outbox import Outbox
 
 LABELS = ("success", "failure", "reset", "rerecord")
@@ -115,13 +115,6 @@ class StepResult:
     """The finished episode when action is None."""
 
 
-@dataclass
-class _Pending:
-    fields: dict[str, list] = field(default_factory=lambda: {k: [] for k in TRANSITION_FIELDS})
-    """Per-step values of each transition field (frame fields are added for pixel tasks)."""
-    episodes: list[dict[str, Any]] = field(default_factory=list)
-
-
 class ActorCore:
     """`progress_path`: a JSON file of the PROGRESS_COUNTERS, rewritten atomically each time a batch
     goes into the outbox and read back at start (with the batch's own copy: actor_progress.py), so a
@@ -131,11 +124,12 @@ class ActorCore:
 
     def __init__(self, task: TaskSpec, config: ActorConfig, outbox: Outbox, recorder: EpisodeWriter | None = None,
                  progress_path: str | os.PathLike | None = None, key: bytes | None = None,
-                 defer_full_batches: bool = False):
+                 pack_in_background: bool = False):
         """`key`: the run's secret (robot_rl/ros/security.py) that signs the transition payloads.
-        `defer_full_batches`: a step that fills a batch only marks it due, for an owner that packs it
-        (`flush_if_due`) once its command is out: packing and signing 50 steps of camera frames took 10-70 ms
-        and held that step's command (a 30 Hz control loop's whole period)."""
+        `pack_in_background`: batches are taken in the step (cheap) and packed into the outbox on a thread of
+        their own (`packer`, batch_packer.py) from the owner's next `flush_if_due`, which a node calls once its
+        command is out (a packing thread started inside the step slowed that step's command); else `flush` packs
+        them at once."""
         if config.record_only and recorder is None:
             raise ValueError("record_only needs a recorder (an EpisodeWriter)")
         self.task, self.config, self.outbox, self.recorder = task, config, outbox, recorder
@@ -167,7 +161,7 @@ class ActorCore:
         """(episode index, why) of the last episode a recording session threw away."""
         self.label_disagreement: tuple[int, str] | None = None
         """(episode index, label) of the last person's label the task's success check contradicted."""
-        self._pending = _Pending()
+        self._pending = PendingTransitions()
         # Learned rewards: stamp -> row in _pending of every pending transition (by the stamp of
         # the observation it reached), the rows still waiting for their reward (stamp -> since when).
         self._stamp_rows: dict[int, int] = {}
@@ -175,7 +169,9 @@ class ActorCore:
         self._episode_first_stamp: int | None = None
         self._learned_done = False
         self._flush_due = False
-        self.defer_full_batches = defer_full_batches
+        self.packer: BatchPacker[TakenBatch] | None = BatchPacker(self._pack) if pack_in_background else None
+        self._taken: list[TakenBatch] = []
+        """Batches taken for the packer, handed to it by the next flush_if_due."""
         self.learned_rewards_received = self.late_rewards_sent = 0
         self.progress_path = Path(progress_path) if progress_path is not None else None
         if self.progress_path is not None:
@@ -190,10 +186,6 @@ class ActorCore:
 
     def _progress(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in PROGRESS_COUNTERS}
-
-    def _save_progress(self) -> None:
-        if self.progress_path is not None:
-            save_progress(self.progress_path, self._progress())
 
     # ---- policy -------------------------------------------------------------------------------
 
@@ -444,10 +436,7 @@ class ActorCore:
             self._stamp_rows[stamp_ns] = len(f["reward"]) - 1
             self._awaiting_reward[stamp_ns] = time.monotonic()
         if len(f["reward"]) >= self.config.batch_transitions:
-            if self.defer_full_batches:
-                self._flush_due = True
-            else:
-                self.flush()
+            self.flush()
 
     # ---- learned rewards (the reward node) ------------------------------------------------------
 
@@ -484,10 +473,13 @@ class ActorCore:
             self._learned_done = True
 
     def flush_if_due(self) -> None:
-        """Sends a batch that is due: a full one deferred (`defer_full_batches`), or one held for missing rewards
-        once they are in or `reward_wait_s` passed."""
+        """Sends a batch held for missing rewards once they are in or `reward_wait_s` passed; hands the batches
+        taken since the last call to the packer."""
         if self._flush_due:
             self.flush()
+        for batch in self._taken:
+            self.packer.submit(batch)
+        self._taken.clear()
 
     def _end_episode(self, final_obs, discard: bool = False) -> EpisodeStats:
         episode, self._episode, self._prev = self._episode, None, None
@@ -520,8 +512,9 @@ class ActorCore:
     # ---- transport ----------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Packs pending transitions into one payload in the outbox (with learned rewards, after their
-        rewards are in or the oldest missing one waited `reward_wait_s`: those go flagged late)."""
+        """Puts pending transitions into the outbox as one payload (with learned rewards, after their rewards are
+        in or the oldest missing one waited `reward_wait_s`: those go flagged late); with a `packer`, on its
+        thread."""
         f = self._pending.fields
         n = len(f["reward"])
         if n == 0 and not self._pending.episodes:
@@ -529,27 +522,41 @@ class ActorCore:
         if self._awaiting_reward and time.monotonic() - min(self._awaiting_reward.values()) < self.config.reward_wait_s:
             self._flush_due = True
             return
-        arrays = stack_transitions(f, self.task.obs_dim, self.task.action_dim, self.task.frame_shapes)
+        stamps = late = None
         if self._stamp_rows:
             stamps = np.zeros(n, np.int64)
             for stamp, row in self._stamp_rows.items():
                 stamps[row] = stamp
-            arrays["stamp"] = stamps
-            arrays["reward_late"] = np.array([s in self._awaiting_reward for s in stamps], bool)
-            self.late_rewards_sent += int(arrays["reward_late"].sum())
+            late = np.array([s in self._awaiting_reward for s in stamps], bool)
+            self.late_rewards_sent += int(late.sum())
         self._stamp_rows, self._awaiting_reward, self._flush_due = {}, {}, False
-        seq = self.outbox.allocate_seq()
         progress = self._progress() | {"transitions_sent": self.transitions_sent + n,
                                         "payloads_sent": self.payloads_sent + 1}
-        payload = codec.encode(TRANSITIONS, arrays, {
-            "actor_id": self.config.actor_id, "seq": seq, "task": self.task.name,
+        batch = TakenBatch(self._pending, stamps, late, {
+            "actor_id": self.config.actor_id, "seq": self.outbox.allocate_seq(), "task": self.task.name,
             "policy_version": self.policy_version, "episodes": self._pending.episodes, "sent_at": time.time(),
-            "progress": progress,
-        }, key=self.key)
-        self.outbox.put(seq, payload)
+            "progress": progress})
         self.transitions_sent, self.payloads_sent = progress["transitions_sent"], progress["payloads_sent"]
-        self._pending = _Pending()
-        self._save_progress()
+        self._pending = PendingTransitions()
+        if self.packer is None:
+            self._pack(batch)
+        else:
+            self._taken.append(batch)
+
+    def _pack(self, batch: TakenBatch) -> None:
+        pack_batch(batch, self.task, self.outbox, self.key, self.progress_path)
+
+    @property
+    def unacknowledged(self) -> int:
+        """Batches taken that the learner has not acknowledged: in the outbox or still to be packed."""
+        return len(self.outbox) + len(self._taken) + (self.packer.in_flight if self.packer is not None else 0)
+
+    def close(self) -> bool:
+        """Packs the batches still to be packed (they are then on disk, in the outbox); True if all were."""
+        if self.packer is None:
+            return True
+        self.flush_if_due()
+        return self.packer.close()
 
     def handle_ack(self, payload: codec.Payload) -> int:
         """Drops acknowledged payloads from the outbox; returns how many were ours and new."""
