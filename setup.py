@@ -51,8 +51,9 @@ setup(
         # the juggling vector env on a GPU: MuJoCo MJX on JAX (the whole env on the device) or MuJoCo Warp (the
         # physics only); the CPU modes of both run in the tests. On a GPU install JAX's CUDA build beside it.
         "gpu": ["mujoco-warp>=4.0", "mujoco-mjx==3.17.0", "jax==0.10.2", "jaxlib==0.10.2"],
-        # the large VLAC-style reward backend (InternVL checkpoints from a local path, GPU)
-        "vlac": ["transformers>=4.51", "einops", "sentencepiece", "timm"],
+        # the vision-language reward backends (vlac: InternVL checkpoints, native or VLAC's remote code, which also
+        # imports einops, timm and sentencepiece; vlm_critic, vlm_episode_score: Qwen-VL), from a local path
+        "vlac": ["transformers>=5.23,<6", "einops", "sentencepiece", "timm"],
         # peer libraries benchmarks/learner_throughput.py measures beside ours (pinned: the versions measured;
         # install torch==2.13.0 first, as `make setup` does, so none of them pulls another torch)
         "bench": ["stable-baselines3==2.9.2", "torchrl==0.14.1", "rsl-rl-lib==5.5.1", "sbx-rl==0.28.0",
@@ -72,7 +73,7 @@ setup(
                  "mcap", "mcap-ros2-support", "pymavlink", "cflib", "hidapi", "evdev-binary", "pyserial",
                  "mujoco-warp>=4.0", "mujoco-mjx==3.17.0", "jax==0.10.2", "jaxlib==0.10.2", "pyarrow==26.0.1",
                  "av==18.1.0", "rerun-sdk==0.41.0",
-                 "gymnasium-robotics==1.4.2"],
+                 "gymnasium-robotics==1.4.2", "transformers==5.23.0"],
     },
     entry_points={
         "console_scripts": [

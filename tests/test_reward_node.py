@@ -433,7 +433,7 @@ def test_success_classifier_as_a_sparse_backend(tmp_path):
     assert result.progress_delta in (0.0, 1.0) and 0 <= result.done_probability <= 1
 
 
-def test_backend_loading_errors(tmp_path, monkeypatch):
+def test_backend_loading_errors(tmp_path):
     with pytest.raises(ValueError, match="model_path is required"):
         load_backend("progress", "", "cpu")
     with pytest.raises(BackendLoadError, match=r"cannot load the progress model .*card\.json"):
@@ -441,20 +441,7 @@ def test_backend_loading_errors(tmp_path, monkeypatch):
     _tiny_classifier().save(tmp_path / "clf")
     with pytest.raises(BackendLoadError, match=r"reads cameras \['front'\].*missing \['front'\]"):
         load_backend("success", str(tmp_path / "clf"), "cpu", ["wrist"])
-    # vlac: the loader imports robot_rl.rewards.vlac.VlacScorer lazily and calls load(path, device)
-    import robot_rl.rewards.vlac as vlac
-
-    seen = []
-
-    class StubVlac:
-        @classmethod
-        def load(cls, path, device):
-            seen.append((path, device))
-            return FakeScorer()
-
-    monkeypatch.setattr(vlac, "VlacScorer", StubVlac)
-    loaded = load_backend("vlac", str(tmp_path), "cpu", ["front"])
-    assert seen == [(str(tmp_path), "cpu")] and loaded.cameras is None and loaded.done_threshold == 0.5
+    # vlac: loaded from a real (tiny) InternVL checkpoint in tests/test_vlac_backend.py
     assert set(BACKENDS) >= {"progress", "success", "vlac"}
 
 

@@ -4,7 +4,7 @@ can use, with what the stream must know about it (cameras, done threshold, frame
 `BACKENDS` (extensible with `register_backend`): ``loader(model_path, device) -> LoadedBackend``.
 ``progress``: the local `ProgressModel`; ``success``: a `SuccessClassifier` as a sparse scorer
 (`SuccessScorer`); ``vlac``: the large model from ``robot_rl.rewards.vlac.VlacScorer`` (imported only
-when chosen).
+when chosen); ``vlm_critic``, ``vlm_episode_score``: Qwen-VL token-probability critics (`rewards.vlm_critic`).
 """
 
 from __future__ import annotations
@@ -91,9 +91,22 @@ def _load_vlac(model_path: str, device: str) -> LoadedBackend:
     from robot_rl.rewards.vlac import VlacScorer
 
     scorer = VlacScorer.load(model_path, device)
-    cameras = getattr(scorer, "cameras", None)
-    return LoadedBackend(scorer, None if cameras is None else tuple(cameras),
-                         float(getattr(scorer, "done_threshold", 0.5)), None, False, True, f"VLAC model {model_path}")
+    # one view (the first camera scored), any frame size: the checkpoint's processor resizes
+    return LoadedBackend(scorer, None, float(scorer.done_threshold), None, False, True, f"VLAC model {model_path}")
+
+
+def _vlm_loader(question: str) -> Callable[[str, str], LoadedBackend]:
+    def load(model_path: str, device: str) -> LoadedBackend:
+        from robot_rl.rewards.vlm_critic import VlmCritic
+
+        return LoadedBackend(VlmCritic.load(model_path, device, question), None, 0.5, None, False, True,
+                             f"Qwen-VL {question} critic {model_path}")
+    return load
+
+
+_VLM_LAYOUT = ("a local Hugging Face snapshot directory (no download): config.json (model_type qwen3_vl or "
+               "qwen2_5_vl), model.safetensors (or model.safetensors.index.json and its shards), "
+               "preprocessor_config.json, tokenizer.json, tokenizer_config.json and the chat template")
 
 
 BACKENDS: dict[str, BackendEntry] = {
@@ -102,7 +115,13 @@ BACKENDS: dict[str, BackendEntry] = {
     "success": BackendEntry(_load_success, "train one on labelled frames with "
                             "robot_rl.rewards.success.train_success_classifier and save it with "
                             "SuccessClassifier.save(<dir>)"),
-    "vlac": BackendEntry(_load_vlac, "download the VLAC model weights to a local directory"),
+    "vlac": BackendEntry(_load_vlac, "copy a VLAC checkpoint (InternRobotics/VLAC or VLAC-8b, weights CC BY-NC-SA "
+                         "4.0, non-commercial) or an InternVL checkpoint in the native transformers layout to a local "
+                         "directory (see robot_rl.rewards.vlac for its files)"),
+    "vlm_critic": BackendEntry(_vlm_loader("true_false"), "copy a Qwen3-VL or Qwen2.5-VL instruct checkpoint "
+                               f"(e.g. Qwen/Qwen3-VL-2B-Instruct, Apache-2.0) as {_VLM_LAYOUT}"),
+    "vlm_episode_score": BackendEntry(_vlm_loader("episode_score"), "copy a RoboReward checkpoint "
+                                      f"(teetone/RoboReward-4B or -8B, CC BY 4.0) as {_VLM_LAYOUT}"),
 }
 
 
