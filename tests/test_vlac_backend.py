@@ -1,7 +1,8 @@
 """The vlac backend on the real model class: a tiny random `InternVLForConditionalGeneration` with a tokenizer and
-image processor built here, saved in the native layout, loaded through `load_backend` and asked VLAC's questions
-about real frames. Its answers are noise; the tests pin the protocol (prompts, frames, reference, batching, the
-probability-weighted reading of numbers, the value recursion, refusals of broken checkpoints)."""
+image processor built locally (`robot_rl.rewards.vlm_checkpoints`), saved in the native layout, loaded through
+`load_backend` and asked VLAC's questions about real frames. Its answers are noise; the tests pin the protocol
+(prompts, frames, reference, batching, the probability-weighted reading of numbers, the value recursion, refusals
+of broken checkpoints)."""
 
 from __future__ import annotations
 
@@ -20,73 +21,17 @@ from robot_rl.rewards.online import RewardConfig, RewardStream  # noqa: E402
 from robot_rl.rewards.progress import accumulate_value  # noqa: E402
 from robot_rl.rewards.vlac import (IMAGE_CONTEXT, PROMPTS_FILE, REFERENCE_FILE, VlacPrompts, pick_reference,  # noqa: E402
                                    read_number, reference_labels)
+from robot_rl.rewards.vlm_checkpoints import INTERNVL_IMAGE_TOKENS, save_internvl_checkpoint  # noqa: E402
 from robot_rl.ros.reward_io import feed_image  # noqa: E402
 
 GOAL = "pick up the red cube"
-IMAGE_SIZE, IMAGE_TOKENS = 28, 4  # 4 x 4 patches of 7 px, pixel-shuffled by 0.5: 4 tokens a frame
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<img>", "</img>", IMAGE_CONTEXT, "<video>"]
+IMAGE_TOKENS = INTERNVL_IMAGE_TOKENS["tiny"]  # 4 x 4 patches of 7 px, pixel-shuffled by 0.5: 4 tokens a frame
 S = 1_000_000_000
-
-
-# ---- a tiny checkpoint in the native layout ------------------------------------------------------
-
-def _pre_tokenizer():
-    from tokenizers import pre_tokenizers
-
-    return pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation(),
-                                    pre_tokenizers.Digits(individual_digits=True)])
-
-
-def _tokenizer():
-    """A word-level tokenizer over the words VLAC's prompts and our goal use, digits one token each."""
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
-
-    prompts = VlacPrompts()
-    text = " ".join([prompts.system, prompts.pair, prompts.done, prompts.reference_intro, prompts.reference_frame,
-                     prompts.reference_outro, prompts.first_frame, GOAL, "system user assistant 0123456789 -+."])
-    words = sorted({w for w, _ in _pre_tokenizer().pre_tokenize_str(text.replace("<image>", " "))})
-    vocab = {t: i for i, t in enumerate(SPECIALS + ["[UNK]"] + words)}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = _pre_tokenizer()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   unk_token="[UNK]", extra_special_tokens=SPECIALS[1:])
-
-
-def _save_checkpoint(path):
-    import torch
-    from transformers import InternVLConfig, InternVLForConditionalGeneration
-    from transformers.models.got_ocr2 import GotOcr2ImageProcessorPil
-
-    tokenizer = _tokenizer()
-    vocab = tokenizer.get_vocab()
-    config = InternVLConfig(
-        vision_config=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-                           image_size=IMAGE_SIZE, patch_size=7),
-        text_config=dict(model_type="qwen2", hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                         num_key_value_heads=1, intermediate_size=64, vocab_size=len(vocab),
-                         max_position_embeddings=2048, tie_word_embeddings=False),
-        image_token_id=vocab[IMAGE_CONTEXT], image_seq_length=IMAGE_TOKENS, tie_word_embeddings=False)
-    torch.manual_seed(0)
-    model = InternVLForConditionalGeneration(config).eval()
-    # noise, but noise that speaks in numbers: only digits, signs, the decimal point and the end token get
-    # large output weights, so the greedy answers are mostly numbers of a few digits
-    with torch.no_grad():
-        head = model.lm_head.weight
-        numeric = [vocab[t] for t in "0123456789-."] + [vocab["<|im_end|>"]]
-        keep = torch.zeros(len(vocab), 1)
-        keep[numeric] = 1.0
-        head.mul_(0.05 + 20.0 * keep)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    GotOcr2ImageProcessorPil(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}, crop_to_patches=False,
-                             image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225]).save_pretrained(path)
-    return path
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    return _save_checkpoint(tmp_path_factory.mktemp("vlac") / "native")
+    return save_internvl_checkpoint(tmp_path_factory.mktemp("vlac") / "native", GOAL)
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 """The open-VLM critic (robot_rl.rewards.vlm_critic) on the real `Qwen3VLForConditionalGeneration` class: a tiny
-random configuration, a tokenizer trained here with the `tokenizers` library, Qwen's image processor and a ChatML
-chat template, saved in a checkpoint directory and loaded through `load_backend`. The answers are noise; the tests
-pin the protocol (prompt, batching, True/False normalisation, progress/done mapping, episode score, refusals) and
-one run through the reward stream's scoring thread."""
+random configuration, a tokenizer trained with the `tokenizers` library, Qwen's image processor and a ChatML chat
+template (`robot_rl.rewards.vlm_checkpoints`), saved in a checkpoint directory and loaded through `load_backend`.
+The answers are noise; the tests pin the protocol (prompt, batching, True/False normalisation, progress/done
+mapping, episode score, refusals) and one run through the reward stream's scoring thread."""
 
 from __future__ import annotations
 
@@ -19,65 +19,16 @@ transformers = pytest.importorskip("transformers")
 from robot_rl.rewards.backends import BACKENDS, BackendLoadError, load_backend  # noqa: E402
 from robot_rl.rewards.online import RewardConfig, RewardStream, ScoringWorker  # noqa: E402
 from robot_rl.rewards.progress import share_of_remaining  # noqa: E402
+from robot_rl.rewards.vlm_checkpoints import save_qwen3vl_checkpoint  # noqa: E402
 from robot_rl.rewards.vlm_critic import EPISODE_SCORE, TRUE_FALSE, expected_score_reward  # noqa: E402
 
 GOAL = "pick up the cube"
-SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
-           "<|video_pad|>"]
-# Qwen's pre-tokenizer split (digits one by one, a space kept with the word after it)
-SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-         r"|\s+(?!\S)|\s+")
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
-    "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
-def _tokenizer():
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(SPLIT), behavior="isolated"),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    corpus = [TRUE_FALSE.text.format(goal=GOAL) + TRUE_FALSE.answer_cue + " True False",
-              EPISODE_SCORE.text.format(goal="open the drawer") + EPISODE_SCORE.answer_cue + "1 2 3 4 5",
-              "Camera front, wrist at the start of the episode and now: user assistant"] * 4
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=SPECIAL, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(corpus, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A tiny random Qwen3-VL checkpoint directory in the layout of a Hugging Face snapshot."""
-    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-
-    tokenizer = _tokenizer()
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL}
-    text = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=2, num_key_value_heads=1, head_dim=16, pad_token_id=ids["<|endoftext|>"],
-                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2],
-                                 "mrope_interleaved": True})
-    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32, patch_size=16,
-                  num_position_embeddings=16, deepstack_visual_indexes=[1])
-    config = Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"],
-                           video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
-                           vision_end_token_id=ids["<|vision_end|>"])
-    torch.manual_seed(0)
-    model = Qwen3VLForConditionalGeneration(config).eval()
-    path = tmp_path_factory.mktemp("qwen3vl") / "tiny"
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    Qwen2VLImageProcessorPil(patch_size=16, merge_size=2, temporal_patch_size=2, min_pixels=32 * 32,
-                             max_pixels=64 * 64).save_pretrained(path)
-    return path
+    return save_qwen3vl_checkpoint(tmp_path_factory.mktemp("qwen3vl") / "tiny", GOAL)
 
 
 @pytest.fixture(scope="module")
