@@ -53,7 +53,8 @@ class RewardConfig:
     checked by `check_model_path` (and again by `load_backend`), not here."""
 
     backend: str = setting("progress", "Reward model: progress (the local progress model), success (a success "
-                           "classifier as a sparse reward) or vlac (the large VLAC model).", choices=backend_names())
+                           "classifier as a sparse reward), vlac (a VLAC/InternVL checkpoint), vlm_critic or "
+                           "vlm_episode_score (a Qwen-VL checkpoint).", choices=backend_names())
     model_path: str = setting("", "Directory of the backend's model (required). Progress: `robot-rl reward train "
                               "--demos <dataset> --out <dir>` makes one.")
     cameras: tuple[str, ...] = setting(("front", "wrist"), "Cameras to score: <cam>/color/image_raw each; must "
