@@ -53,9 +53,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
+from graph_realtime import _commit
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "camera_rate.json"
@@ -410,17 +411,13 @@ def summarize(timing: dict[str, np.ndarray], first: Mark, last: Mark, cameras: t
             "cpu_percent": cpu_percent(first.cpu, last.cpu, seconds)}
 
 
-def _commit() -> str:
-    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip()
-
-
 def config_key(result: dict) -> str:
     return result["transport"] + (f"+mcap_{result['mcap']}" if result["mcap"] else "")
 
 
-def append_result(result: dict, path: Path = RESULTS) -> None:
-    """Adds the run's row under its configuration's key; the rows already there stay."""
+def append_result(result: dict, path: Path = RESULTS, key: Callable[[dict], str] = config_key) -> None:
+    """Adds the run's row under its configuration's key (`key(result)`); the rows already there stay. Also
+    benchmarks/reward_latency.py's, keyed by device and size."""
     from robot_rl.outputs import atomic_write_text
 
     rows: dict[str, list[dict]] = {}
@@ -428,10 +425,10 @@ def append_result(result: dict, path: Path = RESULTS) -> None:
         try:
             rows = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
-            raise SystemExit(f"camera_rate: {path} is not valid JSON ({exc}); fix or move it, nothing was written")
+            raise SystemExit(f"{path.stem}: {path} is not valid JSON ({exc}); fix or move it, nothing was written")
         if not isinstance(rows, dict) or not all(isinstance(v, list) for v in rows.values()):
-            raise SystemExit(f"camera_rate: {path} is not a map of configuration -> rows; nothing was written")
-    rows.setdefault(config_key(result), []).append(result)
+            raise SystemExit(f"{path.stem}: {path} is not a map of configuration -> rows; nothing was written")
+    rows.setdefault(key(result), []).append(result)
     atomic_write_text(path, json.dumps(rows, indent=2) + "\n")
 
 

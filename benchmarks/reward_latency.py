@@ -54,7 +54,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -64,7 +63,8 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from camera_rate import read_timing  # noqa: E402
+from camera_rate import append_result as append_keyed_result, read_timing  # noqa: E402
+from graph_realtime import _commit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "reward_latency.json"
@@ -381,29 +381,13 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     return {**result, "date": time.strftime("%Y-%m-%d"), "commit": _commit()}
 
 
-def _commit() -> str:
-    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip()
-
-
 def result_key(result: dict) -> str:
     return f"{result['device']}+{result['size']}"
 
 
 def append_result(result: dict, path: Path = RESULTS) -> None:
     """Adds the run's row under "<device>+<size>"; the rows already there stay."""
-    from robot_rl.outputs import atomic_write_text
-
-    rows: dict[str, list[dict]] = {}
-    if path.exists():
-        try:
-            rows = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise SystemExit(f"reward_latency: {path} is not valid JSON ({exc}); fix or move it, nothing was written")
-        if not isinstance(rows, dict) or not all(isinstance(v, list) for v in rows.values()):
-            raise SystemExit(f"reward_latency: {path} is not a map of device+size -> rows; nothing was written")
-    rows.setdefault(result_key(result), []).append(result)
-    atomic_write_text(path, json.dumps(rows, indent=2) + "\n")
+    append_keyed_result(result, path, result_key)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
