@@ -85,6 +85,14 @@ class PPOConfig:
     observation_normalization: bool = setting(True, "Normalize actor and critic inputs with running "
                                               "statistics.")
     """Normalize actor and critic inputs with running statistics."""
+    history_steps: int = setting(1, "Observations the actor reads, newest last (1: the current one alone, an MLP; "
+                                 "more: a temporal convolution over them beside it, robot_rl.agents.memory).",
+                                 low=1, high=10_000)
+    """Observations the actor reads (1: the current one, an MLP; more: robot_rl.agents.memory's HistoryActor,
+    with the env wrapped in its HistoryVecEnv so the policy observation is that window)."""
+    history_latent_dim: int = setting(16, "Size of the history's latent that the actor's MLP reads.", low=1,
+                                      high=4096)
+    """Size of the latent the temporal convolution makes of the history (with history_steps > 1)."""
     compile: bool = setting(False, "torch.compile the PPO losses (false: eager, same math; no compile time).")
     """torch.compile the minibatch losses (eager fallback on a compiler failure, logged)."""
 
@@ -107,6 +115,10 @@ class PPOConfig:
         if self.huber_delta is not None and self.huber_delta <= 0:
             raise ValueError("PPOConfig.huber_delta must be positive or None")
         self.actor_hidden, self.critic_hidden = tuple(self.actor_hidden), tuple(self.critic_hidden)
+        if self.history_steps > 1:
+            from robot_rl.agents.memory import conv_length
+
+            conv_length(self.history_steps)  # refuses a window too short for the convolution
 
 
 _ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
@@ -237,13 +249,27 @@ def layer_norm_mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, activatio
     return nn.Sequential(*layers, out)
 
 
+def build_actor(obs_dim: int, action_dim: int, hidden: tuple[int, ...], activation: str, history_steps: int,
+                latent_dim: int) -> nn.Module:
+    """The actor's network: an MLP of the observation, or with `history_steps` > 1 a HistoryActor of the window
+    of that many observations (obs_dim = history_steps x one observation's size)."""
+    if history_steps <= 1:
+        return layer_norm_mlp(obs_dim, hidden, action_dim, activation, 0.01)
+    from robot_rl.agents.memory import HistoryActor
+
+    if obs_dim % history_steps:
+        raise ValueError(f"a window of {history_steps} observations cannot be {obs_dim} numbers long")
+    return HistoryActor(obs_dim // history_steps, history_steps, action_dim, hidden, activation, latent_dim)
+
+
 class ActorCritic(nn.Module):
     """Gaussian actor (state-independent log std) and a critic that may see privileged state."""
 
     def __init__(self, obs_dim: int, critic_obs_dim: int, action_dim: int, config: PPOConfig) -> None:
         super().__init__()
         self.obs_dim, self.critic_obs_dim, self.action_dim = obs_dim, critic_obs_dim, action_dim
-        self.actor = layer_norm_mlp(obs_dim, config.actor_hidden, action_dim, config.activation, 0.01)
+        self.actor = build_actor(obs_dim, action_dim, config.actor_hidden, config.activation, config.history_steps,
+                                 config.history_latent_dim)
         self.critic = layer_norm_mlp(critic_obs_dim, config.critic_hidden, 1, config.activation, 1.0)
         self.log_std = nn.Parameter(torch.full((action_dim,), math.log(config.init_noise_std)))
         self.normalize_obs = config.observation_normalization
@@ -447,12 +473,14 @@ def deployable(actor_critic: ActorCritic, card: dict[str, Any],
     if actor_critic.normalize_obs:
         tensors["obs_norm.mean"] = actor_critic.obs_norm.mean.detach().cpu()
         tensors["obs_norm.var"] = actor_critic.obs_norm.var.detach().cpu()
-    hidden = [m.out_features for m in actor_critic.actor if isinstance(m, nn.Linear)][:-1]
-    activation = next((name for name, cls in _ACTIVATIONS.items() if any(isinstance(m, cls) for m in actor_critic.actor)),
-                      "elu")
+    mlp = getattr(actor_critic.actor, "head", actor_critic.actor)  # a HistoryActor's MLP is its head
+    hidden = [m.out_features for m in mlp if isinstance(m, nn.Linear)][:-1]
+    activation = next((name for name, cls in _ACTIVATIONS.items() if any(isinstance(m, cls) for m in mlp)), "elu")
     full_card = {**card, "format_version": FORMAT_VERSION, "obs_dim": actor_critic.obs_dim,
                  "action_dim": actor_critic.action_dim, "actor_hidden": hidden, "activation": activation,
                  "observation_normalization": actor_critic.normalize_obs, "obs_clip": actor_critic.obs_norm.clip}
+    if hasattr(actor_critic.actor, "steps"):
+        full_card.update(history_steps=actor_critic.actor.steps, history_latent_dim=actor_critic.actor.latent_dim)
     if config is not None:
         full_card["ppo_config"] = asdict(config)
     return tensors, full_card
@@ -477,7 +505,17 @@ class DeployedPolicy:
                  device: torch.device) -> None:
         self.actor, self.card, self.norm, self.device = actor.eval(), card, norm, device
         self.obs_dim, self.action_dim = int(card["obs_dim"]), int(card["action_dim"])
+        self.history_steps = int(card.get("history_steps", 1))
+        self.frame_dim = self.obs_dim // self.history_steps
+        """Size of one observation (obs_dim is the window's: history_steps of them)."""
         self.clip = float(card.get("obs_clip", 5.0))
+
+    def stream(self, n: int):
+        """This policy acting on `n` streams of single (frame_dim,) observations, keeping each stream's window
+        (robot_rl.agents.memory.PolicyStream; reset(ids) when a stream starts an episode)."""
+        from robot_rl.agents.memory import PolicyStream
+
+        return PolicyStream(self, n, self.history_steps, self.frame_dim, self.device)
 
     @classmethod
     def load(cls, directory: str | Path, device: str = "cpu") -> DeployedPolicy:
@@ -496,8 +534,9 @@ class DeployedPolicy:
         if card.get("format_version") != FORMAT_VERSION:
             raise ValueError(f"{source}: format_version {card.get('format_version')} != {FORMAT_VERSION}")
         try:
-            actor = layer_norm_mlp(int(card["obs_dim"]), tuple(card["actor_hidden"]), int(card["action_dim"]),
-                                   card["activation"], 0.01)
+            actor = build_actor(int(card["obs_dim"]), int(card["action_dim"]), tuple(card["actor_hidden"]),
+                                card["activation"], int(card.get("history_steps", 1)),
+                                int(card.get("history_latent_dim", 1)))
             actor.load_state_dict({k[len("actor."):]: v for k, v in tensors.items() if k.startswith("actor.")})
             dev = torch.device(device)
             norm = (tensors["obs_norm.mean"].to(dev), tensors["obs_norm.var"].to(dev)) \

@@ -16,6 +16,16 @@ File format (YAML, or the same structure as a dict)::
     pretrain:                               # optional: what a pretrained vision encoder sees
       ...
 
+A file may also name *shifts*: splits made from another split with some of its parameters drawn
+differently, for held-out rows that move one parameter at a time::
+
+    shifts:
+      restitution_low: {from: eval, set: {restitution: {uniform: [0.60, 0.70]}}}
+
+A shift keeps its base's parameters in the base's file order (so a seed draws the same values for
+every parameter it does not set) and may only set parameters its base lists; its base is a section
+or an earlier shift. Shifts are used by name like any split.
+
 ``uniform`` and ``log_uniform`` take ``[low, high]`` or ``{low: ..., high: ...}``, where low
 and high are both numbers or both lists of equal length (vector-valued: each element is
 drawn independently).  ``train`` and ``eval`` are required; they may list different parameters (a
@@ -39,6 +49,7 @@ import yaml
 __all__ = [
     "DISTRIBUTION_KINDS",
     "OPTIONAL_SPLITS",
+    "SHIFTS",
     "SPLITS",
     "Choice",
     "Constant",
@@ -56,6 +67,8 @@ SPLITS: tuple[str, ...] = ("train", "eval")
 #: training ranges, drawn jointly for a fraction of training episodes; it may only narrow
 #: parameters that ``train`` lists) must be written to be used.
 OPTIONAL_SPLITS: tuple[str, ...] = ("pretrain", "heldout", "train_hard")
+#: The section of named shifts (see the module docstring).
+SHIFTS = "shifts"
 
 Value = float | str | np.ndarray
 
@@ -222,10 +235,10 @@ class Randomization:
         missing = [s for s in SPLITS if s not in spec]
         if missing:
             raise ValueError(f"{source}: missing section(s) {', '.join(missing)}")
-        unknown = sorted(set(spec) - set(SPLITS) - set(OPTIONAL_SPLITS))
+        unknown = sorted(set(spec) - set(SPLITS) - set(OPTIONAL_SPLITS) - {SHIFTS})
         if unknown:
             raise ValueError(f"{source}: unknown section(s) {', '.join(map(str, unknown))}; "
-                             f"expected {', '.join(SPLITS + OPTIONAL_SPLITS)}")
+                             f"expected {', '.join(SPLITS + OPTIONAL_SPLITS + (SHIFTS,))}")
         self.source = source
         self.distributions: dict[str, dict[str, Distribution]] = {}
         for split in (*SPLITS, *(s for s in OPTIONAL_SPLITS if s in spec)):
@@ -241,6 +254,29 @@ class Randomization:
         if foreign:
             raise ValueError(f"{source}: train_hard names {', '.join(foreign)}, which train does not randomize "
                              "(train_hard narrows training ranges; it cannot add parameters)")
+        self._add_shifts(spec.get(SHIFTS) or {})
+
+    def _add_shifts(self, shifts: Any) -> None:
+        source = self.source
+        if not isinstance(shifts, Mapping):
+            raise ValueError(f"{source}: section {SHIFTS} must map split names to {{from: SPLIT, set: {{...}}}}")
+        for name, shift in shifts.items():
+            where = f"{source}: {SHIFTS}.{name}"
+            if name in self.distributions or name in OPTIONAL_SPLITS:
+                raise ValueError(f"{where}: the name of a section; a shift needs a name of its own")
+            if not isinstance(shift, Mapping) or set(shift) != {"from", "set"} or not isinstance(shift["set"], Mapping):
+                raise ValueError(f"{where}: expected {{from: SPLIT, set: {{parameter: distribution, ...}}}}, "
+                                 f"got {shift!r}")
+            base = self.distributions.get(shift["from"])
+            if base is None:
+                raise ValueError(f"{where}: from {shift['from']!r} is not a section or an earlier shift; "
+                                 f"there are {', '.join(self.distributions)}")
+            foreign = sorted(set(map(str, shift["set"])) - set(base))
+            if foreign:
+                raise ValueError(f"{where}: sets {', '.join(foreign)}, which {shift['from']} does not list "
+                                 "(a shift redraws its base's parameters; it cannot add any)")
+            changed = {str(k): parse_distribution(f"{where}.{k}", d) for k, d in shift["set"].items()}
+            self.distributions[str(name)] = {k: changed.get(k, d) for k, d in base.items()}
 
     @classmethod
     def load(cls, source: str | os.PathLike | Mapping[str, Any] | Randomization) -> Randomization:
@@ -261,6 +297,11 @@ class Randomization:
         except yaml.YAMLError as exc:
             raise ValueError(f"{path}: invalid YAML: {exc}") from None
         return cls(spec, source=str(path))
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """Every split the file defines, shifts included, in file order."""
+        return tuple(self.distributions)
 
     def parameters(self, split: str) -> tuple[str, ...]:
         """Parameter names of a split, in file order."""

@@ -10,11 +10,10 @@ def juggling_trials(directory: Path, trials: int, seed: int, split: str | None, 
     """`trials` simulated trials of split `split` (default eval), each until the ball drops or `max_s` (default
     600) simulated seconds."""
     from robot_rl.agents.ppo import DeployedPolicy
-    from robot_rl.robots.quad.train import EVAL_SPLITS, evaluate_policy, summarize
+    from robot_rl.robots.quad.train import check_split, evaluate_policy, summarize
 
     split, max_s = split or "eval", max_s or 600.0
-    if split not in EVAL_SPLITS:
-        raise ValueError(f"juggling evaluates on the {', '.join(EVAL_SPLITS)} split, not {split!r}")
+    check_split(split)
     policy = DeployedPolicy.load(directory)
     summary = summarize(evaluate_policy(policy, trials, max_s, split=split, seed=seed))
     return {"policy": str(directory), "kind": "juggle", "split": split, **summary,

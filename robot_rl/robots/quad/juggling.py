@@ -194,6 +194,9 @@ class JuggleTask:
         """Sum of the apex heights above the racket surface where the hit met the ball (JuggleRL's)."""
         self.contact_z = np.zeros(n)
         """Height of the racket surface at the last counted hit [m]."""
+        self.racket_speed_sum = np.zeros(n)
+        """Sum of the racket's speed along its normal at the counted hits this episode [m/s] (mean = / hits):
+        what a ball of lower restitution asks of the quadrotor."""
         self.apexes = np.zeros(n, dtype=np.int64)
         self.actions = np.zeros((n, 2, 4))
         """The last two policy actions, newest first."""
@@ -227,6 +230,7 @@ class JuggleTask:
         self.awaiting_apex[ids] = False
         self.apex_sum[ids] = 0.0
         self.apex_above_contact_sum[ids] = 0.0
+        self.racket_speed_sum[ids] = 0.0
         self.actions[ids] = 0.0
         self.prev_ball_vel[ids] = s.ball_vel[ids]
         _, centre, normal = self.racket(s)
@@ -256,6 +260,7 @@ class JuggleTask:
         self.hits += hit
         self.since_hit[hit] = 0
         self.contact_z[hit] = centre[hit, 2]
+        self.racket_speed_sum += np.where(hit, np.einsum("ni,ni->n", s.quad_vel, normal), 0.0)
         # the apex of the flight that a counted hit started: the first step the ball falls again
         apex = self.awaiting_apex & (s.ball_vel[:, 2] <= 0.0) & ~hit
         self.awaiting_apex[hit] = True

@@ -14,8 +14,10 @@ from robot_rl.outputs import check_output
 def cmd_juggle(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from robot_rl.robots.quad.train import JuggleTrainConfig, evaluate_policy, summarize, train_juggling
+    from robot_rl.robots.quad.train import (JuggleTrainConfig, check_split, evaluate_policy, summarize,
+                                             train_juggling)
 
+    check_split(args.split)  # a mistyped split is refused before anything runs or is written
     if args.action == "eval":
         from robot_rl.agents.ppo import DeployedPolicy
 
@@ -36,6 +38,7 @@ def cmd_juggle(args: argparse.Namespace) -> int:
                      eval_every=args.eval_every,
                      device=args.device, physics=args.physics, time_budget_s=args.time_budget_min * 60.0,
                      hard_fraction=args.hard_fraction, split=args.split, overrides=dict(args.plant))
+    config.ppo = replace(config.ppo, history_steps=args.history_steps)
     card = train_juggling(config, out, run_dir)
     print(json.dumps(card.get("evaluation_during_training", {})))
     return 0
@@ -65,11 +68,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     jtrain.add_argument("--hard-fraction", type=in_range(0.0, 1.0), default=0.0,
                         help="share of training plants from the randomization's train_hard split (every parameter "
                              "at the hard end of its training range at once)")
-    jtrain.add_argument("--split", default="train", choices=["train", "train_hard", "heldout"],
-                        help="randomization split to train (and evaluate while training) on; heldout trains an "
-                             "oracle for it, the ceiling of a policy trained on train")
+    jtrain.add_argument("--split", default="train",
+                        help="randomization split (or shift) of sim/quad/randomization.yaml to train, and evaluate "
+                             "while training, on: train_wide widens restitution to 0.60; heldout or "
+                             "train_restitution_low train an oracle, the most a policy could reach there")
     plant_flag(jtrain, "training draw")
     overwrite_flag(jtrain, "the policy and run directories (retraining a shipped policy too)")
+    jtrain.add_argument("--history-steps", type=at_least(1), default=1,
+                        help="observations the policy reads, newest last (1: the current one; 50: one second at "
+                             "50 Hz through a temporal convolution, a policy with memory that can tell the ball it "
+                             "hits from its last bounces; robot_rl.agents.memory)")
     jtrain.add_argument("--device", default="auto")
     jtrain.add_argument("--physics", default="auto", choices=["auto", "rollout", "warp", "mjx"],
                         help="simulation back end (auto: on a GPU MuJoCo MJX, the whole env on the device, else "
@@ -82,8 +90,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     jeval.add_argument("--ball-mass", type=at_least(1e-4, float), help="fix the ball mass [kg] (e.g. 0.005)")
     plant_flag(jeval, "trial")
     jeval.add_argument("--seed", type=at_least(0), default=1000)
-    # the literal of training.juggle.EVAL_SPLITS: importing it here would load MuJoCo for every command
-    jeval.add_argument("--split", default="eval", choices=["eval", "train_hard", "heldout"],
-                       help="plants from the training ranges (eval), their hard end (train_hard) or beyond them "
-                            "(heldout; sim/quad/randomization.yaml)")
+    jeval.add_argument("--split", default="eval",
+                       help="plants from a split (or shift) of sim/quad/randomization.yaml: the training ranges "
+                            "(eval), their hard end (train_hard), all beyond them (heldout), one parameter beyond "
+                            "them (heldout_restitution, heldout_thrust, ...) or restitution_low")
     juggle.set_defaults(handler=cmd_juggle)

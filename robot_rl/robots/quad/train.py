@@ -25,10 +25,16 @@ from robot_rl.robots.quad.juggling import JuggleConfig
 from robot_rl.robots.quad.physics import RolloutPhysics
 from robot_rl.robots.quad.vec_env import DEFAULT_RANDOMIZATION, JuggleCore
 
-__all__ = ["EVAL_SPLITS", "JuggleTrainConfig", "TrialResult", "evaluate_policy", "train_juggling"]
+__all__ = ["JuggleTrainConfig", "TrialResult", "check_split", "evaluate_policy", "train_juggling"]
 
-EVAL_SPLITS = ("eval", "train_hard", "heldout")
-"""Randomization splits a juggling policy is evaluated on: the training ranges, their hard end, beyond them."""
+
+def check_split(split: str, randomization: str | None = str(DEFAULT_RANDOMIZATION)) -> None:
+    """ValueError naming the splits there are when `randomization` has no split (or shift) `split`."""
+    from robot_rl.envs.randomization import Randomization
+
+    splits = Randomization.load(randomization).splits if randomization is not None else ()
+    if split not in splits:
+        raise ValueError(f"no randomization split {split!r} in {randomization}; it has {', '.join(splits)}")
 
 
 def _juggle_ppo_defaults():
@@ -86,6 +92,8 @@ class TrialResult:
     """Mean apex of the ball above the home racket surface [m]."""
     mean_apex_above_contact: float
     """Mean apex of the ball above the racket surface where it was hit [m] (JuggleRL's measure)."""
+    mean_racket_speed_at_hit: float = 0.0
+    """Mean speed of the racket along its normal at the counted hits [m/s] (0 without hits)."""
 
 
 def evaluate_policy(policy: Callable[[np.ndarray], np.ndarray], trials: int = 10, max_s: float = 600.0,
@@ -94,7 +102,9 @@ def evaluate_policy(policy: Callable[[np.ndarray], np.ndarray], trials: int = 10
                     nthread: int | None = None) -> list[TrialResult]:
     """``trials`` juggling trials in parallel (each its own plant draw of ``split``), each until the
     ball drops, the quadrotor crashes or ``max_s`` of simulated time; ``policy`` maps (N, OBS_DIM)
-    float32 observations to (N, 4) actions."""
+    float32 observations to (N, 4) actions, or is a deployed policy whose ``stream(N)`` does (a policy
+    with memory keeps each trial's history there)."""
+    act = policy.stream(trials) if hasattr(policy, "stream") else policy
     cfg = dataclasses.replace(config if config is not None else JuggleConfig(), max_episode_s=max_s)
     core = JuggleCore(RolloutPhysics(trials, nthread=nthread, model_variants=trials), cfg, randomization, split,
                       overrides, seed, auto_reset=False)
@@ -104,7 +114,7 @@ def evaluate_policy(policy: Callable[[np.ndarray], np.ndarray], trials: int = 10
         results: list[TrialResult | None] = [None] * trials
         while active.any():
             obs, _ = core.observations()
-            actions = np.asarray(policy(obs), dtype=np.float64)
+            actions = np.asarray(act(obs), dtype=np.float64)
             # finished trials keep hovering in place; their results are already recorded
             _, terminated, truncated, info = core.step(actions)
             for i in info["ended"]:
@@ -115,11 +125,14 @@ def evaluate_policy(policy: Callable[[np.ndarray], np.ndarray], trials: int = 10
                 reason = next((r for r in ("ball_lost", "crash", "non_finite") if ev[r][i]), "time_limit")
                 results[i] = TrialResult(int(t.hits[i]), float(t.steps[i] / cfg.policy_hz), reason,
                                          float(t.apex_sum[i] / max(t.apexes[i], 1)),
-                                         float(t.apex_above_contact_sum[i] / max(t.apexes[i], 1)))
+                                         float(t.apex_above_contact_sum[i] / max(t.apexes[i], 1)),
+                                         float(t.racket_speed_sum[i] / max(t.hits[i], 1)))
             if not active.all():
                 # keep the finished ones from ending again: restart them (their results are kept)
                 done = np.flatnonzero(~active & (terminated | truncated))
                 core.reset(done)
+                if hasattr(act, "reset"):
+                    act.reset(done)
         return [r for r in results if r is not None]
     finally:
         core.physics.close()
@@ -134,7 +147,10 @@ def summarize(results: list[TrialResult]) -> dict[str, Any]:
             "hits_per_min": float(60.0 * np.sum(hits) / max(np.sum(durations), 1e-9)),
             "ended_by": [r.ended_by for r in results],
             "mean_apex_height_m": float(np.mean([r.mean_apex_height for r in results])),
-            "mean_apex_above_contact_m": float(np.mean([r.mean_apex_above_contact for r in results]))}
+            "mean_apex_above_contact_m": float(np.mean([r.mean_apex_above_contact for r in results])),
+            # weighted by hits: the racket speed the hits that happened needed
+            "mean_racket_speed_at_hit_m_s": float(np.sum([r.mean_racket_speed_at_hit * r.hits for r in results])
+                                                  / max(np.sum(hits), 1))}
 
 
 def train_juggling(cfg: JuggleTrainConfig, out_dir: str | Path, run_dir: str | Path | None = None,
@@ -142,11 +158,13 @@ def train_juggling(cfg: JuggleTrainConfig, out_dir: str | Path, run_dir: str | P
     """Train from scratch; exports the best evaluated policy to ``out_dir``. Returns the card."""
     import torch
 
-    from robot_rl.agents.ppo import export_policy
+    from robot_rl.agents.memory import HistoryVecEnv
+    from robot_rl.agents.ppo import DeployedPolicy, deployable, export_policy
     from robot_rl.device import resolve_device
     from robot_rl.robots.quad.backends import make_vec_env
     from robot_rl.training.ppo_runner import OnPolicyRunner
 
+    check_split(cfg.split, cfg.randomization)  # before anything is written
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device)
     out_dir = Path(out_dir)
@@ -155,6 +173,9 @@ def train_juggling(cfg: JuggleTrainConfig, out_dir: str | Path, run_dir: str | P
     env = make_vec_env(cfg.num_envs, device=device, config=cfg.task, randomization=cfg.randomization,
                        seed=cfg.seed, physics=cfg.physics, hard_fraction=cfg.hard_fraction, split=cfg.split,
                        overrides=cfg.overrides)
+    if cfg.ppo.history_steps > 1:
+        env = HistoryVecEnv(env, cfg.ppo.history_steps)
+
     def progress(stats: dict[str, float]) -> None:
         if stats["iteration"] % 10 == 0:
             log(f"[juggle] iteration {stats['iteration']}  {json.dumps(_short(stats))}")
@@ -170,7 +191,7 @@ def train_juggling(cfg: JuggleTrainConfig, out_dir: str | Path, run_dir: str | P
             history.extend(stats)
             last = stats[-1]
             actor_critic = runner.alg.actor_critic
-            policy = _inference_fn(actor_critic, device)
+            policy = DeployedPolicy.from_tensors(*deployable(actor_critic, {}), str(device), "the training policy")
             results = evaluate_policy(policy, cfg.eval_trials, cfg.eval_max_s, split=cfg.split, seed=cfg.seed + 1,
                                       randomization=cfg.randomization, config=cfg.task, overrides=cfg.overrides)
             summary = summarize(results)
@@ -201,17 +222,6 @@ def train_juggling(cfg: JuggleTrainConfig, out_dir: str | Path, run_dir: str | P
         env.close()
     (run_dir / "history.json").write_text(json.dumps(_jsonable(history)))
     return best or {}
-
-
-def _inference_fn(actor_critic, device) -> Callable[[np.ndarray], np.ndarray]:
-    import torch
-
-    def act(obs: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            x = torch.as_tensor(obs, dtype=torch.float32, device=device)
-            return actor_critic.act_inference(x).clamp(-1.0, 1.0).cpu().numpy()
-
-    return act
 
 
 def _short(stats: Mapping[str, Any]) -> dict[str, Any]:
