@@ -90,7 +90,8 @@ def main() -> None:
     result = {"policy": str(args.policy), "history_steps": policy.history_steps,
               "mean_hits": rows["eval"]["mean_hits"], "max_hits": rows["eval"]["max_hits"],
               "mean_hits_5g": rows["5g"]["mean_hits"], "max_hits_5g": rows["5g"]["max_hits"],
-              "mean_hits_heldout": rows["heldout"]["mean_hits"], "mean_hits_train_hard": rows["train_hard"]["mean_hits"],
+              "mean_hits_heldout": rows["heldout"]["mean_hits"],
+              "mean_hits_train_hard": rows["train_hard"]["mean_hits"],
               "hits_per_min": round(eval_rate, 1),
               "rows": {name: {"hits_per_trial_min": round(row["hits_per_trial_min"], 1),
                               "ratio": round(ratios[name], 3), "mean_hits": row["mean_hits"],
@@ -105,7 +106,8 @@ def main() -> None:
         print(f"oracle on restitution_low: true hits {oracle_row['hits']} "
               f"({oracle_row['hits_per_trial_min']:.1f}/min of trial), racket "
               f"{oracle_row['mean_racket_speed_at_hit_m_s']:.2f} m/s at the hits", flush=True)
-        result["oracle"] = {"policy": str(args.oracle), "hits_per_trial_min": round(oracle_row["hits_per_trial_min"], 1),
+        result["oracle"] = {"policy": str(args.oracle),
+                            "hits_per_trial_min": round(oracle_row["hits_per_trial_min"], 1),
                             "mean_hits": oracle_row["mean_hits"],
                             "racket_speed_at_hit_m_s": round(oracle_row["mean_racket_speed_at_hit_m_s"], 3)}
         if oracle_row["hits_per_trial_min"] < 0.5 * eval_rate:

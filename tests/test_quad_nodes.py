@@ -138,3 +138,23 @@ def _run_until_actor_exits(overrides: dict, tmp_path) -> dict:
     assert all(code == 0 for code in codes.values()), codes
     return json.loads((tmp_path / "juggle_actor_summary.json").read_text())
 
+
+
+def test_the_sim_nodes_plant_parameter_fixes_whole_plants_and_refuses_a_bad_one():
+    import sys
+
+    from robot_rl.nodes.quad_sim import parse_plant
+
+    sys.path.insert(0, str(package_path("benchmarks")))
+    from juggle_graph import draw_plants, plant_parameter  # the benchmark's plants reach the node whole
+
+    plant = draw_plants("restitution_low", 1, seed=4)[0]
+    assert parse_plant(plant_parameter(plant)) == plant  # repr round-trips a float exactly
+    assert 0.6 <= plant["restitution"] <= 0.7 and plant["action_latency_steps"] == 0.0
+    assert parse_plant("") == {}
+    assert parse_plant("restitution=0.65 ball_start_offset=0,0,0.8") == {"restitution": 0.65,
+                                                                        "ball_start_offset": [0.0, 0.0, 0.8]}
+    for text, message in (("restitution", "plant: expected NAME=NUMBER"), ("restitutoin=0.7", "restitutoin"),
+                          ("ball_start_offset=0,0", "ball_start_offset takes 3")):
+        with pytest.raises(ValueError, match=message):
+            parse_plant(text)

@@ -174,3 +174,67 @@ def test_a_split_the_file_lacks_is_refused_except_pretrain(tmp_path):
     assert randomization.sample_batch("pretrain", np.random.default_rng(0), 3)["mass"].shape == (3,)
     with pytest.raises(ValueError, match="r.yaml has no randomization split 'heldout'"):
         randomization.sample_batch("heldout", np.random.default_rng(0), 3)
+
+
+def test_a_shift_redraws_only_what_it_sets_and_keeps_its_bases_draws():
+    spec = {"train": {"mass": {"uniform": [1.0, 2.0]}, "friction": {"uniform": [0.5, 1.0]},
+                      "latency": {"choice": [0, 1]}},
+            "eval": {},
+            "shifts": {"heavy": {"from": "train", "set": {"mass": {"uniform": [3.0, 3.5]}}},
+                       "heavy_late": {"from": "heavy", "set": {"latency": {"choice": [3]}}}}}
+    randomization = Randomization(spec, source="r.yaml")
+    assert randomization.splits == ("train", "eval", "heavy", "heavy_late")
+    assert randomization.parameters("heavy_late") == ("mass", "friction", "latency")  # the base's order
+    train = randomization.sample_batch("train", np.random.default_rng(5), 50)
+    heavy = randomization.sample_batch("heavy", np.random.default_rng(5), 50)
+    late = randomization.sample_batch("heavy_late", np.random.default_rng(5), 50)
+    assert 3.0 <= heavy["mass"].min() and heavy["mass"].max() <= 3.5
+    # the same seed draws the same values for every parameter a shift leaves alone
+    np.testing.assert_array_equal(heavy["friction"], train["friction"])
+    np.testing.assert_array_equal(heavy["latency"], train["latency"])
+    np.testing.assert_array_equal(late["mass"], heavy["mass"])
+    assert set(late["latency"].tolist()) == {3}
+
+
+@pytest.mark.parametrize("shifts, message", [
+    ({"x": {"from": "nowhere", "set": {}}}, "shifts.x: from 'nowhere' is not a section or an earlier shift"),
+    ({"x": {"from": "train", "set": {"colour": {"choice": [1]}}}}, "shifts.x: sets colour, which train does not"),
+    ({"eval": {"from": "train", "set": {}}}, "shifts.eval: the name of a section"),
+    ({"heldout": {"from": "train", "set": {}}}, "shifts.heldout: the name of a section"),
+    ({"x": {"from": "train"}}, r"shifts.x: expected \{from: SPLIT, set:"),
+    ({"x": {"from": "train", "set": {"mass": {"uniform": [2, 1]}}}}, "shifts.x.mass"),
+    (["x"], "section shifts must map split names"),
+])
+def test_a_malformed_shift_is_refused_by_name(shifts, message):
+    spec = {"train": {"mass": {"uniform": [1.0, 2.0]}}, "eval": {}, "shifts": shifts}
+    with pytest.raises(ValueError, match=message):
+        Randomization(spec, source="r.yaml")
+
+
+def test_the_quadrotor_one_shift_splits_move_one_parameter_beyond_the_widened_training_range():
+    # Issue 41: each heldout_<parameter> is eval with that parameter alone 10-20 % of train_wide's width beyond
+    # it on the harder side; restitution_low is eval with restitution 0.60-0.70.
+    from robot_rl.resources import package_path
+
+    randomization = Randomization.load(package_path("sim/quad/randomization.yaml"))
+    wide = randomization.distributions["train_wide"]
+    assert (float(wide["restitution"].low), float(wide["restitution"].high)) == (0.60, 1.0)
+    shifted = {"heldout_restitution": "restitution", "heldout_ball_mass": "ball_mass",
+               "heldout_thrust": "thrust_scale", "heldout_motor_lag": "motor_tau",
+               "heldout_latency": "action_latency_steps", "heldout_position_noise": "position_noise",
+               "heldout_velocity_noise": "velocity_noise", "heldout_rate_noise": "rate_noise"}
+    evaluation = randomization.distributions["eval"]
+    for split, name in shifted.items():
+        dists = randomization.distributions[split]
+        assert [k for k in dists if dists[k] is not evaluation[k]] == [name], split
+        if name == "action_latency_steps":
+            assert dists[name].values == (3,)
+            continue
+        low, high = float(wide[name].low), float(wide[name].high)
+        lower_is_harder = name in ("restitution", "thrust_scale")
+        beyond = (low - np.array([dists[name].high, dists[name].low]) if lower_is_harder
+                  else np.array([dists[name].low, dists[name].high]) - high) / (high - low)
+        assert 0.1 - 1e-9 <= beyond.min() and beyond.max() <= 0.2 + 1e-9, (split, beyond)
+    low = randomization.distributions["restitution_low"]
+    assert [k for k in low if low[k] is not evaluation[k]] == ["restitution"]
+    assert (float(low["restitution"].low), float(low["restitution"].high)) == (0.60, 0.70)

@@ -5,7 +5,8 @@ functions), publishes `quad/cmd_ctbr` stamped with the observation it answers. W
 `follow_learner`, policies arriving on `rl/policy` (from the `ppo_learner` node; with a `run_dir`,
 only those signed with its run secret) replace the loaded one at the next episode. The observation,
 hit counting and termination are the training env's own (robot_rl/robots/quad/juggling.py): the
-policy sees here what it saw in training, less the simulated noise. An episode ends when the task
+policy sees here what it saw in training, less the simulated noise; a policy with memory gets its window of
+recent observations from the actor, which keeps it (restarted with each episode). An episode ends when the task
 terminates (ball lost, crash) or after `max_episode_s`; the actor then calls `reset_service` and
 starts the next. After `episodes` episodes it writes `<run_dir>/<node name>_summary.json` (hits per
 episode) and exits.
@@ -73,6 +74,7 @@ class JuggleActorNode(Node):
             self.policy = DeployedPolicy.load(package_path(p["policy_dir"]), device=p["device"])
         except (FileNotFoundError, ValueError) as exc:
             raise ParameterError(str(exc)) from None
+        self.stream = self.policy.stream(1)
         self.config = JuggleConfig()
         self.task = JuggleTask(1, self.config)
         self.observer = JuggleObserver()
@@ -108,9 +110,9 @@ class JuggleActorNode(Node):
     def _on_policy(self, msg: UInt8MultiArray) -> None:
         try:
             policy = decode_ppo_policy(uint8_multiarray_view(msg), self.key, self.params["device"])
-            if (policy.obs_dim, policy.action_dim) != (self.policy.obs_dim, self.policy.action_dim):
-                raise ValueError(f"policy for {policy.obs_dim} -> {policy.action_dim}, "
-                                 f"expected {self.policy.obs_dim} -> {self.policy.action_dim}")
+            if (policy.frame_dim, policy.action_dim) != (self.policy.frame_dim, self.policy.action_dim):
+                raise ValueError(f"policy for {policy.frame_dim} -> {policy.action_dim}, "
+                                 f"expected {self.policy.frame_dim} -> {self.policy.action_dim}")
         except ValueError as exc:
             self.invalid_policies += 1
             self.get_logger().warning(f"ignored a policy from rl/policy: {exc}", throttle_duration_sec=5.0)
@@ -181,7 +183,9 @@ class JuggleActorNode(Node):
         if not self.in_episode:
             if self.next_policy is not None:
                 self.policy, self.next_policy = self.next_policy, None
+                self.stream = self.policy.stream(1)
                 self.policy_version += 1
+            self.stream.reset([0])
             self.task.reset([0], state)
             self.in_episode = True
         else:
@@ -191,7 +195,7 @@ class JuggleActorNode(Node):
                 self.in_episode = False
                 self._end_episode(reason)
                 return
-        self.last_action = np.asarray(self.policy(self.task.observation(state)), dtype=np.float64).reshape(1, 4)
+        self.last_action = np.asarray(self.stream(self.task.observation(state)), dtype=np.float64).reshape(1, 4)
         self._publish(stamp)
 
     def _publish(self, stamp: int) -> None:

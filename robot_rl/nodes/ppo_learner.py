@@ -73,6 +73,10 @@ class PPOLearnerNode(Node):
             self.ppo_config = config_from_params(PPOConfig, p)
         except ValueError as exc:
             raise ParameterError(str(exc)) from None
+        if self.ppo_config.history_steps > 1:
+            from robot_rl.agents.memory import HistoryVecEnv
+
+            self.env = HistoryVecEnv(self.env, self.ppo_config.history_steps)
         run_dir = Path(p["run_dir"]) if p["run_dir"] else None
         self.run_dir = run_dir
         self.key = ensure_run_secret(run_dir) if run_dir else None

@@ -45,14 +45,32 @@ PARAMS = [
           "simulated quadrotor obeys, as the real node would."),
     Param("randomization", "sim/quad/randomization.yaml", "Randomization file drawn at every reset ('' for the "
           "nominal plant)."),
-    Param("randomization_split", "eval", "Ranges to draw from.", choices=["train", "eval"]),
+    Param("randomization_split", "eval", "Split (or shift) of the randomization file to draw from: train, eval, "
+          "restitution_low, heldout_thrust, ..."),
     Param("ball_mass", 0.0, "Fix the ball mass [kg] (0: as drawn), e.g. 0.005.", 0.0, 1.0),
+    Param("plant", "", "Plant parameters fixed in every draw, NAME=VALUE items separated by spaces (names as in "
+          "the randomization file), e.g. 'restitution=0.65 ball_start_offset=0,0,0.8'."),
     Param("command_timeout_s", 0.1, "Realtime mode: hover level when the last command is older.", 0.01, 10.0),
     Param("republish_period_s", 0.2, "Lockstep mode: republish the observation if no command came.", 0.01, 10.0),
     Param("seed", 0, "Random seed of the draws.", 0, 2**31 - 1),
 ]
 
 HOVER = np.array([GRAVITY, 0.0, 0.0, 0.0])
+
+
+def parse_plant(text: str) -> dict[str, float | list[float]]:
+    """The `plant` parameter's NAME=VALUE items (ValueError naming a malformed one or an unknown name)."""
+    from argparse import ArgumentTypeError
+
+    from robot_rl.arguments import name_equals_numbers
+    from robot_rl.robots.quad.vec_env import check_plant_overrides
+
+    try:
+        plant = dict(name_equals_numbers(item) for item in text.split())
+    except ArgumentTypeError as exc:
+        raise ValueError(f"plant: {exc}") from None
+    check_plant_overrides(plant)
+    return plant
 MOTORS_OFF = np.zeros(4)
 
 
@@ -63,7 +81,7 @@ class QuadSimNode(Node):
         try:
             self.hw = load_quad_hardware(p["hardware"])
             randomization = package_path(p["randomization"]) if p["randomization"] else None
-            overrides = {"ball_mass": p["ball_mass"]} if p["ball_mass"] > 0 else None
+            overrides = parse_plant(p["plant"]) | ({"ball_mass": p["ball_mass"]} if p["ball_mass"] > 0 else {})
             self.core = JuggleCore(SimPhysics(), randomization=randomization, split=p["randomization_split"],
                                    overrides=overrides, seed=p["seed"], auto_reset=False)
         except (FileNotFoundError, ValueError) as exc:
