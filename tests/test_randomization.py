@@ -238,3 +238,22 @@ def test_the_quadrotor_one_shift_splits_move_one_parameter_beyond_the_widened_tr
     low = randomization.distributions["restitution_low"]
     assert [k for k in low if low[k] is not evaluation[k]] == ["restitution"]
     assert (float(low["restitution"].low), float(low["restitution"].high)) == (0.60, 0.70)
+
+
+def test_the_arm_dynamics_shifts_move_one_parameter_each_outside_its_training_range():
+    from robot_rl.resources import package_path
+
+    randomization = Randomization.load(package_path("sim/arm/randomization.yaml"))
+    train, evaluation = randomization.distributions["train"], randomization.distributions["eval"]
+    expected = {"dynamics_cube_mass": ("cube_mass", 0.25), "dynamics_cube_friction": ("cube_friction", 0.5),
+                "dynamics_latency": ("action_latency_steps", 2),
+                "dynamics_controller_gain": ("controller_gain_scale", 0.65),
+                "dynamics_joint_damping": ("joint_damping_scale", 1.6),
+                "dynamics_proprio_noise": ("observation_noise", 0.004)}
+    rng = np.random.default_rng(0)
+    for split, (name, value) in expected.items():
+        dists = randomization.distributions[split]
+        assert [k for k in dists if dists[k] is not evaluation[k]] == [name], split
+        assert set(randomization.sample_batch(split, rng, 20)[name].tolist()) == {value}
+        drawn = train[name].sample_batch(rng, 20_000)
+        assert not drawn.min() <= value <= drawn.max(), f"{split}: {value} is inside training's {name}"

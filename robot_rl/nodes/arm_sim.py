@@ -62,7 +62,8 @@ PARAMS = [
     Param("republish_period_s", 0.2, "Lockstep mode: republish the observation if no command came.", 0.01, 10.0),
     Param("randomization", "", "Domain randomization file drawn at every reset (e.g. sim/arm/randomization.yaml; "
           "'' for none). Physics and appearance; latency and noise are the actor side's."),
-    Param("randomization_split", "train", "Ranges of the randomization file to draw from.", choices=["train", "eval"]),
+    Param("randomization_split", "train", "Split (or shift) of the randomization file to draw from: train, eval, "
+          "dynamics_cube_mass, ..."),
     Param("seed", 0, "Random seed of the cube placement.", 0, 2**31 - 1),
     Param("viewer", "never", "Also show the scene in MuJoCo's own viewer window: always (refused without a "
           "display), auto (where a display can be opened, else a warning) or never. Over SSH use the session_view "
@@ -88,6 +89,9 @@ class ArmSimNode(Node):
                 self.randomization = Randomization.load(package_path(p["randomization"]))
             except (FileNotFoundError, ValueError) as exc:
                 raise ParameterError(f"randomization: {exc}") from None
+            if p["randomization_split"] not in self.randomization.splits:
+                raise ParameterError(f"randomization_split: {p['randomization_split']!r} is not a split of "
+                                     f"{self.randomization.source}: {', '.join(self.randomization.splits)}")
         self.gripper_cmd = 0.0
         self.gripper_fresh = False
         self.last_cmd: tuple[TwistStamped, float] | None = None  # message, wall time received

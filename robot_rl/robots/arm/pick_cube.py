@@ -23,7 +23,7 @@ from gymnasium import spaces
 
 from robot_rl.config_fields import settings_of
 from robot_rl.robots.arm.sim import LIFT_OBS_DIM, ArmSim, ArmSimConfig, lift_observation, lift_success
-from robot_rl.envs.randomization import OPTIONAL_SPLITS, SPLITS, Randomization
+from robot_rl.envs.randomization import Randomization
 from robot_rl.resources import package_path
 
 DEFAULT_RANDOMIZATION = Path("sim") / "arm" / "randomization.yaml"
@@ -150,9 +150,6 @@ class ArmPickCubeEnv(gym.Env):
         super().__init__()
         if observation not in ("pixels", "state"):
             raise ValueError(f"observation must be 'pixels' or 'state', got {observation!r}")
-        if randomization_split not in SPLITS + OPTIONAL_SPLITS:
-            raise ValueError(f"randomization_split must be one of {SPLITS + OPTIONAL_SPLITS}, "
-                             f"got {randomization_split!r}")
         if max_episode_steps < 1:
             raise ValueError("max_episode_steps must be >= 1")
         limits = settings_of(ArmSimConfig)["cube_xy_range"][1]  # the sim node's parameter range
@@ -166,6 +163,9 @@ class ArmPickCubeEnv(gym.Env):
         else:
             source = package_path(DEFAULT_RANDOMIZATION) if randomization in (None, True) else randomization
             self.randomization = Randomization.load(source)
+            if randomization_split not in self.randomization.splits + ("pretrain",):
+                raise ValueError(f"randomization_split must be a split of {self.randomization.source}: "
+                                 f"{', '.join(self.randomization.splits)}; got {randomization_split!r}")
         self.split, self.cameras, self.observation = randomization_split, tuple(cameras), observation
         self.max_episode_steps, self.render_mode = max_episode_steps, render_mode
         proprio = spaces.Box(-np.inf, np.inf, (PROPRIO_DIM,), np.float32)
