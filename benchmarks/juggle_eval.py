@@ -40,6 +40,8 @@ import json
 import time
 from pathlib import Path
 
+import torch
+
 from robot_rl.agents.ppo import DeployedPolicy
 from robot_rl.resources import package_path
 from robot_rl.robots.quad.train import evaluate_policy, summarize
@@ -66,6 +68,9 @@ def main() -> None:
     parser.add_argument("--out", help="also write the last line's JSON to this file")
     parser.add_argument("--quick", action="store_true", help="2 trials of 20 s per set (same measurement, shorter)")
     args = parser.parse_args()
+    # One thread: a forward pass over a few trials gains nothing from more, and an OpenMP team spinning
+    # beside the simulation's threads (or a training run's) slowed a whole evaluation several-fold.
+    torch.set_num_threads(1)
     if args.quick:
         args.trials, args.max_s = 2, 20.0
         if args.write_card:

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from robot_rl.agents.ppo import DeployedPolicy
 from robot_rl.envs.randomization import Randomization
@@ -86,6 +87,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--quick", action="store_true", help="1 trial of 10 s (same measurement, shorter)")
     args = parser.parse_args()
+    # One thread: a forward pass over a few trials gains nothing from more, and an OpenMP team spinning
+    # beside the simulation's threads (or a training run's) slowed a whole evaluation several-fold.
+    torch.set_num_threads(1)
     if args.quick:
         args.trials, args.max_s = 1, 10.0
     policy = DeployedPolicy.load(args.policy)

@@ -52,33 +52,30 @@ def min_steps() -> int:
 
 
 class HistoryActor(nn.Module):
-    """(B, steps * frame_dim) windows, newest frame last -> (B, action_dim) action means.
+    """(B, steps * frame_dim) windows, newest frame last -> the head's output for (newest frame, latent).
 
     Args:
         frame_dim: size of one observation.
         steps: observations in the window.
-        action_dim: size of the action.
-        hidden: widths of the MLP that reads the newest observation and the history's latent.
-        activation: name of the hidden activation (see :data:`robot_rl.agents.ppo._ACTIVATIONS`).
         latent_dim: size of the history's latent.
+        activation: the hidden activation's class.
+        head: the network that reads the newest observation and the latent, (B, frame_dim + latent_dim) ->
+            (B, action_dim) (PPO's LayerNorm MLP: robot_rl.agents.ppo.build_actor).
     """
 
-    def __init__(self, frame_dim: int, steps: int, action_dim: int, hidden: tuple[int, ...], activation: str,
-                 latent_dim: int) -> None:
-        from robot_rl.agents.ppo import _ACTIVATIONS, layer_norm_mlp
-
+    def __init__(self, frame_dim: int, steps: int, latent_dim: int, activation: type[nn.Module],
+                 head: nn.Module) -> None:
         super().__init__()
         self.frame_dim, self.steps, self.latent_dim = int(frame_dim), int(steps), int(latent_dim)
-        act = _ACTIVATIONS[activation]
-        self.embed = nn.Sequential(nn.Linear(self.frame_dim, FRAME_EMBEDDING), act())
+        self.embed = nn.Sequential(nn.Linear(self.frame_dim, FRAME_EMBEDDING), activation())
         layers: list[nn.Module] = []
         channels = FRAME_EMBEDDING
         for kernel, stride in CONV_LAYERS:
-            layers += [nn.Conv1d(channels, CONV_CHANNELS, kernel, stride), act()]
+            layers += [nn.Conv1d(channels, CONV_CHANNELS, kernel, stride), activation()]
             channels = CONV_CHANNELS
         self.encoder = nn.Sequential(*layers, nn.Flatten(), nn.Linear(CONV_CHANNELS * conv_length(self.steps),
-                                                                      self.latent_dim), act())
-        self.head = layer_norm_mlp(self.frame_dim + self.latent_dim, hidden, action_dim, activation, 0.01)
+                                                                      self.latent_dim), activation())
+        self.head = head
 
     def forward(self, window: torch.Tensor) -> torch.Tensor:
         frames = window.reshape(*window.shape[:-1], self.steps, self.frame_dim)

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from robot_rl.agents.compiled import CompiledMethods
+from robot_rl.agents.memory import HistoryActor, PolicyStream, conv_length
 from robot_rl.artifacts import load_card, load_weights, model_directory, save_card, save_weights
 from robot_rl.config_fields import setting
 
@@ -116,8 +117,6 @@ class PPOConfig:
             raise ValueError("PPOConfig.huber_delta must be positive or None")
         self.actor_hidden, self.critic_hidden = tuple(self.actor_hidden), tuple(self.critic_hidden)
         if self.history_steps > 1:
-            from robot_rl.agents.memory import conv_length
-
             conv_length(self.history_steps)  # refuses a window too short for the convolution
 
 
@@ -255,11 +254,11 @@ def build_actor(obs_dim: int, action_dim: int, hidden: tuple[int, ...], activati
     of that many observations (obs_dim = history_steps x one observation's size)."""
     if history_steps <= 1:
         return layer_norm_mlp(obs_dim, hidden, action_dim, activation, 0.01)
-    from robot_rl.agents.memory import HistoryActor
-
     if obs_dim % history_steps:
         raise ValueError(f"a window of {history_steps} observations cannot be {obs_dim} numbers long")
-    return HistoryActor(obs_dim // history_steps, history_steps, action_dim, hidden, activation, latent_dim)
+    frame_dim = obs_dim // history_steps
+    head = layer_norm_mlp(frame_dim + latent_dim, hidden, action_dim, activation, 0.01)
+    return HistoryActor(frame_dim, history_steps, latent_dim, _ACTIVATIONS[activation], head)
 
 
 class ActorCritic(nn.Module):
@@ -513,8 +512,6 @@ class DeployedPolicy:
     def stream(self, n: int):
         """This policy acting on `n` streams of single (frame_dim,) observations, keeping each stream's window
         (robot_rl.agents.memory.PolicyStream; reset(ids) when a stream starts an episode)."""
-        from robot_rl.agents.memory import PolicyStream
-
         return PolicyStream(self, n, self.history_steps, self.frame_dim, self.device)
 
     @classmethod
