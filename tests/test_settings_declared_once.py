@@ -81,7 +81,7 @@ NODE_ONLY = {
     "arm_sim": SIM_NODE_ONLY | {"publish_images", "randomization", "randomization_split", "viewer", "stamp_clock"},
     "env_sim": SIM_NODE_ONLY | {"env_task"},
     "car_sim": SIM_NODE_ONLY | {"hardware", "max_speed", "max_steer"},
-    "quad_sim": SIM_NODE_ONLY | {"hardware", "randomization", "randomization_split", "ball_mass"},
+    "quad_sim": SIM_NODE_ONLY | {"hardware", "randomization", "randomization_split", "ball_mass", "plant"},
     "camera": {"backend", "serial", "device", "device_index", "width", "height", "fps", "crop_x", "crop_y",
                "crop_width", "crop_height", "output_width", "output_height", "camera_name", "frame_id",
                "publish_depth", "publish_native", "loop", "fx", "fy", "cx", "cy", "frame_timeout_s",
