@@ -122,8 +122,8 @@ class PolicyStream:
 
     def __init__(self, policy: Callable[[torch.Tensor], torch.Tensor], n: int, steps: int, frame_dim: int,
                  device: str | torch.device = "cpu") -> None:
-        self.policy, self.steps = policy, int(steps)
-        self.history = ObservationHistory(n, self.steps, frame_dim, device)
+        self.policy = policy
+        self.history = ObservationHistory(n, steps, frame_dim, device)
 
     def reset(self, ids: Any) -> None:
         """The streams `ids` start an episode: their next observation fills their window."""

@@ -303,6 +303,10 @@ class Randomization:
         """Every split the file defines, shifts included, in file order."""
         return tuple(self.distributions)
 
+    def check_split(self, split: str) -> None:
+        """ValueError naming the splits there are when this file has no split (or shift) `split`."""
+        self._split(split)
+
     def parameters(self, split: str) -> tuple[str, ...]:
         """Parameter names of a split, in file order."""
         return tuple(self._split(split))

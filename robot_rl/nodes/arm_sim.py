@@ -87,11 +87,9 @@ class ArmSimNode(Node):
         if p["randomization"]:
             try:
                 self.randomization = Randomization.load(package_path(p["randomization"]))
+                self.randomization.check_split(p["randomization_split"])
             except (FileNotFoundError, ValueError) as exc:
                 raise ParameterError(f"randomization: {exc}") from None
-            if p["randomization_split"] not in self.randomization.splits:
-                raise ParameterError(f"randomization_split: {p['randomization_split']!r} is not a split of "
-                                     f"{self.randomization.source}: {', '.join(self.randomization.splits)}")
         self.gripper_cmd = 0.0
         self.gripper_fresh = False
         self.last_cmd: tuple[TwistStamped, float] | None = None  # message, wall time received

@@ -163,9 +163,7 @@ class ArmPickCubeEnv(gym.Env):
         else:
             source = package_path(DEFAULT_RANDOMIZATION) if randomization in (None, True) else randomization
             self.randomization = Randomization.load(source)
-            if randomization_split not in self.randomization.splits + ("pretrain",):
-                raise ValueError(f"randomization_split must be a split of {self.randomization.source}: "
-                                 f"{', '.join(self.randomization.splits)}; got {randomization_split!r}")
+            self.randomization.check_split(randomization_split)
         self.split, self.cameras, self.observation = randomization_split, tuple(cameras), observation
         self.max_episode_steps, self.render_mode = max_episode_steps, render_mode
         proprio = spaces.Box(-np.inf, np.inf, (PROPRIO_DIM,), np.float32)

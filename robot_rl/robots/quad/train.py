@@ -32,9 +32,8 @@ def check_split(split: str, randomization: str | None = str(DEFAULT_RANDOMIZATIO
     """ValueError naming the splits there are when `randomization` has no split (or shift) `split`."""
     from robot_rl.envs.randomization import Randomization
 
-    splits = Randomization.load(randomization).splits if randomization is not None else ()
-    if split not in splits:
-        raise ValueError(f"no randomization split {split!r} in {randomization}; it has {', '.join(splits)}")
+    if randomization is not None:
+        Randomization.load(randomization).check_split(split)
 
 
 def _juggle_ppo_defaults():
