@@ -547,3 +547,28 @@ def test_episode_time_sets_the_horizon_in_training_too(tmp_path):
     assert core.max_episode_steps == 5  # 0.5 s at 10 Hz
     results = _run_episode(core, range(6))
     assert [r.action is None for r in results] == [False] * 5 + [True] and results[5].episode.steps == 5
+
+
+def test_a_pinned_policy_is_evaluated_alone_without_training(tmp_path):
+    learner = LearnerCore(LearnerConfig(obs_dim=2, action_dim=1, warmup_transitions=1), tmp_path / "learner")
+    pinned = codec.decode(learner.policy_payload())
+    core = ActorCore(_task(horizon=2), ActorConfig(total_steps=1000, eval_episodes=2), Outbox(tmp_path / "outbox"))
+    core.pin_policy(pinned)
+    assert core.evaluating and core.policy_version == pinned.meta["version"]
+    assert not core.load_policy(codec.decode(learner.policy_payload()))  # a newer one is not taken instead
+    for _ in range(2):
+        _run_episode(core, [0, 1, 2])
+    summary = core.eval_summary()
+    assert core.finished and core.train_steps == 0 and core.transitions_sent == 0 and len(core.outbox) == 0
+    assert summary["episodes"] == 2 and summary["policy_version"] == pinned.meta["version"]
+    assert [r["steps"] for r in summary["results"]] == [2, 2]
+
+
+def test_a_recording_session_refuses_a_policy_to_evaluate(tmp_path):
+    from robot_rl.data.episodes import EpisodeSchema, EpisodeWriter
+
+    learner = LearnerCore(LearnerConfig(obs_dim=2, action_dim=1, warmup_transitions=1), tmp_path / "learner")
+    recorder = EpisodeWriter(tmp_path / "demos", EpisodeSchema({}, 2, 1), {"task": "toy"})
+    core = ActorCore(_task(), ActorConfig(record_only=True), Outbox(tmp_path / "outbox"), recorder)
+    with pytest.raises(ValueError, match="recording"):
+        core.pin_policy(codec.decode(learner.policy_payload()))

@@ -140,3 +140,35 @@ def test_on_the_wall_clock_the_realtime_simulation_stamps_as_a_robot_does(tmp_pa
         sim.close()
     with pytest.raises(ValueError, match="realtime"):
         SimulatedTime(None, 0.1, True, 0.2, {}, print, print, print, wall_stamps=True)
+
+
+def test_seeded_resets_draw_the_scenes_robot_rl_eval_draws(tmp_path):
+    """With `reset_seeds_from`, the k-th reset's scene is the one `robot-rl eval --seed` gives its k-th episode
+    (ArmPickCube on the same split), so a policy meets the same 50 scenes through the graph as in one process."""
+    import gymnasium as gym
+
+    import robot_rl.envs  # noqa: F401 - registers the environments
+    from robot_rl.envs.adapter import seeded_reset
+
+    env = gym.make("robot_rl/ArmPickCube-v0", observation="state", randomization_split="eval")
+    draws = np.random.default_rng(10_000)  # training/evaluate.py's episode seeds
+    expected = []
+    for _ in range(3):
+        seeded_reset(env, int(draws.integers(2**31)))
+        expected.append(env.unwrapped.sim.state()["cube_pos"])
+    env.close()
+    sim = ArmSimProbe(tmp_path, "randomization:=sim/arm/randomization.yaml", "randomization_split:=eval",
+                      "reset_seeds_from:=10000")
+    cubes: list[PoseStamped] = []
+    sim.probe.node.create_subscription(PoseStamped, "cube/pose", cubes.append, qos.SENSOR)
+    try:
+        sim.probe.wait_for(lambda: cubes, 30, "the first observation")
+        for k, cube in enumerate(expected):
+            reply = sim.probe.call(Trigger, "/arm_sim/reset", Trigger.Request())
+            stamp = json.loads(reply.message)["stamp_ns"]
+            sim.probe.wait_for(lambda: stamp_to_ns(cubes[-1].header.stamp) == stamp, 10, f"reset {k}'s scene")
+            p = cubes[-1].pose.position
+            np.testing.assert_allclose([p.x, p.y, p.z], cube, atol=1e-6, err_msg=f"reset {k}")
+        assert len({round(float(c[0]), 6) for c in expected}) == 3  # three different scenes, not one
+    finally:
+        sim.close()

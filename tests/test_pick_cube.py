@@ -161,3 +161,22 @@ def test_the_cube_range_is_a_scene_option_within_the_sim_nodes_range(tmp_path):
     (tmp_path / "params.yaml").write_text("/robot0/arm_sim:\n  ros__parameters:\n    cube_xy_range: 0.15\n"
                                           "/robot1/arm_sim:\n  ros__parameters:\n    cube_xy_range: 0.15\n")
     assert node_params(tmp_path, "arm_sim") == {"cube_xy_range": 0.15} and node_params(tmp_path, "car_sim") == {}
+
+
+def test_overrides_replace_their_draws_and_leave_the_rest_of_the_seeds_scene():
+    drawn = ArmPickCubeEnv(observation="state", randomization_split="eval")
+    fixed = ArmPickCubeEnv(observation="state", randomization_split="eval",
+                           overrides={"action_latency_steps": 0, "observation_noise": 0.0})
+    noise = []
+    for seed in range(4):
+        drawn.reset(seed=seed)
+        fixed.reset(seed=seed)
+        noise.append(drawn.sample["observation_noise"])
+        assert fixed.sample["action_latency_steps"] == 0 and fixed.sample["observation_noise"] == 0.0
+        assert fixed.sample.keys() == drawn.sample.keys()
+        for name in drawn.sample.keys() - fixed.overrides.keys():
+            np.testing.assert_array_equal(fixed.sample[name], drawn.sample[name], err_msg=name)
+        np.testing.assert_array_equal(fixed.sim.state()["cube_pos"], drawn.sim.state()["cube_pos"])
+    assert max(noise) > 0  # the split draws noise; the overrides took it away
+    with pytest.raises(ValueError, match="does not draw"):
+        ArmPickCubeEnv(observation="state", overrides={"cube_colour": 1.0})

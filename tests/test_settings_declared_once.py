@@ -69,7 +69,8 @@ CONFIGS = {"arm_actor": (ActorConfig, ArmSimConfig), "env_actor": (ActorConfig,)
            "scripted_human": (ArmSimConfig, InterventionConfig), "session_view": (), "teleop": (ArbitrationConfig,)}
 """The configs a node's settings come from (a node may take only some of a config's settings)."""
 ACTOR_NODE_ONLY = {"task", "mode", "record_path", "run_dir", "control_mode", "obs_slop_s", "max_obs_age_s",
-                   "reset_service", "teleop_timeout_s", "reward_source", "reset_time_s", "timing_log"}
+                   "reset_service", "teleop_timeout_s", "reward_source", "reset_time_s", "timing_log",
+                   "policy_file"}
 SIM_NODE_ONLY = {"clock_mode", "command_timeout_s", "republish_period_s", "seed"}
 NODE_ONLY = {
     "arm_actor": ACTOR_NODE_ONLY,
@@ -78,7 +79,8 @@ NODE_ONLY = {
     "learner": {"task", "env_task", "run_dir", "demos", "reward_model", "reward_goal", "lr", "publish_period_s",
                 "checkpoint_period_s", "snapshot_period_s", "snapshot_every_transitions", "train_niceness"},
     "reward": {"torch_threads", "diagnostics_period_s"},
-    "arm_sim": SIM_NODE_ONLY | {"publish_images", "randomization", "randomization_split", "viewer", "stamp_clock"},
+    "arm_sim": SIM_NODE_ONLY | {"publish_images", "randomization", "randomization_split", "viewer", "stamp_clock",
+                                "reset_seeds_from"},
     "env_sim": SIM_NODE_ONLY | {"env_task"},
     "car_sim": SIM_NODE_ONLY | {"hardware", "max_speed", "max_steer"},
     "quad_sim": SIM_NODE_ONLY | {"hardware", "randomization", "randomization_split", "ball_mass", "plant"},

@@ -65,6 +65,9 @@ PARAMS = [
     Param("randomization_split", "train", "Split (or shift) of the randomization file to draw from: train, eval, "
           "dynamics_cube_mass, ..."),
     Param("seed", 0, "Random seed of the cube placement.", 0, 2**31 - 1),
+    Param("reset_seeds_from", -1, "Each reset draws its scene from a seed of its own, the k-th reset's the k-th draw "
+          "of a generator seeded with this, as `robot-rl eval --seed` draws its episodes: the same scenes through "
+          "the graph as in one process (-1: every reset from one generator seeded with `seed`).", -1, 2**31 - 1),
     Param("viewer", "never", "Also show the scene in MuJoCo's own viewer window: always (refused without a "
           "display), auto (where a display can be opened, else a warning) or never. Over SSH use the session_view "
           "node's browser view.", choices=["never", "auto", "always"]),
@@ -82,6 +85,7 @@ class ArmSimNode(Node):
         self.sim = ArmSim(config_from_params(ArmSimConfig, {**p, "cameras": tuple(p["cameras"])},
                                              render=p["publish_images"]))
         self.rng = np.random.default_rng(p["seed"])
+        self.reset_seeds = np.random.default_rng(p["reset_seeds_from"]) if p["reset_seeds_from"] >= 0 else None
         self.randomizer = ArmRandomizer(self.sim)
         self.randomization = None
         if p["randomization"]:
@@ -228,6 +232,8 @@ class ArmSimNode(Node):
     # ---- reset --------------------------------------------------------------------------------
 
     def _on_reset(self) -> None:
+        if self.reset_seeds is not None:  # as gymnasium's reset(seed=...) seeds the environment's generator
+            self.rng = np.random.default_rng(int(self.reset_seeds.integers(2**31)))
         if self.randomization is not None:
             sample = self.randomization.sample(self.params["randomization_split"], self.rng)
             self.randomizer.apply({k: v for k, v in sample.items() if k in ArmRandomizer.SCENE_PARAMETERS})

@@ -79,6 +79,7 @@ from robot_rl.tasks import State, TaskSpec, dataset_task_config, get_task, task_
 from robot_rl.teleop.session_status import SessionClock, SessionStatus
 from robot_rl.teleop.takeover import HumanCommand
 from robot_rl.training.actor import LABELS, ActorConfig, ActorCore
+from robot_rl.transport import codec
 from robot_rl.transport.outbox import Outbox
 from robot_rl.transport.secret import run_key
 
@@ -112,6 +113,9 @@ COMMON_PARAMS = [
           "episodes go to the dataset record_path.", choices=["train", "record"]),
     Param("record_path", "", "Record mode: zarr episode dataset to append to (created if absent)."),
     Param("run_dir", "runs/default", "Directory for the outbox spill and the evaluation result."),
+    Param("policy_file", "", "Evaluate only this policy (a graph run's policy.policy or a learner snapshot, signed "
+          "with key_file's secret): eval_episodes deterministic episodes, no training, no learner needed ('': "
+          "train)."),
     *params_from_dataclass(ActorConfig),
     *LINK_PARAMS,
     Param("control_mode", "on_observation", "When to act.", choices=["on_observation", "timer"]),
@@ -174,6 +178,12 @@ class ActorNode(Node):
                                     learned_reward=p["reward_source"] == "reward_node")
         self.core = ActorCore(self.task, config, outbox, recorder, progress_path=outbox_dir / "progress.json",
                               key=run_key(p), pack_in_background=True)
+        if p["policy_file"]:
+            try:
+                self.core.pin_policy(codec.decode(Path(p["policy_file"]).read_bytes(), expect_kind="policy",
+                                                  key=self.core.key))
+            except (OSError, ValueError) as exc:
+                raise ParameterError(f"{name}: policy_file {p['policy_file']}: {exc}") from None
         if self.core.train_steps:
             self.get_logger().info(f"continuing from {outbox_dir}: {self.core.train_steps} training steps, "
                                    f"{len(outbox)} batches not yet acknowledged")

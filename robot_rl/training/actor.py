@@ -144,6 +144,8 @@ class ActorCore:
         self.train_steps = 0
         self.episode_index = 0
         self.evaluating = False
+        self.pinned = False
+        """Evaluation only (`pin_policy`): one policy acts in every episode, no other is taken."""
         self.finished = False
         self.eval_results: list[EpisodeStats] = []
         self.history: list[EpisodeStats] = []
@@ -210,6 +212,18 @@ class ActorCore:
         policy = policy_from_payload(payload, self.task)
         return PreparedPolicy(policy, version, int(payload.meta.get("num_updates", self.learner_updates)))
 
+    def pin_policy(self, payload: codec.Payload) -> None:
+        """Evaluation only: `payload`'s policy acts in all `eval_episodes` episodes, deterministically, with no
+        training step before them and no learner's policy taken instead. Raises ValueError if malformed."""
+        if self.config.record_only:
+            raise ValueError("a recording session has no policy to evaluate")
+        prepared = self.prepare_policy(payload)
+        if prepared is None:
+            raise ValueError(f"policy version {payload.meta.get('version')} is not one this actor takes")
+        self.adopt_policy(prepared)
+        self.pinned = self.evaluating = True
+        self.finished = self.config.eval_episodes == 0
+
     def adopt_policy(self, prepared: PreparedPolicy) -> bool:
         """Makes a prepared policy the acting one, unless a newer one or an evaluation came first."""
         if not self._takes_version(prepared.version):
@@ -218,7 +232,8 @@ class ActorCore:
         return True
 
     def _takes_version(self, version: int) -> bool:
-        return version > self.policy_version and not (self.evaluation_started and self.policy is not None)
+        return version > self.policy_version and not self.pinned and not (self.evaluation_started
+                                                                          and self.policy is not None)
 
     def waiting_for_rewards(self) -> bool:
         """True while a training step must wait for learned rewards (see sync_rewards)."""
@@ -590,7 +605,10 @@ class ActorCore:
         return float(np.mean([e.interventions > 0 for e in episodes])) if episodes else 0.0
 
     def eval_summary(self) -> dict[str, Any]:
+        """The evaluation's figures, each episode's as `robot-rl eval` lists them."""
         successes = [e.success for e in self.eval_results]
         return {"episodes": len(successes), "success_rate": float(np.mean(successes)) if successes else 0.0,
                 "mean_return": float(np.mean([e.ret for e in self.eval_results])) if successes else 0.0,
-                "train_steps": self.train_steps, "policy_version": self.policy_version}
+                "train_steps": self.train_steps, "policy_version": self.policy_version,
+                "results": [{"success": e.success, "return": round(e.ret, 4), "steps": e.steps}
+                            for e in self.eval_results]}

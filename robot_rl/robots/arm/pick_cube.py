@@ -14,7 +14,7 @@ import math
 from collections import deque
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import gymnasium as gym
 import mujoco
@@ -139,6 +139,9 @@ class ArmPickCubeEnv(gym.Env):
     Action: Box(-1, 1, (4,)) = (dx, dy, dz, gripper: > 0 close).
     The cube starts anywhere in a square of half-width `cube_xy_range` [m] around its nominal place,
     at any yaw (0.15: arm_pick_cube_wide's 30 x 30 cm).
+    `overrides`: randomization values that replace the split's draws of those parameters. Every value is still
+    drawn, so everything else a reset seed gives is the split's own (e.g. action latency 0 and no sensor noise
+    to meet the scenes the graph's `arm_sim` simulates, whose pipeline brings its own delay).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
@@ -146,7 +149,7 @@ class ArmPickCubeEnv(gym.Env):
     def __init__(self, image_size: int = 64, randomization: str | Path | dict | bool | None = None,
                  randomization_split: str = "train", cameras: tuple[str, ...] = ("front", "wrist"),
                  max_episode_steps: int = 60, observation: str = "pixels", render_mode: str | None = None,
-                 cube_xy_range: float = ArmSimConfig.cube_xy_range):
+                 cube_xy_range: float = ArmSimConfig.cube_xy_range, overrides: Mapping[str, float] | None = None):
         super().__init__()
         if observation not in ("pixels", "state"):
             raise ValueError(f"observation must be 'pixels' or 'state', got {observation!r}")
@@ -164,6 +167,11 @@ class ArmPickCubeEnv(gym.Env):
             source = package_path(DEFAULT_RANDOMIZATION) if randomization in (None, True) else randomization
             self.randomization = Randomization.load(source)
             self.randomization.check_split(randomization_split)
+        self.overrides = dict(overrides or {})
+        unknown = set(self.overrides) - (set(self.randomization.parameters(randomization_split))
+                                         if self.randomization else set())
+        if unknown:
+            raise ValueError(f"overrides name {sorted(unknown)}, which split {randomization_split!r} does not draw")
         self.split, self.cameras, self.observation = randomization_split, tuple(cameras), observation
         self.max_episode_steps, self.render_mode = max_episode_steps, render_mode
         proprio = spaces.Box(-np.inf, np.inf, (PROPRIO_DIM,), np.float32)
@@ -232,7 +240,8 @@ class ArmPickCubeEnv(gym.Env):
         if snapshot is not None:
             self.sample = dict(snapshot["sample"])
         else:
-            self.sample = self.randomization.sample(self.split, self.np_random) if self.randomization else {}
+            drawn = self.randomization.sample(self.split, self.np_random) if self.randomization else {}
+            self.sample = {**drawn, **self.overrides}
         self.randomizer.apply(self.sample)
         self.sim.reset(self.np_random)
         latency = int(self.sample.get("action_latency_steps", 0))
