@@ -125,13 +125,14 @@ def test_on_the_wall_clock_the_realtime_simulation_stamps_as_a_robot_does(tmp_pa
     """`stamp_clock:=wall`: each observation is stamped with the wall clock when it is taken (so the actor pairs it
     with real cameras' frames), once a period, a reset's too; lockstep, whose time is its /clock, refuses it."""
     sim = ArmSimProbe(tmp_path, "clock_mode:=realtime", "stamp_clock:=wall", "control_hz:=30.0")
-    probe, poses = sim.probe, sim.poses
-    received: list[int] = []
-    probe.node.create_subscription(PoseStamped, "arm/ee_pose", lambda _: received.append(time.time_ns()), qos.SENSOR)
+    probe = sim.probe
+    received: list[tuple[int, int]] = []  # (stamp, when it arrived), both from one callback: they pair up
+    probe.node.create_subscription(PoseStamped, "arm/ee_pose", lambda msg: received.append(
+        (stamp_to_ns(msg.header.stamp), time.time_ns())), qos.SENSOR)
     try:
         probe.wait_for(lambda: len(received) >= 30, 30, "a second of observations")
-        stamps = [stamp_to_ns(p.header.stamp) for p in poses[-30:]]
-        ages = np.array(received[-30:]) - np.array(stamps)
+        stamps, arrivals = np.array(received[-30:]).T
+        ages = arrivals - stamps
         assert (ages >= 0).all() and np.median(ages) < 20e6, ages  # taken just before it was sent
         assert abs(np.median(np.diff(stamps)) - 1e9 / 30) < 5e6  # one a period
         reply = probe.call(Trigger, "/arm_sim/reset", Trigger.Request())
