@@ -69,7 +69,7 @@ setup(
         # the Rerun view of sessions and recordings (--view rerun, robot-rl view); its viewer is ~500 MB
         "view": ["rerun-sdk==0.41.0"],
         # the tests drive the hardware adapters through their real libraries
-        "test": ["pytest", "pytest-timeout", "matplotlib", "hypothesis", "pyrealsense2", "opencv-python-headless",
+        "test": ["pytest", "pytest-timeout", "pytest-xdist", "matplotlib", "hypothesis", "pyrealsense2", "opencv-python-headless",
                  "mcap", "mcap-ros2-support", "pymavlink", "cflib", "hidapi", "evdev-binary", "pyserial",
                  "mujoco-warp>=4.0", "mujoco-mjx==3.17.0", "jax==0.10.2", "jaxlib==0.10.2", "pyarrow==26.0.1",
                  "av==18.1.0", "rerun-sdk==0.41.0",

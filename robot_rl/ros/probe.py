@@ -5,6 +5,7 @@ spin, wait for conditions and call services."""
 from __future__ import annotations
 
 import math
+import os
 import random
 import signal
 import subprocess
@@ -85,15 +86,20 @@ class RosProbe:
 
 _UNUSED_DOMAINS: list[int] = []
 def fresh_domain_id() -> int:
-    """A loopback ROS domain id no earlier call in this process returned (120-230, shuffled), so a
-    test's nodes never meet an earlier test's leftovers; domains holding Fast DDS shared-memory
+    """A loopback ROS domain id no earlier call in this process returned (120-230, shuffled; a
+    pytest-xdist worker's own share of them), so a test's nodes never meet an earlier or a concurrent
+    test's; domains holding Fast DDS shared-memory
     port files (earlier runs' killed nodes) come last, as insurance against Fast DDS ports a
     crashed process left inoperative (not shown to have caused a failure here)."""
     if not _UNUSED_DOMAINS:
         from robot_rl.ros.graph import fastdds_leftovers
 
         leftovers = fastdds_leftovers()
-        shuffled = random.sample(range(120, 231), 111)
+        # pytest-xdist's workers run at once: each draws from its own share of the range.
+        worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 1))
+        own = [d for d in range(120, 231) if d % workers == worker]
+        shuffled = random.sample(own, len(own))
         # popped from the end: clean domains last in the list
         _UNUSED_DOMAINS.extend(sorted(shuffled, key=lambda d: leftovers[d] == 0))
     return _UNUSED_DOMAINS.pop()

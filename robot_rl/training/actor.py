@@ -26,6 +26,7 @@ from robot_rl.agents.policy import Policy
 from robot_rl.config_fields import setting
 from robot_rl.data.episodes import EpisodeWriter
 from robot_rl.tasks import State, TaskSpec, task_observation
+from robot_rl.training.actor_episodes import EpisodeStats, StepResult
 from robot_rl.training.actor_progress import PROGRESS_COUNTERS, committed_progress
 from robot_rl.training.batch_packer import BatchPacker, PendingTransitions, TakenBatch, pack_batch
 from robot_rl.training.policy_payload import PreparedPolicy, policy_from_payload
@@ -83,36 +84,6 @@ class ActorConfig:
     reward_wait_s: float = setting(1.0, "reward_node: how long a batch waits for missing rewards before it goes to "
                                    "the learner with them flagged late (the learner fills them in).", low=0.0,
                                    high=60.0)
-
-
-@dataclass
-class EpisodeStats:
-    index: int
-    steps: int = 0
-    ret: float = 0.0
-    success: bool = False
-    success_check: bool = False
-    """The task's own success check where the episode ended (`success` follows a person's label)."""
-    interventions: int = 0
-    """Times a person took over (HIL-SERL's intervention_count)."""
-    intervention_steps: int = 0
-    """Steps executed by a person (HIL-SERL's intervention_steps)."""
-    evaluation: bool = False
-    policy_version: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "steps": self.steps, "return": round(self.ret, 4), "success": self.success,
-                "success_check": self.success_check, "interventions": self.interventions,
-                "intervention_steps": self.intervention_steps, "evaluation": self.evaluation,
-                "policy_version": self.policy_version}
-
-
-@dataclass
-class StepResult:
-    action: np.ndarray | None
-    """Action to execute now; None when the episode just ended (reset the robot)."""
-    episode: EpisodeStats | None = None
-    """The finished episode when action is None."""
 
 
 class ActorCore:

@@ -11,7 +11,8 @@ from typing import Callable, Protocol
 import numpy as np
 
 from robot_rl.tasks import State, TaskSpec
-from robot_rl.training.actor import ActorCore, EpisodeStats
+from robot_rl.training.actor import ActorCore
+from robot_rl.training.actor_episodes import EpisodeStats
 from robot_rl.training.learner import LearnerCore
 from robot_rl.transport import codec
 from robot_rl.transport.layout import TRANSITION_FIELDS, stack_transitions
