@@ -564,11 +564,14 @@ def test_a_pinned_policy_is_evaluated_alone_without_training(tmp_path):
     assert [r["steps"] for r in summary["results"]] == [2, 2]
 
 
-def test_a_recording_session_refuses_a_policy_to_evaluate(tmp_path):
+def test_a_recording_session_or_no_evaluation_refuses_a_policy_to_evaluate(tmp_path):
     from robot_rl.data.episodes import EpisodeSchema, EpisodeWriter
 
     learner = LearnerCore(LearnerConfig(obs_dim=2, action_dim=1, warmup_transitions=1), tmp_path / "learner")
     recorder = EpisodeWriter(tmp_path / "demos", EpisodeSchema({}, 2, 1), {"task": "toy"})
     core = ActorCore(_task(), ActorConfig(record_only=True), Outbox(tmp_path / "outbox"), recorder)
     with pytest.raises(ValueError, match="recording"):
+        core.pin_policy(codec.decode(learner.policy_payload()))
+    core = ActorCore(_task(), ActorConfig(eval_episodes=0), Outbox(tmp_path / "outbox2"))
+    with pytest.raises(ValueError, match="eval_episodes is 0"):
         core.pin_policy(codec.decode(learner.policy_payload()))

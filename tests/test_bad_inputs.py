@@ -137,6 +137,7 @@ BAD_INPUTS = [
     (["node", "learner", "--ros-args", "-p", "utd_rato:=2"], "utd_rato"),
     (["node", "learner", "--ros-args", "-p", "num_critics:=99"], "num_critics"),
     (["node", "no_such_node"], "no_such_node"),
+    (["node", "arm_actor", "--ros-args", "-p", "policy_file:=no_such.policy"], "no_such.policy"),
 ]
 
 

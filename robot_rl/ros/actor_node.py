@@ -160,6 +160,12 @@ class ActorNode(Node):
             raise ParameterError(f"task {self.task.name} runs with the {self.task.actor_node} node, not {name}")
         self.control_hz = p.get("control_hz", self.task.control_hz)
         self.run_dir = Path(p["run_dir"])
+        pinned = None  # read before anything is written: a mistyped policy_file leaves no run behind
+        if p["policy_file"]:
+            try:
+                pinned = Path(p["policy_file"]).read_bytes()
+            except OSError as exc:
+                raise ParameterError(f"{name}: policy_file: {exc}") from None
         outbox_dir = self.run_dir / f"outbox-{p['actor_id']}"
         # No memory budget: every batch goes to disk at once, so a killed actor loses none.
         outbox = Outbox(outbox_dir, max_memory_bytes=0, resend_after_s=p["resend_after_s"])
@@ -178,11 +184,10 @@ class ActorNode(Node):
                                     learned_reward=p["reward_source"] == "reward_node")
         self.core = ActorCore(self.task, config, outbox, recorder, progress_path=outbox_dir / "progress.json",
                               key=run_key(p), pack_in_background=True)
-        if p["policy_file"]:
+        if pinned is not None:
             try:
-                self.core.pin_policy(codec.decode(Path(p["policy_file"]).read_bytes(), expect_kind="policy",
-                                                  key=self.core.key))
-            except (OSError, ValueError) as exc:
+                self.core.pin_policy(codec.decode(pinned, expect_kind="policy", key=self.core.key))
+            except ValueError as exc:
                 raise ParameterError(f"{name}: policy_file {p['policy_file']}: {exc}") from None
         if self.core.train_steps:
             self.get_logger().info(f"continuing from {outbox_dir}: {self.core.train_steps} training steps, "

@@ -188,12 +188,13 @@ class ActorCore:
         training step before them and no learner's policy taken instead. Raises ValueError if malformed."""
         if self.config.record_only:
             raise ValueError("a recording session has no policy to evaluate")
+        if self.config.eval_episodes == 0:
+            raise ValueError("nothing to evaluate it on: eval_episodes is 0")
         prepared = self.prepare_policy(payload)
         if prepared is None:
             raise ValueError(f"policy version {payload.meta.get('version')} is not one this actor takes")
         self.adopt_policy(prepared)
         self.pinned = self.evaluating = True
-        self.finished = self.config.eval_episodes == 0
 
     def adopt_policy(self, prepared: PreparedPolicy) -> bool:
         """Makes a prepared policy the acting one, unless a newer one or an evaluation came first."""
