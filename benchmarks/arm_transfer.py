@@ -33,12 +33,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import torch
+from env_graph import robot_rl
+from graph_realtime import _commit
 
 from robot_rl.envs.randomization import Randomization
 from robot_rl.resources import package_path
@@ -54,16 +54,6 @@ DYNAMICS = tuple(split for split in Randomization.load(package_path("sim/arm/ran
                  if split.startswith("dynamics_"))
 
 
-def robot_rl(*args: str, log: Path, timeout_s: float) -> None:
-    """Runs `robot-rl ARGS` with its output in `log`; SystemExit with the log's end if it fails."""
-    with open(log, "w") as out:
-        done = subprocess.run([sys.executable, "-m", "robot_rl.cli", *args], stdout=out, stderr=subprocess.STDOUT,
-                              timeout=timeout_s)
-    if done.returncode != 0:
-        raise SystemExit(f"arm_transfer: `robot-rl {' '.join(args[:3])} ...` ended with exit code "
-                         f"{done.returncode}; {log} ends with:\n{log.read_text()[-3000:]}")
-
-
 def train(seed: int, steps: int, run_dir: Path) -> float | None:
     """The recipe's lockstep training run in `run_dir` (reused when one finished there); its wall time, None if
     reused."""
@@ -77,29 +67,24 @@ def train(seed: int, steps: int, run_dir: Path) -> float | None:
     return round(time.monotonic() - started, 1)
 
 
-def in_process(run_dir: Path, episodes: int, split: str, overrides: dict | None = None) -> dict:
-    """The run's final policy on `episodes` episodes of `split` in one process, each observation built as the
-    graph's actor builds it (robot_rl/robots/arm/evaluate.py)."""
-    import gymnasium as gym
-
-    import robot_rl.envs  # noqa: F401 - registers the environments
-    from robot_rl.robots.arm.evaluate import actor_view
+def final_policy(run_dir: Path):
+    """The run's final policy (`policy.policy`, checked against the run's secret) and its version."""
     from robot_rl.tasks import get_task
-    from robot_rl.training.evaluate import evaluate_policy
-    from robot_rl.training.policy_payload import policy_from_payload
-    from robot_rl.transport import codec
-    from robot_rl.transport.secret import read_secret
+    from robot_rl.training.evaluate import graph_policy
 
-    task = get_task(TASK)
-    payload = codec.decode((run_dir / "policy.policy").read_bytes(), expect_kind="policy",
-                           key=read_secret(run_dir / "secret.key"))
-    policy = policy_from_payload(payload, task)
-    env = gym.make(task.env_id, image_size=task.image_size, randomization_split=split, overrides=overrides)
-    result = evaluate_policy(lambda obs, info: policy.act(actor_view(obs, info, task), True), env, episodes,
-                             EVAL_SEED)
-    return {"split": split, "overrides": overrides or {}, "policy_version": payload.meta["version"],
-            "success_rate": result["success_rate"], "successes": [r["success"] for r in result["results"]],
-            "steps": [r["steps"] for r in result["results"]]}
+    policy, payload = graph_policy(run_dir, run_dir / "policy.policy", get_task(TASK))
+    return policy, payload.meta["version"]
+
+
+def in_process(run_dir: Path, policy, episodes: int, split: str, overrides: dict | None = None) -> dict:
+    """`policy` on `episodes` episodes of `split` in one process, as `robot-rl eval` judges a graph run's policy
+    (robot_rl/robots/arm/evaluate.py: the run's scenes, each observation built as the graph's actor builds it)."""
+    from robot_rl.robots.arm.evaluate import graph_episodes
+    from robot_rl.tasks import get_task
+
+    result = graph_episodes(run_dir, policy, get_task(TASK), episodes, EVAL_SEED, split, None, None, overrides)
+    return {"split": split, "overrides": overrides or {}, "success_rate": result["success_rate"],
+            "successes": [r["success"] for r in result["results"]], "steps": [r["steps"] for r in result["results"]]}
 
 
 def through_graph(run_dir: Path, episodes: int, eval_dir: Path) -> dict:
@@ -122,24 +107,26 @@ def through_graph(run_dir: Path, episodes: int, eval_dir: Path) -> dict:
             "wall_s": round(time.monotonic() - started, 1)}
 
 
-def seed_row(seed: int, steps: int, episodes: int, runs: Path) -> dict:
+def seed_row(seed: int, steps: int, episodes: int, runs: Path, commit: str) -> dict:
+    """`commit`: the code the rows ran, taken when the benchmark started."""
     run_dir = runs / f"seed{seed}"
     train_wall_s = train(seed, steps, run_dir)
-    matched = in_process(run_dir, episodes, "eval", NOT_IN_ARM_SIM)
+    policy, version = final_policy(run_dir)
+    matched = in_process(run_dir, policy, episodes, "eval", NOT_IN_ARM_SIM)
     graph = through_graph(run_dir, episodes, runs / f"seed{seed}_graph_{time.strftime('%Y%m%d%H%M%S')}")
-    if graph["policy_version"] != matched["policy_version"] or graph["train_steps"] != 0:
+    if graph["policy_version"] != version or graph["train_steps"] != 0:
         raise SystemExit(f"arm_transfer: the graph flew policy version {graph['policy_version']} after "
-                         f"{graph['train_steps']} training steps, not the pinned version {matched['policy_version']}")
-    as_drawn = in_process(run_dir, episodes, "eval")
-    dynamics = {split: in_process(run_dir, episodes, split)["success_rate"] for split in DYNAMICS}
+                         f"{graph['train_steps']} training steps, not the pinned version {version}")
+    as_drawn = in_process(run_dir, policy, episodes, "eval")
+    dynamics = {split: in_process(run_dir, policy, episodes, split)["success_rate"] for split in DYNAMICS}
     learner = json.loads((run_dir / "learner_summary.json").read_text())
     return {"seed": seed, "steps": steps, "episodes": episodes, "run_dir": str(run_dir), "train_wall_s": train_wall_s,
-            "learner_updates": learner.get("updates"), "policy_version": matched["policy_version"],
+            "learner_updates": learner.get("updates"), "policy_version": version,
             "in_process_same_plants": matched, "graph": graph, "in_process_as_drawn": as_drawn["success_rate"],
             "dynamics": dynamics,
             "episodes_that_differ": [i for i, (a, b) in enumerate(zip(matched["successes"], graph["successes"]))
                                      if a != b],
-            "date": time.strftime("%Y-%m-%d"), "commit": _commit()}
+            "date": time.strftime("%Y-%m-%d"), "commit": commit}
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -160,11 +147,6 @@ def summarize(rows: list[dict]) -> dict:
     return summary
 
 
-def _commit() -> str:
-    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -180,9 +162,9 @@ def main() -> None:
         args.seeds, args.steps, args.episodes = args.seeds[:1], 600, 5
         args.runs = args.runs.with_name(args.runs.name + "_quick")
     args.runs.mkdir(parents=True, exist_ok=True)
-    rows = []
+    commit, rows = _commit(), []
     for seed in args.seeds:
-        rows.append(seed_row(seed, args.steps, args.episodes, args.runs))
+        rows.append(seed_row(seed, args.steps, args.episodes, args.runs, commit))
         print(json.dumps(rows[-1]), flush=True)
         if not args.quick:
             with open(RESULTS / "arm_transfer.jsonl", "a") as out:

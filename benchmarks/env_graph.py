@@ -89,14 +89,15 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
-def robot_rl(*args: str, log: Path, python: str = sys.executable) -> None:
-    """`robot-rl ARGS` (run by `python`), its output in `log`; exits naming the log's end if it fails."""
+def robot_rl(*args: str, log: Path, python: str = sys.executable, timeout_s: float | None = None) -> None:
+    """`robot-rl ARGS` (run by `python`, killed after `timeout_s`), its output in `log`; exits naming the log's end
+    if it fails."""
     with open(log, "w") as out:
         code = subprocess.run([python, "-m", "robot_rl.cli", *args], stdout=out, stderr=subprocess.STDOUT,
-                              env=subprocess_env()).returncode
+                              env=subprocess_env(), timeout=timeout_s).returncode
     if code != 0:
-        raise SystemExit(f"env_graph: `robot-rl {' '.join(args[:3])} ...` exited with {code}; its output ended "
-                         f"with:\n{log.read_text()[-3000:]}")
+        raise SystemExit(f"{Path(sys.argv[0]).stem}: `robot-rl {' '.join(args[:3])} ...` exited with {code}; its "
+                         f"output ended with:\n{log.read_text()[-3000:]}")
 
 
 def record_demos(out: Path, episodes: int, seed: int) -> float:

@@ -139,10 +139,7 @@ def evaluate_graph_policy(run: Path, source: Path, task_name: str, episodes: int
     trial or lap). `max_failures`: episodes stop early as `evaluate_policy`'s do."""
     from robot_rl.robots import registry
     from robot_rl.tasks import ENV_TASK, EnvTaskFile, get_task
-    from robot_rl.training.policy_payload import policy_from_payload
     from robot_rl.training.env_graph import ENV_TASK_FILE
-    from robot_rl.transport import codec
-    from robot_rl.transport.secret import read_secret
 
     env_task = str(run / ENV_TASK_FILE) if task_name == ENV_TASK else ""
     task = get_task(task_name, env_task)
@@ -150,8 +147,7 @@ def evaluate_graph_policy(run: Path, source: Path, task_name: str, episodes: int
     if not env_task and evaluate is None:
         raise ValueError(f"robot-rl eval cannot judge {task.name} in simulation: no robot evaluates graph runs "
                          f"driven by {task.actor_node or 'its actor'}")
-    payload = codec.decode(Path(source).read_bytes(), expect_kind="policy", key=read_secret(run / "secret.key"))
-    policy = policy_from_payload(payload, task)
+    policy, payload = graph_policy(run, source, task)
     pinned = {"policy": str(source), "kind": "graph_run", "task": task.name, "policy_version": payload.meta["version"],
               "transitions": payload.meta.get("transitions")}
     if evaluate is not None:
@@ -164,6 +160,17 @@ def evaluate_graph_policy(run: Path, source: Path, task_name: str, episodes: int
     result = evaluate_policy(lambda obs, info: policy.act(obs, True), env, episodes, seed, max_failures)
     return {**pinned, "env_id": described.env_id, "env_kwargs": described.env_kwargs, "episodes": episodes,
             **result, "rule": "deterministic policy; success = the environment's success flag at any step"}
+
+
+def graph_policy(run: Path, source: Path, task) -> tuple[Any, Any]:
+    """The policy of payload `source` (graph run `run`'s policy.policy or a snapshot), checked against the run's
+    secret, for `task`; and the payload (its meta names the version). ValueError if forged or malformed."""
+    from robot_rl.training.policy_payload import policy_from_payload
+    from robot_rl.transport import codec
+    from robot_rl.transport.secret import read_secret
+
+    payload = codec.decode(Path(source).read_bytes(), expect_kind="policy", key=read_secret(run / "secret.key"))
+    return policy_from_payload(payload, task), payload
 
 
 def evaluate_policy(act: Callable[[Any, Mapping], np.ndarray], env, episodes: int, seed: int,
