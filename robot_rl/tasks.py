@@ -8,6 +8,7 @@ the learner all read the task from here, so the three can never disagree. Robots
 from __future__ import annotations
 
 import json
+from collections import deque
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Callable
@@ -53,10 +54,56 @@ class TaskSpec:
     `terminate_on_success` says so."""
     truncated: Callable[[State], bool] | None = None
     """The robot or environment cut the episode short here (bootstrapped); None: only the horizon does."""
+    action_history: int = 0
+    """The last this many actions decided join the observation: `observation` reads them from the state's
+    `LAST_ACTIONS` ((k, action_dim), newest first), which whoever acts keeps (`ActionHistory`). Under action
+    latency they are the commands still in flight, which the robot's sensors cannot show yet."""
+    rest_action: tuple[float, ...] = ()
+    """What the robot does before its first decision (the history's entries before there are k): empty, zeros."""
 
     @property
     def frame_shapes(self) -> dict[str, tuple[int, int, int]]:
         return {camera: (self.image_size, self.image_size, 3) for camera in self.cameras}
+
+
+LAST_ACTIONS = "last_actions"
+"""The state's key for the actions decided last (`TaskSpec.action_history`)."""
+
+
+class ActionHistory:
+    """The last `length` actions decided, newest first; an episode starts from `rest` in every entry. One
+    keeper for the simulator env, the actor, demonstrations and imported recordings, so all build the same
+    observation."""
+
+    def __init__(self, length: int, rest: np.ndarray):
+        self.rest = np.asarray(rest, np.float32)
+        self._actions: deque[np.ndarray] = deque(maxlen=length)
+        self.reset()
+
+    @classmethod
+    def of(cls, task: TaskSpec) -> "ActionHistory":
+        return cls(task.action_history, task.rest_action or np.zeros(task.action_dim))
+
+    def reset(self, actions=()) -> None:
+        """A new episode; `actions` (oldest first): what was decided before it (a snapshot's)."""
+        self._actions.clear()
+        self._actions.extend(self.rest.copy() for _ in range(self._actions.maxlen))
+        self._actions.extend(np.asarray(a, np.float32) for a in actions)
+
+    def push(self, action) -> None:
+        self._actions.append(np.array(action, np.float32))
+
+    @property
+    def array(self) -> np.ndarray:
+        """(length, action dim), newest first."""
+        return np.asarray(self._actions, np.float32).reshape(self._actions.maxlen, self.rest.size)[::-1]
+
+    def oldest_first(self) -> list[np.ndarray]:
+        return [a.copy() for a in self._actions]
+
+    def joined(self, state: State) -> State:
+        """`state` with the history under `LAST_ACTIONS` (as it is without a history)."""
+        return {**state, LAST_ACTIONS: self.array} if self._actions.maxlen else state
 
 
 def task_observation(task: TaskSpec, state: State):

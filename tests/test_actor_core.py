@@ -575,3 +575,22 @@ def test_a_recording_session_or_no_evaluation_refuses_a_policy_to_evaluate(tmp_p
     core = ActorCore(_task(), ActorConfig(eval_episodes=0), Outbox(tmp_path / "outbox2"))
     with pytest.raises(ValueError, match="eval_episodes is 0"):
         core.pin_policy(codec.decode(learner.policy_payload()))
+
+
+def test_the_actions_sent_join_the_observation_newest_first_and_restart_each_episode(tmp_path):
+    """A task with an action history (the arm's pick-cube: commands still in flight under latency) observes what
+    the actor sent, a person's action included; each episode starts from the task's rest action."""
+    task = TaskSpec(name="toy_history", obs_dim=3, action_dim=1, max_episode_steps=3, control_hz=10.0,
+                    observation=lambda s: np.array([s["x"], *s["last_actions"][:, 0]], np.float32),
+                    reward=lambda s: 0.0, success=lambda s: False, terminate_on_success=False, expert=None,
+                    env_id="none", action_history=2, rest_action=(-1.0,))
+    core = ActorCore(task, ActorConfig(batch_transitions=100, total_steps=0), Outbox(tmp_path))
+    for _ in range(2):
+        core.start_episode()
+        sent = [core.step({"x": 0}).action, core.step({"x": 1}, human_action=np.array([0.5], np.float32)).action,
+                core.step({"x": 2}).action]
+        core.step({"x": 3})
+    assert sent[1].tolist() == [0.5]
+    batch = codec.decode(core.outbox.due(now=0.0)[-1][1]).arrays  # the second episode's, from the rest again
+    np.testing.assert_array_equal(batch["obs"][:, 1:], [[-1, -1], [sent[0][0], -1], [0.5, sent[0][0]]])
+    np.testing.assert_array_equal(batch["next_obs"][-1, 1:], [sent[2][0], 0.5])

@@ -22,7 +22,7 @@ from robot_rl.ros.arm_io import action_to_msgs, state_to_msgs  # noqa: E402
 from robot_rl.ros.bag import message_definition  # noqa: E402
 from robot_rl.ros.messages import image_to_msg, ns_to_stamp  # noqa: E402
 from robot_rl.ros.step_log import StepOutcome, discard_msg, parse_step_msg, step_msg  # noqa: E402
-from robot_rl.tasks import get_task, task_observation  # noqa: E402
+from robot_rl.tasks import LAST_ACTIONS, get_task, task_observation  # noqa: E402
 
 TASK = "arm_pick_cube"
 T0 = 5_000_000_000
@@ -144,8 +144,12 @@ def test_a_bag_becomes_the_episodes_its_actor_recorded(tmp_path):
     assert len(warnings) == 1 and "episode 0 is not all in the bag (the recording began after it did)" in warnings[0]
     episode = dataset.episode(0)
     task = get_task(TASK)
+    rest = np.array(task.rest_action, np.float32)
     for t, stamp in enumerate(stamps):
-        expected = task_observation(task, {**session.states[stamp], **session.frames[stamp]})
+        # the commands the actor had sent in this episode, newest first, the arm's rest before its first
+        sent = [np.asarray(actions[t - 1 - j], np.float32) if t - 1 - j >= 0 else rest for j in range(2)]
+        state = {**session.states[stamp], **session.frames[stamp], LAST_ACTIONS: np.stack(sent)}
+        expected = task_observation(task, state)
         for camera in ("front", "wrist"):
             np.testing.assert_array_equal(episode[camera][t], expected[camera])
         np.testing.assert_allclose(episode["state"][t], expected["state"], atol=1e-6)

@@ -6,7 +6,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import robot_rl.envs  # noqa: F401
-from robot_rl.robots.arm.pick_cube import PROPRIO_DIM, STATE_DIM, ArmPickCubeEnv
+from robot_rl.robots.arm.pick_cube import ACTION_HISTORY, PROPRIO_DIM, STATE_DIM, ArmPickCubeEnv
 from robot_rl.envs.randomization import Randomization
 from robot_rl.tasks import get_task
 
@@ -21,7 +21,7 @@ def test_spaces_hide_the_cube_and_pass_the_gymnasium_checker():
     env = _env()
     obs, info = env.reset(seed=0)
     assert set(obs) == {"front", "wrist", "state"} and obs["front"].shape == (32, 32, 3)
-    assert obs["state"].shape == (PROPRIO_DIM,) and obs["state"][-1] == -1.0  # gripper open
+    assert obs["state"].shape == (PROPRIO_DIM + 4 * ACTION_HISTORY,) and obs["state"][-1] == -1.0  # gripper open
     assert "cube_pos" in info["state"]  # privileged state only in info
     check_env(ArmPickCubeEnv(image_size=32), skip_render_check=True)
 
@@ -107,13 +107,15 @@ def test_observation_noise_touches_only_the_proprioception():
     a, _ = noisy.reset(seed=1)
     b, _ = clean.reset(seed=1)
     np.testing.assert_array_equal(a["front"], b["front"])
-    assert np.abs(a["state"][:-1] - b["state"][:-1]).max() > 1e-4 and a["state"][-1] == b["state"][-1]
+    sensors = PROPRIO_DIM - 1  # then the commands sent, which are not noisy
+    assert np.abs(a["state"][:sensors] - b["state"][:sensors]).max() > 1e-4
+    np.testing.assert_array_equal(a["state"][sensors:], b["state"][sensors:])
 
 
 def test_registered_id_and_state_variant():
     env = gym.make("robot_rl/ArmPickCube-v0", observation="state", image_size=32)
     obs, _ = env.reset(seed=0)
-    assert obs.shape == (STATE_DIM,) and obs[-1] == -1.0  # gripper command last: open
+    assert obs.shape == (STATE_DIM + 4 * ACTION_HISTORY,) and obs[-1] == -1.0  # gripper command last: open
     for _ in range(2):  # at most one step of randomized action latency
         obs, *_ = env.step(np.array([0, 0, 0, 1], np.float32))
     assert obs[-1] == 1.0
@@ -180,3 +182,23 @@ def test_overrides_replace_their_draws_and_leave_the_rest_of_the_seeds_scene():
     assert max(noise) > 0  # the split draws noise; the overrides took it away
     with pytest.raises(ValueError, match="does not draw"):
         ArmPickCubeEnv(observation="state", overrides={"cube_colour": 1.0})
+
+
+def test_the_action_history_shows_the_commands_sent_newest_first_and_survives_a_snapshot():
+    env = _env(randomization={"train": {"action_latency_steps": {"constant": 2}}, "eval": {}})
+    assert env.action_history == ACTION_HISTORY == 2
+    obs, _ = env.reset(seed=0)
+    rest = [0, 0, 0, -1]  # before any decision: holding still, gripper open
+    np.testing.assert_array_equal(obs["state"][11:19], rest + rest)
+    first, second = np.array([0.1, 0.2, 0.3, 0.4], np.float32), np.array([-0.5, 0.6, -0.7, 0.8], np.float32)
+    env.step(first)
+    snapshot = env.snapshot()
+    obs, *_ = env.step(second)
+    np.testing.assert_array_equal(obs["state"][11:19], np.concatenate([second, first]))
+    assert obs["state"][-1] == -1.0  # both commands still in flight: the gripper has not closed
+    obs, _ = env.reset(options={"snapshot": snapshot})
+    np.testing.assert_array_equal(obs["state"][11:19], np.concatenate([first, rest]))
+    obs, _ = _env(action_history=0).reset(seed=0)
+    assert obs["state"].shape == (PROPRIO_DIM,)
+    with pytest.raises(ValueError, match="action_history"):
+        _env(action_history=9)

@@ -7,7 +7,7 @@ from gymnasium.utils.env_checker import check_env
 
 from robot_rl.envs import ARM_PUSH_CUBE_ENV_ID
 from robot_rl.robots.arm.sim import CUBE_REST_Z, CUBE_SIZE
-from robot_rl.robots.arm.pick_cube import PROPRIO_DIM, STATE_DIM
+from robot_rl.robots.arm.pick_cube import ACTION_HISTORY, PROPRIO_DIM, STATE_DIM
 from robot_rl.robots.arm.push_cube import (PUSH_DIRECTION, PUSH_DISTANCE, ArmPushCubeEnv, push_progress, push_success,
                                      scripted_push_action)
 from robot_rl.tasks import expert_for_env, task_names
@@ -39,7 +39,7 @@ def test_expert_pushes_the_cube_with_sparse_terminal_reward():
     successes = 0
     for episode in range(20):
         obs, info = env.reset(seed=episode)
-        assert obs.shape == (STATE_DIM,)
+        assert obs.shape == (STATE_DIM + 4 * ACTION_HISTORY,)
         np.testing.assert_array_equal(info["state"]["cube_start"], info["state"]["cube_pos"])
         rewards, done = [], False
         while not done:
@@ -57,7 +57,7 @@ def test_pixel_observations_through_gymnasium_make():
     obs, info = env.reset(seed=0)
     assert set(obs) == {"front", "wrist", "state"}
     assert obs["front"].shape == obs["wrist"].shape == (64, 64, 3) and obs["front"].dtype == np.uint8
-    assert obs["state"].shape == (PROPRIO_DIM,) and obs["state"][-1] == -1.0  # gripper open
+    assert obs["state"].shape == (PROPRIO_DIM + 4 * ACTION_HISTORY,) and obs["state"][-1] == -1.0  # gripper open
     assert info["state"]["cube_start"].shape == (3,) and not info["success"]
     env.close()
     check_env(ArmPushCubeEnv(image_size=32), skip_render_check=True)

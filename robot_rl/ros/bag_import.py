@@ -34,7 +34,7 @@ import numpy as np
 from robot_rl.data.episodes import EpisodeDataset, EpisodeSchema, EpisodeWriter
 from robot_rl.robots import registry
 from robot_rl.ros.step_log import STEP_TOPIC, StepOutcome, parse_step_msg
-from robot_rl.tasks import TaskSpec, dataset_task_config, get_task, task_factories, task_observation
+from robot_rl.tasks import ActionHistory, TaskSpec, dataset_task_config, get_task, task_factories, task_observation
 
 MCAP_MAGIC = b"\x89MCAP0\r\n"
 EPISODE_EVENTS = "episode/event"
@@ -395,10 +395,12 @@ def _write_episode(writer: EpisodeWriter, plan: PlannedEpisode, sets: dict[int, 
         lacking = next((action for action in actions if isinstance(action, str)), "")
         if lacking:
             return lacking
-        observations = []
-        for state in states:
-            obs = task_observation(task, state)
+        observations, sent = [], ActionHistory.of(task)  # the commands the actor had sent, as it observed them
+        for k, state in enumerate(states):
+            obs = task_observation(task, sent.joined(state))
             observations.append(obs if isinstance(obs, dict) else {"state": obs})
+            if k < len(actions):
+                sent.push(actions[k])
         for k, action in enumerate(actions):
             outcome = plan.outcomes[k] or StepOutcome(float(task.reward(states[k + 1])), False, False, None)
             writer.add_step(observations[k], action, outcome.reward, outcome.terminated, outcome.truncated,

@@ -25,7 +25,7 @@ import numpy as np
 from robot_rl.agents.policy import Policy
 from robot_rl.config_fields import setting
 from robot_rl.data.episodes import EpisodeWriter
-from robot_rl.tasks import State, TaskSpec, task_observation
+from robot_rl.tasks import ActionHistory, State, TaskSpec, task_observation
 from robot_rl.training.actor_episodes import EpisodeStats, StepResult
 from robot_rl.training.actor_progress import PROGRESS_COUNTERS, committed_progress
 from robot_rl.training.batch_packer import BatchPacker, PendingTransitions, TakenBatch, pack_batch
@@ -123,6 +123,8 @@ class ActorCore:
         self.transitions_sent = self.payloads_sent = self.acked = 0
         self._episode: EpisodeStats | None = None
         self._prev: tuple[np.ndarray, np.ndarray, bool] | None = None  # obs, action, intervention
+        self.actions = ActionHistory.of(task)
+        """The actions sent last, which the task may observe (`TaskSpec.action_history`)."""
         self._label: str | None = None
         self._held_episode: tuple[Any, EpisodeStats] | None = None  # a recorded episode awaiting its commit
         self.episodes_recorded = self.episodes_discarded = 0
@@ -237,6 +239,7 @@ class ActorCore:
         if self.finished:
             raise RuntimeError("actor finished: training and evaluation (or the recording) are done")
         self._prev, self._label = None, None
+        self.actions.reset()
         self.last_reward, self.last_success = math.nan, False  # nothing of the last episode is shown as this one's
         self._episode_first_stamp, self._learned_done = None, False
         self._episode = EpisodeStats(self.episode_index, evaluation=self.evaluating,
@@ -312,7 +315,7 @@ class ActorCore:
         if self._episode is None:
             raise RuntimeError("step() outside an episode: call start_episode() after the reset")
         episode = self._episode
-        obs = task_observation(self.task, state)
+        obs = task_observation(self.task, self.actions.joined(state))
         learned = self.config.learned_reward and not episode.evaluation
         if learned and stamp_ns is None:
             raise ValueError("learned rewards are keyed by the observation's stamp: pass stamp_ns")
@@ -366,6 +369,7 @@ class ActorCore:
         episode.interventions += int(taking_over)
         episode.intervention_steps += int(intervention)
         self._prev = (obs, action, intervention)
+        self.actions.push(action)
         return StepResult(action)
 
     def _choose_action(self, obs, human_action: np.ndarray | None,

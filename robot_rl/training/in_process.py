@@ -10,7 +10,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from robot_rl.tasks import State, TaskSpec
+from robot_rl.tasks import ActionHistory, State, TaskSpec
 from robot_rl.training.actor import ActorCore
 from robot_rl.training.actor_episodes import EpisodeStats
 from robot_rl.training.learner import LearnerCore
@@ -38,6 +38,7 @@ def collect_demonstrations(task: TaskSpec, robot: Robot, episodes: int, seed: in
     rng = np.random.default_rng(seed)
     fields: dict[str, list] = {k: [] for k in TRANSITION_FIELDS}
     kept = attempted = 0
+    actions = ActionHistory.of(task)
     while kept < episodes:
         attempted += 1
         if attempted > 10 * episodes + 10:
@@ -45,18 +46,20 @@ def collect_demonstrations(task: TaskSpec, robot: Robot, episodes: int, seed: in
         if before_reset is not None:
             before_reset(rng)
         robot.reset(rng)
+        actions.reset()
         state = robot.state()
         frames = {c: robot.render(c, task.image_size) for c in task.cameras}
         episode = {k: [] for k in fields}
         for t in range(task.max_episode_steps):
-            obs = task.observation(state)
+            obs = task.observation(actions.joined(state))
             action = task.expert(state, rng, noise)
+            actions.push(action)
             robot.step(action)
             state = robot.state()
             next_frames = {c: robot.render(c, task.image_size) for c in task.cameras}
             success = task.success(state)
             terminated = success and task.terminate_on_success
-            values = {"obs": obs, "action": action, "reward": task.reward(state), "next_obs": task.observation(state),
+            values = {"obs": obs, "action": action, "reward": task.reward(state), "next_obs": task.observation(actions.joined(state)),
                       "terminated": terminated, "truncated": not terminated and t == task.max_episode_steps - 1,
                       "intervention": False}
             for camera in task.cameras:

@@ -28,6 +28,8 @@ def graph_episodes(run: Path, policy, task, episodes: int, seed: int, split: str
         kwargs["cube_xy_range"] = float(sim["cube_xy_range"])
     if overrides:
         kwargs["overrides"] = dict(overrides)
+    if env_accepts(task.env_id, "action_history"):
+        kwargs["action_history"] = task.action_history
     result = evaluate_policy(lambda obs, info: policy.act(actor_view(obs, info, task), True),
                              gym.make(task.env_id, **kwargs), episodes, seed, max_failures)
     return {"env_id": task.env_id, "env_kwargs": kwargs, "episodes": episodes, **result,

@@ -25,11 +25,18 @@ from robot_rl.config_fields import settings_of
 from robot_rl.robots.arm.sim import LIFT_OBS_DIM, ArmSim, ArmSimConfig, lift_observation, lift_success
 from robot_rl.envs.randomization import Randomization
 from robot_rl.resources import package_path
+from robot_rl.tasks import ActionHistory
 
 DEFAULT_RANDOMIZATION = Path("sim") / "arm" / "randomization.yaml"
 PROPRIO_DIM = 12
 """Proprioception: EE position (3) [m], finger opening (1) [m], joint velocities (7) / 10 [rad/s],
-gripper command (1, +1 closed / -1 open; last, so the grasp critic finds it at index -1)."""
+gripper command (1, +1 closed / -1 open; last, so the grasp critic finds it at index -1). With an action
+history of k, the last k actions decided (4 each, newest first) come before the gripper command."""
+ACTION_HISTORY = 2
+"""The pick-cube task's history: the last two commands, which up to 2 steps of action latency hold in flight."""
+MAX_ACTION_HISTORY = 8
+HOLD_ACTION = np.array([0.0, 0.0, 0.0, -1.0], np.float32)
+"""What the arm does before its first decision arrives: holds still, gripper open."""
 STATE_DIM = LIFT_OBS_DIM + 1
 """State-based variant: the privileged lift observation (`arm.lift_observation`) + the gripper
 command, last as in the proprioception (the grasp critic and the policy read it there)."""
@@ -126,9 +133,12 @@ class ArmRandomizer:
         mujoco.mj_setConst(m, self.arm_sim.data)
 
 
-def proprioception(state: dict[str, np.ndarray], gripper_command: float) -> np.ndarray:
+def proprioception(state: dict[str, np.ndarray], gripper_command: float,
+                   last_actions: np.ndarray | None = None) -> np.ndarray:
+    """`last_actions`: the k actions decided last, newest first ((k, 4); None: no history)."""
+    history = np.zeros(0) if last_actions is None else np.asarray(last_actions, np.float32).reshape(-1)
     return np.concatenate([state["ee_pos"], np.asarray(state["gripper"]).reshape(1),
-                           np.asarray(state["joint_vel"]) / 10.0, [gripper_command]]).astype(np.float32)
+                           np.asarray(state["joint_vel"]) / 10.0, history, [gripper_command]]).astype(np.float32)
 
 
 class ArmPickCubeEnv(gym.Env):
@@ -142,6 +152,9 @@ class ArmPickCubeEnv(gym.Env):
     `overrides`: randomization values that replace the split's draws of those parameters. Every value is still
     drawn, so everything else a reset seed gives is the split's own (e.g. action latency 0 and no sensor noise
     to meet the scenes the graph's `arm_sim` simulates, whose pipeline brings its own delay).
+    `action_history`: the last k actions decided (newest first) join the observation before the gripper command,
+    so a policy can tell which of its commands are still in flight under action latency (0: none; the task's
+    `ACTION_HISTORY` by default).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
@@ -149,12 +162,15 @@ class ArmPickCubeEnv(gym.Env):
     def __init__(self, image_size: int = 64, randomization: str | Path | dict | bool | None = None,
                  randomization_split: str = "train", cameras: tuple[str, ...] = ("front", "wrist"),
                  max_episode_steps: int = 60, observation: str = "pixels", render_mode: str | None = None,
-                 cube_xy_range: float = ArmSimConfig.cube_xy_range, overrides: Mapping[str, float] | None = None):
+                 cube_xy_range: float = ArmSimConfig.cube_xy_range, overrides: Mapping[str, float] | None = None,
+                 action_history: int = ACTION_HISTORY):
         super().__init__()
         if observation not in ("pixels", "state"):
             raise ValueError(f"observation must be 'pixels' or 'state', got {observation!r}")
         if max_episode_steps < 1:
             raise ValueError("max_episode_steps must be >= 1")
+        if not 0 <= action_history <= MAX_ACTION_HISTORY:
+            raise ValueError(f"action_history must be in [0, {MAX_ACTION_HISTORY}], got {action_history}")
         limits = settings_of(ArmSimConfig)["cube_xy_range"][1]  # the sim node's parameter range
         if not limits.low <= cube_xy_range <= limits.high:
             raise ValueError(f"cube_xy_range must be in [{limits.low}, {limits.high}] m, got {cube_xy_range}")
@@ -174,16 +190,19 @@ class ArmPickCubeEnv(gym.Env):
             raise ValueError(f"overrides name {sorted(unknown)}, which split {randomization_split!r} does not draw")
         self.split, self.cameras, self.observation = randomization_split, tuple(cameras), observation
         self.max_episode_steps, self.render_mode = max_episode_steps, render_mode
-        proprio = spaces.Box(-np.inf, np.inf, (PROPRIO_DIM,), np.float32)
+        self.action_history = action_history
+        history_dim = HOLD_ACTION.size * action_history
+        proprio = spaces.Box(-np.inf, np.inf, (PROPRIO_DIM + history_dim,), np.float32)
         if observation == "pixels":
             self.observation_space = spaces.Dict({
                 **{c: spaces.Box(0, 255, (image_size, image_size, 3), np.uint8) for c in self.cameras},
                 "state": proprio})
         else:
-            self.observation_space = spaces.Box(-np.inf, np.inf, (STATE_DIM,), np.float32)
+            self.observation_space = spaces.Box(-np.inf, np.inf, (STATE_DIM + history_dim,), np.float32)
         self.action_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
         self.sample: dict[str, Any] = {}
         self._pending: deque[np.ndarray] = deque()
+        self._decided = ActionHistory(action_history, HOLD_ACTION)
         self._state: dict[str, np.ndarray] | None = None
 
     @property
@@ -202,13 +221,16 @@ class ArmPickCubeEnv(gym.Env):
 
     def _obs(self) -> Any:
         state = self._state
+        history = self._decided.array
         if self.observation == "state":
-            vector = np.append(lift_observation(state), np.float32(self._gripper_command()))
+            vector = np.concatenate([lift_observation(state), history.reshape(-1),
+                                     [self._gripper_command()]]).astype(np.float32)
         else:
-            vector = proprioception(state, self._gripper_command())
+            vector = proprioception(state, self._gripper_command(), history)
         noise = float(self.sample.get("observation_noise", 0.0))
-        if noise > 0:  # sensors are noisy; the command the robot was sent is not
-            vector[:-1] += self.np_random.normal(0.0, noise, vector.size - 1).astype(np.float32)
+        if noise > 0:  # sensors are noisy; the commands the robot was sent are not
+            sensors = vector.size - 1 - history.size
+            vector[:sensors] += self.np_random.normal(0.0, noise, sensors).astype(np.float32)
         if self.observation == "state":
             return vector
         return {**{c: self.sim.render(c) for c in self.cameras}, "state": vector}
@@ -230,7 +252,8 @@ class ArmPickCubeEnv(gym.Env):
         (VLAC's return-and-explore starts exploring from demonstration states)."""
         if self._state is None:
             raise RuntimeError("call reset() before snapshot()")
-        return {"sample": dict(self.sample), "sim": self.sim.snapshot(), "pending": [a.copy() for a in self._pending]}
+        return {"sample": dict(self.sample), "sim": self.sim.snapshot(), "pending": [a.copy() for a in self._pending],
+                "decided": self._decided.oldest_first()}
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """options={"snapshot": snapshot()}: start from that state (its scene, physics and actions
@@ -246,10 +269,12 @@ class ArmPickCubeEnv(gym.Env):
         self.sim.reset(self.np_random)
         latency = int(self.sample.get("action_latency_steps", 0))
         # Until the first decision has travelled through the latency, the arm holds still, gripper open.
-        self._pending = deque([np.array([0.0, 0.0, 0.0, -1.0], np.float32)] * latency)
+        self._pending = deque([HOLD_ACTION.copy() for _ in range(latency)])
+        self._decided.reset()
         if snapshot is not None:
             self.sim.restore(snapshot["sim"])
             self._pending = deque(np.asarray(a, np.float32) for a in snapshot["pending"])
+            self._decided.reset(snapshot["decided"])
         self._steps = 0
         self._instabilities_at_reset = self._instabilities()
         self._state = self._read_state()
@@ -262,6 +287,7 @@ class ArmPickCubeEnv(gym.Env):
         if action.shape != (4,) or not np.isfinite(action).all():
             raise ValueError(f"action must be 4 finite values, got {action}")
         self._pending.append(action)
+        self._decided.push(action)
         self.sim.step(self._pending.popleft())
         self._steps += 1
         self._state = self._read_state()

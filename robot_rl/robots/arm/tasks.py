@@ -8,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 
-from robot_rl.tasks import State, TaskSpec
+from robot_rl.tasks import LAST_ACTIONS, State, TaskSpec
 
 
 def arm_lift() -> TaskSpec:
@@ -30,10 +30,12 @@ def arm_pick_cube() -> TaskSpec:
     # is rebuilt from the gripper opening (closed when the fingers are within the cube's width).
     def observation(state: State) -> np.ndarray:
         closed = float(np.asarray(state["gripper"]).reshape(-1)[0]) < arm_sim.CUBE_SIZE + 0.004
-        return pick_cube.proprioception(state, 1.0 if closed else -1.0)
+        return pick_cube.proprioception(state, 1.0 if closed else -1.0, state.get(LAST_ACTIONS))
 
+    history = pick_cube.ACTION_HISTORY
     return TaskSpec(
-        name="arm_pick_cube", obs_dim=pick_cube.PROPRIO_DIM, action_dim=4, max_episode_steps=60, control_hz=10.0,
+        name="arm_pick_cube", obs_dim=pick_cube.PROPRIO_DIM + history * 4, action_dim=4, max_episode_steps=60,
+        control_hz=10.0, action_history=history, rest_action=tuple(pick_cube.HOLD_ACTION),
         observation=observation, reward=lambda s: float(arm_sim.lift_success(s)), success=arm_sim.lift_success,
         terminate_on_success=True, expert=partial(arm_sim.scripted_lift_action, gain=0.5),  # latency-tolerant
         env_id="robot_rl/ArmPickCube-v0", cameras=("front", "wrist"), image_size=64, actor_node="arm_actor",
