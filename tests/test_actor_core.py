@@ -594,3 +594,15 @@ def test_the_actions_sent_join_the_observation_newest_first_and_restart_each_epi
     batch = codec.decode(core.outbox.due(now=0.0)[-1][1]).arrays  # the second episode's, from the rest again
     np.testing.assert_array_equal(batch["obs"][:, 1:], [[-1, -1], [sent[0][0], -1], [0.5, sent[0][0]]])
     np.testing.assert_array_equal(batch["next_obs"][-1, 1:], [sent[2][0], 0.5])
+
+
+def test_a_policy_from_before_the_action_history_is_refused_saying_so():
+    from robot_rl.tasks import get_task
+    from robot_rl.training.policy_payload import policy_from_payload
+
+    task = get_task("arm_pick_cube")
+    old = Policy(PolicySpec(obs_dim=task.obs_dim - 8, action_dim=4, hidden_dims=(4,)))
+    payload = codec.encode("policy", codec.state_dict_to_arrays(old.network.state_dict()),
+                           {"version": 1, "spec": old.spec.to_json()})
+    with pytest.raises(ValueError, match="observes its last 2 actions .* a policy trained before observes 12"):
+        policy_from_payload(codec.decode(payload), task)

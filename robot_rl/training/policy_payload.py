@@ -15,8 +15,12 @@ def policy_from_payload(payload: codec.Payload, task: TaskSpec) -> Policy:
     spec = PolicySpec.from_json(payload.meta["spec"])
     state_dim = spec.obs_dim if spec.encoder is None else spec.encoder["state_dim"]
     if (state_dim, spec.full_action_dim) != (task.obs_dim, task.action_dim):
+        history = task.action_history * task.action_dim
+        older = (f"; {task.name} observes its last {task.action_history} actions ({history} values) since "
+                 f"2026-11-29, and a policy trained before observes {task.obs_dim - history}"
+                 if history and state_dim == task.obs_dim - history else "")
         raise ValueError(f"policy for state_dim={state_dim}, action_dim={spec.full_action_dim} does not fit "
-                         f"task {task.name} ({task.obs_dim}, {task.action_dim})")
+                         f"task {task.name} ({task.obs_dim}, {task.action_dim}){older}")
     policy = Policy(spec)
     policy.load_state_dict(codec.arrays_to_state_dict(payload.arrays))  # ValueError if they do not fit
     return policy
