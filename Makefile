@@ -51,13 +51,16 @@ train: setup
 	$(VENV)/bin/robot-rl train $(ARGS)
 
 # TEST_WORKERS=2 runs two test processes at once (pytest-xdist; a module's tests stay together, so its fixtures are
-# built once; each worker draws ROS domains of its own, robot_rl/ros/probe.py). Measured on this 2-core machine,
-# quiet: the tests in 19-20 minutes, where the whole CI took 28 with one. CI keeps one (0): in one of two runs with two,
-# a scripted person's recording session hung (its teleop heard no gamepad for 0.5 s and never again), a timing
-# failure the single process has not shown.
-TEST_WORKERS ?= 0
+# built once; each worker draws ROS domains of its own, robot_rl/ros/probe.py), each test process's torch and OpenMP
+# kept to one thread (two workers with two threads each on 2 cores stalled each other: one training fixture took
+# 177 s instead of 19). CI runs two: the tests took 19-20 minutes with two on this 2-core machine, 24-25 with one.
+# Two timing faults two workers brought out are fixed: a scripted person whose gamepad went silent for 0.5 s kept
+# holding the takeover the teleop no longer followed (the teleop waits for a person to let go: a real one does),
+# and a test that read the VESC's first command before the car node's first control tick.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+	$(if $(filter-out 0,$(TEST_WORKERS)),OMP_NUM_THREADS=1) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope \
+	  $(PYTEST_ARGS)
 
 gym-hil-env: $(GYM_HIL_VENV)/.installed
 

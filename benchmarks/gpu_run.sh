@@ -75,11 +75,13 @@ torch.cuda.is_available() and torch.cuda.get_device_name(0))"
 
 if [ -n "$DRY" ]; then
   DEVICE=cpu
+  # Side by side: nothing here is timed, and each part's compiles keep one core busy at most of the time.
   run_part learner 240 "$PY" benchmarks/learner_throughput.py --device cpu --seconds 0.05 --no-compile --no-ppo \
-    --out "$OUT_DIR/learner_throughput.json"
+    --out "$OUT_DIR/learner_throughput.json" &
   run_part juggle 240 "$PY" benchmarks/juggle_throughput.py --device cpu --physics mjx --num-envs 4 --steps 2 \
-    --reference-envs 2 --reference-steps 2 --out "$OUT_DIR/juggle_throughput.json"
-  run_part train 300 "$PY" - cpu 4 1 0 "$OUT_DIR" < benchmarks/gpu_train.py
+    --reference-envs 2 --reference-steps 2 --out "$OUT_DIR/juggle_throughput.json" &
+  run_part train 300 "$PY" - cpu 4 1 0 "$OUT_DIR" < benchmarks/gpu_train.py &
+  wait
 else
   DEVICE=cuda
   run_part learner 180 "$PY" benchmarks/learner_throughput.py --device cuda --seconds 3 --no-ppo \
@@ -90,4 +92,6 @@ else
   run_part train 200 "$PY" - cuda 16384 10000 90 "$OUT_DIR" < benchmarks/gpu_train.py
 fi
 echo "gpu_run.sh ($DEVICE): $(( $(date +%s) - started )) s, parts: $(tr '\n' ' ' < "$OUT_DIR/parts.jsonl")"
+# A part run in the background sets its own status, not this shell's: every part's exit is in parts.jsonl.
+grep -q '"exit": [1-9]' "$OUT_DIR/parts.jsonl" && status=1
 exit $status

@@ -440,6 +440,8 @@ def test_car_node_drives_the_vesc_clamped_stops_on_stale_commands_recovers_and_o
     imu_pub = probe.node.create_publisher(Imu, "imu/data", qos.SENSOR)
     try:
         probe.wait_for(lambda: probe.diag.get("lifecycle") == "active", 30, "activation (the VESC answering)")
+        # the node's first control tick after activation may come a moment after the status says active
+        probe.wait_for(lambda: vesc.rpm_since(0), 2, "the first command to the VESC")
         assert set(vesc.rpm_since(0)) == {0}  # no command yet: speed 0
 
         t = time.monotonic()

@@ -770,3 +770,42 @@ def test_scripted_gamepad_takes_over_through_the_joy_layout():
     assert gamepad.takeovers == 2
     with pytest.raises(ValueError, match="joy"):
         ScriptedGamepad(gamepad.intervener, load_mapping("teleop_keyboard", "keyboard"), np.random.default_rng(0))
+
+
+def test_the_scripted_person_lets_go_when_the_robot_stops_following_and_takes_over_again():
+    """A silence of the gamepad hands control back, and the teleop waits for a person to let go before it
+    re-engages: the scripted person notices the robot ignoring its held takeover, lets go, and takes over again
+    (a person who kept holding would never drive again: a recording session once hung so under load)."""
+    from robot_rl.robots.arm.sim import ArmSim, ArmSimConfig, scripted_lift_action
+    from robot_rl.teleop.arbitration import Arbitrator, ArbitrationConfig
+    from robot_rl.teleop.joy import JoyDecoder
+    from robot_rl.teleop.scripted_gamepad import ScriptedGamepad
+    from robot_rl.teleop.scripted_human import InterventionConfig, ScriptedIntervener
+
+    mapping = load_mapping("teleop_gamepad", "joy")
+    gamepad = ScriptedGamepad(ScriptedIntervener(scripted_lift_action, InterventionConfig(
+        takeover_prob_start=1.0, takeover_prob_end=1.0, off_track_steps=1, hold_steps=1000)), mapping,
+        np.random.default_rng(0))
+    teleop = Arbitrator(ArbitrationConfig(engage=mapping.engage, hold_s=0.05, silence_timeout_s=0.5))
+    decode = JoyDecoder(mapping)
+    sim = ArmSim(ArmSimConfig(render=False))
+    sim.reset(np.random.default_rng(0))
+    state = sim.state()
+    wrong = -scripted_lift_action(state, None, 0.0)
+
+    def joy(now: float) -> bool:
+        teleop.on_input(decode(gamepad.axes, gamepad.buttons, now))
+        return teleop.step(now).engaged
+
+    gamepad.step(state, wrong)
+    assert joy(0.0) and gamepad.takeovers == 1
+    assert not teleop.step(0.6).engaged  # the gamepad went silent for 0.6 s: control handed back
+    assert not joy(0.62) and not joy(0.8)  # still holding: the teleop waits for the person to let go
+    assert not gamepad.teleop_engaged(False, 0.62) and gamepad.intervening  # not noticed yet
+    assert gamepad.teleop_engaged(False, 0.95)  # 0.33 s ignored: let go
+    assert not gamepad.intervening and gamepad.regrips == 1 and not any(gamepad.buttons)
+    assert not joy(0.96)  # the neutral input the teleop waited for
+    gamepad.step(state, wrong)  # the next control step: still off track, take over again
+    assert joy(1.0) and gamepad.takeovers == 2
+    assert not gamepad.teleop_engaged(True, 1.5) and gamepad.intervening  # followed: nothing to notice
+    sim.close()

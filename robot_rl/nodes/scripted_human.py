@@ -10,6 +10,7 @@ real person's (teleop node, arbitration, actor, learner), so they are tested and
 
 from __future__ import annotations
 
+import time
 from functools import partial
 
 import numpy as np
@@ -17,7 +18,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import TwistStamped
 from rclpy.node import Node
 from sensor_msgs.msg import Joy
-from std_msgs.msg import Float32
+from std_msgs.msg import Bool, Float32
 
 from robot_rl.config_fields import config_from_params
 from robot_rl.robots.arm.sim import ArmSimConfig
@@ -71,6 +72,7 @@ class ScriptedHumanNode(Node):
         # The actor publishes arm/gripper just before arm/cmd: the command completes the step.
         self.create_subscription(Float32, "arm/gripper", self._on_gripper, qos.COMMAND)
         self.create_subscription(TwistStamped, "arm/cmd", self._on_command, qos.COMMAND)
+        self.create_subscription(Bool, "teleop/engaged", self._on_teleop_engaged, qos.COMMAND)
         self.create_timer(1.0 / p["rate_hz"], self._publish_joy)
         self.create_timer(1.0, self._publish_diagnostics)
 
@@ -92,6 +94,10 @@ class ScriptedHumanNode(Node):
         if self.gamepad.step(state, action) != before:
             self._publish_joy()  # a hand moves at once, not at the next autorepeat
 
+    def _on_teleop_engaged(self, msg: Bool) -> None:
+        if self.gamepad.teleop_engaged(bool(msg.data), time.monotonic()):
+            self._publish_joy()  # the hands let go at once
+
     def _publish_joy(self) -> None:
         msg = Joy()
         msg.header.stamp = self.get_clock().now().to_msg()
@@ -101,7 +107,7 @@ class ScriptedHumanNode(Node):
     def _publish_diagnostics(self) -> None:
         g = self.gamepad
         self.diag_pub.publish(diagnostics(self, {
-            "steps_judged": self.steps, "takeovers": g.takeovers, "success_labels": g.labels, "intervening": g.intervening,
+            "steps_judged": self.steps, "takeovers": g.takeovers, "regrips": g.regrips, "success_labels": g.labels, "intervening": g.intervening,
             "intervention_steps": g.intervener.intervention_steps,
             "takeover_probability": round(g.intervener.takeover_probability, 4), "invalid": self.invalid}))
 

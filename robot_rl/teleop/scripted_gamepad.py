@@ -6,6 +6,10 @@ with a probability that decays as training goes on) and expresses the decision a
 raw state: takeover button held, sticks deflected toward the expert's motion, gripper buttons
 pressed. The scripted human node publishes that state as a Joy message, so the teleop node,
 its arbitration and the actor treat it exactly as a person at a real gamepad.
+
+Like a person, it notices when the robot stops following its hands (the teleop handed control back:
+its input went silent for a moment, or an e-stop) and lets go of the gamepad before taking over
+again, which is what the teleop node asks of a person before it re-engages.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ __all__ = ["ScriptedGamepad"]
 class ScriptedGamepad:
     """Per control step: (state, executed action) -> the gamepad's raw `Joy` axes and buttons."""
 
+    NOTICE_S = 0.3
+    """How long the robot may ignore a person's held takeover before they notice and let go (a reaction time)."""
+
     def __init__(self, intervener: ScriptedIntervener, mapping: DeviceMapping, rng: np.random.Generator,
                  success: Callable[[Mapping[str, np.ndarray]], bool] | None = None):
         """`success`: when given, the person presses the success button on a state that shows
@@ -33,8 +40,10 @@ class ScriptedGamepad:
         self.mapper = InputMapper(mapping)
         self.num_axes = max((src.source for src in mapping.axes.values()), default=-1) + 1
         self.num_buttons = max(mapping.buttons, default=-1) + 1
-        self.takeovers = self.labels = 0
+        self.takeovers = self.labels = self.regrips = 0
+        """regrips: the times the person let go because the robot had stopped following them."""
         self.intervening = False
+        self._ignored_since: float | None = None
         self.axes, self.buttons = self._joy(np.zeros(6), ())
 
     def _joy(self, twist: np.ndarray, actions) -> tuple[list[float], list[int]]:
@@ -50,7 +59,23 @@ class ScriptedGamepad:
     def release(self) -> None:
         """Hands off the gamepad: nothing held, sticks centred."""
         self.intervening = False
+        self._ignored_since = None
         self.axes, self.buttons = self._joy(np.zeros(6), ())
+
+    def teleop_engaged(self, engaged: bool, now: float) -> bool:
+        """What the teleop node says of its control (`teleop/engaged`) at monotonic time `now`. A takeover held
+        for `NOTICE_S` while the teleop is not engaged is let go (True: the gamepad changed); the next step
+        takes over again."""
+        if engaged or not self.intervening:
+            self._ignored_since = None
+            return False
+        if self._ignored_since is None:
+            self._ignored_since = now
+        if now - self._ignored_since < self.NOTICE_S:
+            return False
+        self.release()
+        self.regrips += 1
+        return True
 
     def step(self, state: Mapping[str, np.ndarray], executed_action: np.ndarray) -> tuple[list[float], list[int]]:
         """Judges the action just executed in `state` and sets the gamepad for the next step."""
