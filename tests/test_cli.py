@@ -41,12 +41,24 @@ def _wait_for_steps(proc: subprocess.Popen, lines: list[str], timeout: float = 1
     raise AssertionError("training never started:\n" + "".join(lines))
 
 
+def _wait_for_the_learner(run_dir: Path, timeout: float = 60) -> None:
+    """Until the learner holds transitions (the actor steps without it: `sync_updates_per_step` 0, so under load
+    the learner may still be starting when the actor's first steps are printed)."""
+    log, end = run_dir / "logs" / "learner.log", time.monotonic() + timeout
+    while time.monotonic() < end:
+        if log.is_file() and "transitions arriving" in log.read_text():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the learner never heard the actor: {log.read_text() if log.is_file() else 'no log'}")
+
+
 def test_ctrl_c_stops_every_node_in_order(tmp_path):
     run_dir = tmp_path / "run"  # a new run directory: an existing one is refused
     proc = _start(run_dir)
     lines: list[str] = []
     try:
         _wait_for_steps(proc, lines)
+        _wait_for_the_learner(run_dir)
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends on Ctrl-C
         out, _ = proc.communicate(timeout=90)
     finally:
