@@ -41,9 +41,9 @@ Each run appends one row to benchmarks/results/graph_realtime.jsonl (a run of at
 the set runs in pieces); `--summary` reads the rows, writes benchmarks/results/graph_realtime.json and
 graph_realtime.png (success against wall-clock minutes and steps, the car's clean laps against
 minutes) and prints the summary as the last line.
-Every row names the learner recipe it ran (`RECIPE_SETTINGS` of the shipped task config; settings
-that act on a person's corrections only in the hil arm's); the summary's figures are the current
-recipe's, and each earlier recipe's stay beside them under `earlier_recipes`.
+Every row names the recipe it ran (`RECIPE_SETTINGS` of the shipped task config's learner, settings that act
+on a person's corrections only in the hil arm's, and the task's `TASK_SETTINGS`); the summary's figures are the
+current recipe's, and each earlier recipe's stay beside them under `earlier_recipes`.
 """
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ CONTROL_HZ = 10.0
 RECIPE_SETTINGS = {"feature_views": 1, "bc_weight": 1.0, "max_update_ratio": 1.0}
 """Learner settings that changed the recipe between recorded rows, with the value rows that do not
 name them ran (they predate the setting)."""
+TASK_SETTINGS = {"action_history": 0}
+"""Task settings that changed the recipe (`TaskSpec`: the pick-cube task observes its last actions since
+2026-11-29), named "task.<name>", with the value rows that do not name them ran."""
 PERSON_SETTINGS = ("bc_weight",)
 """Settings that act on a person's corrections only: part of the hil arm's recipe alone."""
 WALL_CLOCK_SETTINGS = ("max_update_ratio",)
@@ -210,13 +213,16 @@ def shipped_learner() -> dict:
 
 
 def shipped_settings() -> dict:
-    """The shipped task config's values of RECIPE_SETTINGS."""
-    learner = shipped_learner()
-    return {k: learner.get(k, v) for k, v in RECIPE_SETTINGS.items()}
+    """The shipped task config's values of RECIPE_SETTINGS, and the task's of TASK_SETTINGS."""
+    from robot_rl.tasks import get_task
+
+    learner, task = shipped_learner(), get_task(TASK)
+    return {**{k: learner.get(k, v) for k, v in RECIPE_SETTINGS.items()},
+            **{k: getattr(task, k) for k in TASK_SETTINGS}}
 
 
 def recipe_name(settings: dict) -> str:
-    return ",".join(f"learner.{k}={v}" for k, v in settings.items())
+    return ",".join(f"{'task' if k in TASK_SETTINGS else 'learner'}.{k}={v}" for k, v in settings.items())
 
 
 def arm_recipe(arm: str, settings: dict) -> str:
@@ -231,8 +237,8 @@ def arm_recipe(arm: str, settings: dict) -> str:
 def row_recipe(row: dict) -> str:
     if row["arm"] == "car":
         return row.get("recipe", "")
-    named = dict(item.removeprefix("learner.").split("=", 1) for item in row.get("recipe", "").split(",") if item)
-    return arm_recipe(row["arm"], {**RECIPE_SETTINGS, **named})
+    named = dict(item.split(".", 1)[1].split("=", 1) for item in row.get("recipe", "").split(",") if item)
+    return arm_recipe(row["arm"], {**RECIPE_SETTINGS, **TASK_SETTINGS, **named})
 
 
 def car_snapshot(run_dir: Path, path: Path, started: float, laps: int) -> dict:

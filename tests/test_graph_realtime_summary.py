@@ -9,8 +9,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import graph_realtime  # noqa: E402
 
-SHIPPED = {"feature_views": 4, "bc_weight": 0.0, "max_update_ratio": 8.0}
-NEW = "learner.feature_views=4,learner.max_update_ratio=8.0"
+SHIPPED = {"feature_views": 4, "bc_weight": 0.0, "max_update_ratio": 8.0, "action_history": 2}
+NEW = "learner.feature_views=4,learner.max_update_ratio=8.0,task.action_history=2"
 """The shipped recipe as a pick-cube row names it (bc_weight acts on a person's corrections only)."""
 
 
@@ -40,17 +40,18 @@ def test_summary_reports_the_current_recipe_and_keeps_earlier_ones_beside_it():
             _row("two_actors", 0, [0.91, 0.93], recipe=new),
             _row("realtime", 0, [0.7, 0.8, 0.86], wall_s=1200.0, lost=1)]  # no recipe: feature_views=1, 1 update each
     summary = graph_realtime.summarize(rows, SHIPPED)
-    assert summary["recipe"] == "learner.feature_views=4,learner.bc_weight=0.0,learner.max_update_ratio=8.0"
+    assert summary["recipe"] == ("learner.feature_views=4,learner.bc_weight=0.0,learner.max_update_ratio=8.0,"
+                                 "task.action_history=2")
     assert summary["rows"] == 4
     assert summary["wall_min_to_90"] == 4.0 and summary["realtime_seeds_reaching_90"] == "2/3"
     assert summary["two_actor_time_ratio"] == 0.5 and summary["lost_transitions"] == 0
-    earlier = summary["earlier_recipes"]["learner.feature_views=1,learner.max_update_ratio=1.0"]
+    earlier = summary["earlier_recipes"]["learner.feature_views=1,learner.max_update_ratio=1.0,task.action_history=0"]
     assert earlier["wall_min_to_90"] == 20.0 and earlier["realtime_seeds_reaching_90"] == "0/1"
     assert earlier["lost_transitions"] == 1
 
 
 def test_lockstep_step_ratio_divides_the_graphs_median_steps_by_the_in_process_loops():
-    new = "learner.feature_views=4"  # lockstep holds its learner to the actor's ratio, whatever the wall-clock cap
+    new = "learner.feature_views=4,task.action_history=2"  # lockstep: the actor's ratio, whatever the cap
 
     def by_steps(arm, seed, successes, env_steps=10_000):
         row = _row(arm, seed, successes, recipe=new)
@@ -84,21 +85,32 @@ def test_a_person_setting_splits_the_hil_rows_only():
     summary = graph_realtime.summarize(rows, SHIPPED)
     assert summary["wall_min_to_90"] == 2.0 and summary["hil_wall_min_to_90"] == 2.0
     assert summary["hil_seeds_reaching_90"] == "1/1"
-    earlier = summary["earlier_recipes"]["learner.feature_views=4,learner.bc_weight=1.0,learner.max_update_ratio=8.0"]
+    earlier = summary["earlier_recipes"][
+        "learner.feature_views=4,learner.bc_weight=1.0,learner.max_update_ratio=8.0,task.action_history=2"]
     assert earlier["hil_seeds_reaching_90"] == "0/1" and earlier["rows"] == 1
     assert graph_realtime.row_recipe(rows[0]) == graph_realtime.arm_recipe("realtime", SHIPPED)
 
 
 def test_the_wall_clock_update_cap_splits_real_time_rows_but_not_lockstep_ones():
-    old_realtime = _row("realtime", 0, [0.5, 0.9, 0.9], recipe="learner.feature_views=4")  # before the cap: 1 each
-    old_lockstep = _row("lockstep", 0, [0.9, 0.9], recipe="learner.feature_views=4")
+    before_cap = "learner.feature_views=4,task.action_history=2"  # 1 update each
+    old_realtime = _row("realtime", 0, [0.5, 0.9, 0.9], recipe=before_cap)
+    old_lockstep = _row("lockstep", 0, [0.9, 0.9], recipe=before_cap)
     old_lockstep.update(env_steps=10_000, steps_to_90=1200)
     summary = graph_realtime.summarize([_row("realtime", 1, [0.9, 0.9], recipe=NEW), old_realtime, old_lockstep],
                                        SHIPPED)
     assert summary["wall_min_to_90"] == 2.0 and summary["lockstep_steps_to_90"] == 1200  # lockstep: same recipe
-    earlier = summary["earlier_recipes"]["learner.feature_views=4,learner.max_update_ratio=1.0"]
+    earlier = summary["earlier_recipes"]["learner.feature_views=4,learner.max_update_ratio=1.0,task.action_history=2"]
     assert earlier["rows"] == 1 and earlier["wall_min_to_90"] == 4.0
-    assert graph_realtime.arm_recipe("lockstep", SHIPPED) == "learner.feature_views=4"
+    assert graph_realtime.arm_recipe("lockstep", SHIPPED) == "learner.feature_views=4,task.action_history=2"
+
+
+def test_rows_from_before_the_task_observed_its_last_actions_are_an_earlier_recipe():
+    before = "learner.feature_views=4,learner.max_update_ratio=8.0"  # what every row before 2026-11-29 names
+    summary = graph_realtime.summarize([_row("realtime", 0, [0.9, 0.9], recipe=before),
+                                        _row("realtime", 1, [0.5, 0.9, 0.9], recipe=NEW)], SHIPPED)
+    assert summary["wall_min_to_90"] == 4.0 and summary["rows"] == 1
+    assert summary["earlier_recipes"][f"{before},task.action_history=0"]["wall_min_to_90"] == 2.0
+    assert graph_realtime.shipped_settings()["action_history"] == 2  # the pick-cube task's own
 
 
 def test_the_car_counts_its_first_practice_lap_and_its_final_laps_against_the_expert():
