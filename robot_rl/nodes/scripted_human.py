@@ -107,7 +107,8 @@ class ScriptedHumanNode(Node):
     def _publish_diagnostics(self) -> None:
         g = self.gamepad
         self.diag_pub.publish(diagnostics(self, {
-            "steps_judged": self.steps, "takeovers": g.takeovers, "regrips": g.regrips, "success_labels": g.labels, "intervening": g.intervening,
+            "steps_judged": self.steps, "takeovers": g.takeovers, "regrips": g.regrips, "success_labels": g.labels,
+            "intervening": g.intervening,
             "intervention_steps": g.intervener.intervention_steps,
             "takeover_probability": round(g.intervener.takeover_probability, 4), "invalid": self.invalid}))
 
