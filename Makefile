@@ -54,9 +54,9 @@ train: setup
 # built once; each worker draws ROS domains of its own, robot_rl/ros/probe.py), each test process's torch and OpenMP
 # kept to one thread (two workers with two threads each on 2 cores stalled each other: one training fixture took
 # 177 s instead of 19). On this 2-core machine the tests took 15-17 minutes with two, 24-25 with one. CI keeps one:
-# of four runs with two, three failed a different wall-clock test each (a scripted person who never let go of a
-# takeover the teleop no longer followed, since fixed; two tests that read a node's output before its first tick,
-# since fixed; the arm's stale-command hold measured at 4.4 control periods against 2 under the load).
+# of six runs with two, four failed, each on another wall-clock test: a scripted person who never let go of a
+# takeover the teleop no longer followed, and two tests that read a node's output before its first tick (all three
+# since fixed); the arm's stale-command hold measured at 4.4 control periods against 2 under the load.
 TEST_WORKERS ?= 0
 test: setup
 	$(if $(filter-out 0,$(TEST_WORKERS)),OMP_NUM_THREADS=1) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope \
