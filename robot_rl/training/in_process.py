@@ -49,24 +49,25 @@ def collect_demonstrations(task: TaskSpec, robot: Robot, episodes: int, seed: in
         actions.reset()
         state = robot.state()
         frames = {c: robot.render(c, task.image_size) for c in task.cameras}
+        obs = task.observation(actions.joined(state))
         episode = {k: [] for k in fields}
         for t in range(task.max_episode_steps):
-            obs = task.observation(actions.joined(state))
             action = task.expert(state, rng, noise)
             actions.push(action)
             robot.step(action)
             state = robot.state()
             next_frames = {c: robot.render(c, task.image_size) for c in task.cameras}
+            next_obs = task.observation(actions.joined(state))
             success = task.success(state)
             terminated = success and task.terminate_on_success
-            values = {"obs": obs, "action": action, "reward": task.reward(state), "next_obs": task.observation(actions.joined(state)),
+            values = {"obs": obs, "action": action, "reward": task.reward(state), "next_obs": next_obs,
                       "terminated": terminated, "truncated": not terminated and t == task.max_episode_steps - 1,
                       "intervention": False}
             for camera in task.cameras:
                 values[f"obs_{camera}"], values[f"next_obs_{camera}"] = frames[camera], next_frames[camera]
             for name, value in values.items():
                 episode.setdefault(name, []).append(value)
-            frames = next_frames
+            frames, obs = next_frames, next_obs
             if terminated:
                 break
         if success or not successful_only:
