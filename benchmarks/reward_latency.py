@@ -43,7 +43,8 @@ Rules, fixed before any result:
     python benchmarks/reward_latency.py --size 2b --batches 1 8 16 --device cuda   # the GPU figures
 
 The last line is one JSON object (the hardware named). A full run appends it to
-benchmarks/results/reward_latency.json under "<device>+<size>"; earlier rows are kept. `--quick` writes nothing.
+benchmarks/results/reward_latency.json (or `--results`) under "<device>+<size>"; earlier rows are kept. `--quick`
+writes nothing.
 """
 
 from __future__ import annotations
@@ -417,6 +418,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
                         help="where the random checkpoints are built once and reused")
     parser.add_argument("--workdir", type=Path, help="keep the graph runs' files here (a new or empty folder)")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="the rows file a full run adds its row to "
+                        "(benchmarks/gpu_run.sh: its OUT_DIR)")
     args = parser.parse_args(argv)
     if args.quick:  # the same measurements, tiny and short (shorter settings given stay)
         args.size, args.batches = "tiny", [b for b in args.batches if b <= 4] or [1]
@@ -445,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="reward_latency-") as tmp:
             result = run(args, Path(tmp))
     if not args.quick:
-        append_result(result)
+        append_result(result, args.results)
     print(json.dumps(result), flush=True)
     return 0
 

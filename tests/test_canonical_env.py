@@ -1,5 +1,6 @@
 """EnvAdapter: third-party observation, action and info conventions onto the agent's, pinned by hand."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -172,3 +173,42 @@ def test_a_pixels_only_env_trains_through_the_trainer():
                             sac=SACConfig(batch_size=8, hidden_dims=(16, 16)))
     history = Trainer(config).run()
     assert history[-1]["steps"] == 40 and history[-1]["updates"] == 21
+
+
+def test_a_saved_adapter_is_checked_against_the_environment_it_is_used_on():
+    """An environment whose spaces changed since an adapter was saved (the arm task gained its action history) is
+    refused naming the entry and both sizes, not run into a shape error deep inside a policy."""
+    old = make_canonical("robot_rl/ArmPickCube-v0", {"action_history": 0}).adapter
+    with pytest.raises(ValueError, match=r"observation 'state' is Box\(.*\(20,\).*expects a state of 12 values"):
+        make_canonical("robot_rl/ArmPickCube-v0", {}, adapter=old)
+    assert make_canonical("robot_rl/ArmPickCube-v0", {"action_history": 0}, adapter=old).adapter is old
+    grip = make_canonical(ENV_ID, {}, GRIP).adapter
+    renamed = EnvAdapter.from_json({**json.loads(grip.to_json()),
+                                    "camera_keys": ["pixels/side", *grip.camera_keys[1:]]})
+    with pytest.raises(ValueError, match=r"no camera \['pixels/side'\]"):
+        make_canonical(ENV_ID, {}, adapter=renamed)
+    wider = EnvAdapter.from_json({**json.loads(grip.to_json()), "actions": [
+        {**a, "size": a["size"] + 1} for a in json.loads(grip.to_json())["actions"]]})
+    with pytest.raises(ValueError, match="is not the one the saved adapter maps onto"):
+        make_canonical(ENV_ID, {}, adapter=wider)
+
+
+def test_eval_of_a_policy_saved_before_its_environment_changed_says_how_to_rebuild_that_environment(tmp_path):
+    from robot_rl.agents.policy import Policy, PolicySpec
+    from robot_rl.training.evaluate import evaluate_saved
+    from robot_rl.training.gym_loop import save_env_policy
+
+    state = {"observation": "state"}
+    old = make_canonical("robot_rl/ArmPickCube-v0", {**state, "action_history": 0})
+    path = tmp_path / "policy.pt"  # as `train --env` saved it before the env took action_history
+    saved_dim = old.adapter.state_dim
+    save_env_policy(path, Policy(PolicySpec(saved_dim, 4, hidden_dims=(8,))), old.adapter, "robot_rl/ArmPickCube-v0",
+                    state)
+    with pytest.raises(ValueError) as refused:
+        evaluate_saved(path, episodes=1)
+    message = str(refused.value)
+    assert message.startswith(f"{path}: robot_rl/ArmPickCube-v0: the observation is Box(")
+    assert f"({saved_dim + 8},)" in message and f"expects a state of {saved_dim} values" in message
+    assert "--env-kwargs" in message and "action_history" in message.split("it also takes:")[1]
+    result = evaluate_saved(path, episodes=1, env_kwargs={"action_history": 0})
+    assert result["episodes"] == 1 and result["env_kwargs"] == {**state, "action_history": 0}

@@ -144,7 +144,8 @@ def test_the_gpu_runs_script_dry_on_cpu_runs_every_part_and_writes_its_json(tmp_
                           text=True, timeout=900, cwd=BENCHMARKS.parent, env={**os.environ, "PYTHON": sys.executable})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     parts = [json.loads(line) for line in (tmp_path / "parts.jsonl").read_text().splitlines()]
-    assert sorted((p["part"], p["exit"]) for p in parts) == [("juggle", 0), ("learner", 0), ("train", 0)]
+    assert sorted((p["part"], p["exit"]) for p in parts) == [("juggle", 0), ("learner", 0), ("reward", 0),
+                                                               ("train", 0)]
     result = json.loads((tmp_path / "learner_throughput.json").read_text())
     assert result["device_type"] == "cpu" and result["torch"] == torch.__version__ and result["compile"] is False
     assert result["ppo"] == "skipped (--no-ppo)"
@@ -159,6 +160,22 @@ def test_the_gpu_runs_script_dry_on_cpu_runs_every_part_and_writes_its_json(tmp_
     assert result["updates_per_s"] > 0 and result["pixel_updates_per_s"] > 0
     assert json.loads((tmp_path / "juggle_throughput.json").read_text())
     assert (tmp_path / "quad_juggle_gpu" / "card.json").exists() and (tmp_path / "machine.txt").exists()
+    # issue 45's part ran without ROS (as on the GPU machine) and wrote its row into OUT_DIR
+    reward = json.loads((tmp_path / "reward_latency.json").read_text())["cpu+tiny"][0]
+    assert set(reward["score"]) == {"progress", "vlac", "vlm_critic"} and "actor" not in reward
+    assert all(reward["score"][b]["1"]["calls"] == 2 for b in reward["score"])
+    assert all(s["score_errors"] == 0 and s["scored"] > 0 for s in reward["stream"].values())
+
+
+def test_the_gpu_runs_script_refuses_parts_that_outlast_one_device_call_before_doing_anything(tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(BENCHMARKS / "gpu_run.sh"), str(out)], capture_output=True, text=True,
+                          timeout=60, cwd=BENCHMARKS.parent)
+    assert done.returncode == 2 and "more than one device call (600 s)" in done.stderr
+    assert "reward (issue 45)" in done.stderr and not out.exists()
+    done = subprocess.run(["bash", str(BENCHMARKS / "gpu_run.sh"), str(out), "rewards"], capture_output=True,
+                          text=True, timeout=60, cwd=BENCHMARKS.parent)
+    assert done.returncode == 2 and "unknown option or part rewards" in done.stderr and not out.exists()
 
 
 @needs_cuda

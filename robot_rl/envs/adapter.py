@@ -286,6 +286,25 @@ class EnvAdapter:
                    actions, isinstance(env.action_space, spaces.Dict), *gripper, teleop_axes,
                    StateNormalizer.from_bounds(low, high, config.normalize_state))
 
+    def check_fits(self, env: gym.Env) -> None:
+        """Raises ValueError naming the first entry of `env`'s spaces that differs from what this (saved) adapter
+        was resolved against: a policy saved with it would otherwise fail on a shape deep inside, or act wrongly."""
+        name = env.spec.id if env.spec else type(env.unwrapped).__name__
+        entries = dict(flat_entries(env.observation_space))
+        for key, size in zip(self.state_keys, self.state_sizes):
+            found = entries.get(key)
+            if found is None or image_layout(found) is not None or int(np.prod(found.shape)) != size:
+                what = "no such entry" if found is None else f"{found}"
+                label = f"observation {key!r}" if key else "the observation"
+                raise ValueError(f"{name}: {label} is {what}, where the saved adapter expects a state of {size} values")
+        missing = [k for k in self.camera_keys if k not in entries or image_layout(entries[k]) is None]
+        if missing:
+            raise ValueError(f"{name}: no camera {missing}, which the saved adapter reads")
+        actions = _action_entries(env.action_space)
+        if [(a.path, a.kind, a.size) for a in actions] != [(a.path, a.kind, a.size) for a in self.actions]:
+            saved = ", ".join(f"{a.path or 'action'}: {a.kind} of {a.size}" for a in self.actions)
+            raise ValueError(f"{name}: action {env.action_space} is not the one the saved adapter maps onto ({saved})")
+
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
@@ -508,12 +527,16 @@ def seeded_reset(env: gym.Env, seed: int, options: Mapping | None = None) -> tup
 
 def make_canonical(env_id: str, kwargs: Mapping | None = None, config: AdapterConfig | None = None,
                    adapter: EnvAdapter | None = None, normalize: bool = True) -> CanonicalEnv:
-    """gymnasium.make(env_id, **kwargs) through an adapter: `adapter` (a saved one) or one resolved from `config`.
-    `env_id` may be "module:Name-v0" or "namespace/Name-v0" (see `import_env_namespace`)."""
+    """gymnasium.make(env_id, **kwargs) through an adapter: `adapter` (a saved one, checked against the environment's
+    spaces: ValueError where they differ) or one resolved from `config`. `env_id` may be "module:Name-v0" or
+    "namespace/Name-v0" (see `import_env_namespace`)."""
     import_env_namespace(env_id)
     env = gym.make(env_id, **dict(kwargs or {}))
     try:
-        adapter = adapter or EnvAdapter.for_env(env, config)
+        if adapter is None:
+            adapter = EnvAdapter.for_env(env, config)
+        else:
+            adapter.check_fits(env)
     except Exception:
         env.close()
         raise

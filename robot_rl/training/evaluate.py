@@ -82,7 +82,14 @@ def _evaluate_env_run(file: Path, episodes: int, seed: int, env_id: str | None,
     adapter = EnvAdapter.from_json(saved["adapter"])
     env_id = env_id or saved["env_id"]
     kwargs = {**saved.get("env_kwargs", {}), **(env_kwargs or {})}
-    env = make_canonical(env_id, kwargs, adapter=adapter, normalize=True)
+    try:
+        env = make_canonical(env_id, kwargs, adapter=adapter, normalize=True)
+    except ValueError as exc:
+        # the usual cause: the environment gained an option since the policy was saved, whose default changes a space
+        others = [name for name in env_parameters(env_id) if name not in kwargs]
+        raise ValueError(f"{file}: {exc}. The policy was saved for {env_id} with env_kwargs {kwargs}; build the "
+                         f"environment it was trained in with --env-kwargs (it also takes: {', '.join(others)})"
+                         ) from None
     result = evaluate_policy(lambda obs, info: policy.act(obs, deterministic=True), env, episodes, seed)
     return {"policy": str(file), "kind": "env_run", "env_id": env_id, "env_kwargs": kwargs, "episodes": episodes,
             "rule": "deterministic policy; success = the environment's success flag at any step", **result}
@@ -111,14 +118,20 @@ def node_params(run: Path, name: str) -> dict[str, Any]:
                  if key.rsplit("/", 1)[-1] == name and isinstance(section, dict)), {})
 
 
-def env_accepts(env_id: str, name: str) -> bool:
-    """Whether the environment registered as `env_id` takes keyword argument `name`."""
+def env_parameters(env_id: str) -> list[str]:
+    """The keyword arguments the environment registered as `env_id` takes."""
     import gymnasium as gym
 
     creator = gym.spec(env_id).entry_point
     if isinstance(creator, str):
         creator = gym.envs.registration.load_env_creator(creator)
-    return name in inspect.signature(creator).parameters
+    return [name for name, p in inspect.signature(creator).parameters.items()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def env_accepts(env_id: str, name: str) -> bool:
+    """Whether the environment registered as `env_id` takes keyword argument `name`."""
+    return name in env_parameters(env_id)
 
 
 def _evaluate_graph_run(run: Path, episodes: int, seed: int, task_name: str | None, split: str,

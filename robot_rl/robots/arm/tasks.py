@@ -34,7 +34,8 @@ def arm_pick_cube() -> TaskSpec:
 
     history = pick_cube.ACTION_HISTORY
     return TaskSpec(
-        name="arm_pick_cube", obs_dim=pick_cube.PROPRIO_DIM + history * 4, action_dim=4, max_episode_steps=60,
+        name="arm_pick_cube", obs_dim=pick_cube.PROPRIO_DIM + history * pick_cube.HOLD_ACTION.size, action_dim=4,
+        max_episode_steps=60,
         control_hz=10.0, action_history=history, rest_action=tuple(pick_cube.HOLD_ACTION),
         observation=observation, reward=lambda s: float(arm_sim.lift_success(s)), success=arm_sim.lift_success,
         terminate_on_success=True, expert=partial(arm_sim.scripted_lift_action, gain=0.5),  # latency-tolerant
