@@ -462,16 +462,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def run_in_workdir(name: str, run: Callable[[argparse.Namespace, Path], dict], args: argparse.Namespace) -> dict:
+    """`run(args, folder)` in `args.workdir` (a new or empty folder, kept) or else in a temporary one (removed after);
+    also benchmarks/reward_latency.py's."""
+    if args.workdir is None:
+        with tempfile.TemporaryDirectory(prefix=f"{name}-") as tmp:
+            return run(args, Path(tmp))
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    if any(args.workdir.iterdir()):
+        raise SystemExit(f"{name}: --workdir {args.workdir} is not empty; name a new or empty folder")
+    return run(args, args.workdir.resolve())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.workdir is not None:
-        args.workdir.mkdir(parents=True, exist_ok=True)
-        if any(args.workdir.iterdir()):
-            raise SystemExit(f"camera_rate: --workdir {args.workdir} is not empty; name a new or empty folder")
-        result = run(args, args.workdir.resolve())
-    else:
-        with tempfile.TemporaryDirectory(prefix="camera_rate-") as tmp:
-            result = run(args, Path(tmp))
+    result = run_in_workdir("camera_rate", run, args)
     if not args.quick:
         append_result(result)
     print(json.dumps(result), flush=True)

@@ -64,7 +64,7 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from camera_rate import append_result as append_keyed_result, read_timing  # noqa: E402
+from camera_rate import append_result as append_keyed_result, read_timing, run_in_workdir  # noqa: E402
 from graph_realtime import _commit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -439,14 +439,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.workdir is not None:
-        args.workdir.mkdir(parents=True, exist_ok=True)
-        if any(args.workdir.iterdir()):
-            raise SystemExit(f"reward_latency: --workdir {args.workdir} is not empty; name a new or empty folder")
-        result = run(args, args.workdir.resolve())
-    else:
-        with tempfile.TemporaryDirectory(prefix="reward_latency-") as tmp:
-            result = run(args, Path(tmp))
+    result = run_in_workdir("reward_latency", run, args)
     if not args.quick:
         append_result(result, args.results)
     print(json.dumps(result), flush=True)

@@ -78,3 +78,21 @@ def test_results_are_appended_per_configuration_and_a_broken_file_is_kept(tmp_pa
     with pytest.raises(SystemExit, match="not valid JSON"):
         camera_rate.append_result(row, path)
     assert path.read_text() == "{not json"
+
+
+def test_a_run_goes_in_its_workdir_kept_or_in_a_temporary_folder_removed_after(tmp_path):
+    seen = []
+
+    def run(args, folder):
+        (folder / "timing.csv").write_text("x")
+        seen.append(folder)
+        return {"folder": str(folder)}
+
+    camera_rate.run_in_workdir("camera_rate", run, SimpleNamespace(workdir=None))
+    assert not seen[-1].exists()  # temporary: gone
+    kept = tmp_path / "kept"
+    camera_rate.run_in_workdir("camera_rate", run, SimpleNamespace(workdir=kept))
+    assert seen[-1] == kept.resolve() and (kept / "timing.csv").exists()
+    with pytest.raises(SystemExit, match="--workdir .*kept is not empty"):
+        camera_rate.run_in_workdir("camera_rate", run, SimpleNamespace(workdir=kept))
+    assert len(seen) == 2 and (kept / "timing.csv").read_text() == "x"
