@@ -72,7 +72,7 @@ run_part() {
 
 if [ -z "$DRY" ] && compgen -G ".gpu-wheels/*.whl" > /dev/null; then
   prefix=$(mktemp -d)/site
-  # only what this machine lacks: a carried numpy or typing-extensions must not shadow the machine's own
+  # only what this machine lacks (and REPLACED's other versions): a carried numpy must not shadow the machine's own
   missing=$("$PY" - "$REPLACED" .gpu-wheels/*.whl <<'EOF'
 import importlib.metadata as metadata, re, sys
 replaced = sys.argv[1].split()
