@@ -205,6 +205,10 @@ def _action_entries(space: spaces.Space) -> list[ActionEntry]:
     return entries
 
 
+class AdapterMismatch(ValueError):
+    """A saved adapter does not fit the environment it is used on (`EnvAdapter.check_fits`)."""
+
+
 @dataclass
 class EnvAdapter:
     """One environment's conventions resolved against its spaces (see the module); JSON-serialisable."""
@@ -287,8 +291,9 @@ class EnvAdapter:
                    StateNormalizer.from_bounds(low, high, config.normalize_state))
 
     def check_fits(self, env: gym.Env) -> None:
-        """Raises ValueError naming the first entry of `env`'s spaces that differs from what this (saved) adapter
-        was resolved against: a policy saved with it would otherwise fail on a shape deep inside, or act wrongly."""
+        """Raises AdapterMismatch naming the first entry of `env`'s spaces that differs from what this (saved)
+        adapter was resolved against: a policy saved with it would otherwise fail on a shape deep inside, or act
+        wrongly."""
         name = env.spec.id if env.spec else type(env.unwrapped).__name__
         entries = dict(flat_entries(env.observation_space))
         for key, size in zip(self.state_keys, self.state_sizes):
@@ -296,14 +301,16 @@ class EnvAdapter:
             if found is None or image_layout(found) is not None or int(np.prod(found.shape)) != size:
                 what = "no such entry" if found is None else f"{found}"
                 label = f"observation {key!r}" if key else "the observation"
-                raise ValueError(f"{name}: {label} is {what}, where the saved adapter expects a state of {size} values")
+                raise AdapterMismatch(f"{name}: {label} is {what}, where the saved adapter expects a state of {size} "
+                                      "values")
         missing = [k for k in self.camera_keys if k not in entries or image_layout(entries[k]) is None]
         if missing:
-            raise ValueError(f"{name}: no camera {missing}, which the saved adapter reads")
+            raise AdapterMismatch(f"{name}: no camera {missing}, which the saved adapter reads")
         actions = _action_entries(env.action_space)
         if [(a.path, a.kind, a.size) for a in actions] != [(a.path, a.kind, a.size) for a in self.actions]:
             saved = ", ".join(f"{a.path or 'action'}: {a.kind} of {a.size}" for a in self.actions)
-            raise ValueError(f"{name}: action {env.action_space} is not the one the saved adapter maps onto ({saved})")
+            raise AdapterMismatch(f"{name}: action {env.action_space} is not the one the saved adapter maps onto "
+                                  f"({saved})")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

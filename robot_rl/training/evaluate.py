@@ -73,7 +73,7 @@ def _evaluate_env_run(file: Path, episodes: int, seed: int, env_id: str | None,
     import torch
 
     from robot_rl.agents.policy import Policy, PolicySpec
-    from robot_rl.envs.adapter import EnvAdapter, make_canonical
+    from robot_rl.envs.adapter import AdapterMismatch, EnvAdapter, make_canonical
 
     saved = torch.load(file, weights_only=True, map_location="cpu")
     if "adapter" not in saved:
@@ -84,7 +84,7 @@ def _evaluate_env_run(file: Path, episodes: int, seed: int, env_id: str | None,
     kwargs = {**saved.get("env_kwargs", {}), **(env_kwargs or {})}
     try:
         env = make_canonical(env_id, kwargs, adapter=adapter, normalize=True)
-    except ValueError as exc:
+    except AdapterMismatch as exc:
         # the usual cause: the environment gained an option since the policy was saved, whose default changes a space
         others = [name for name in env_parameters(env_id) if name not in kwargs]
         raise ValueError(f"{file}: {exc}. The policy was saved for {env_id} with env_kwargs {kwargs}; build the "
