@@ -67,7 +67,7 @@ WIDE_TASK = "arm_pick_cube_wide"
 """Its config (config/arm_pick_cube_wide.yaml) is arm_pick_cube's but for the cube's range and the encoder
 (tests/test_graph_realtime_summary.py), so both run the same learner recipe."""
 CONTROL_HZ = 10.0
-RECIPE_SETTINGS = {"feature_views": 1, "bc_weight": 1.0, "max_update_ratio": 1.0}
+RECIPE_SETTINGS = {"feature_views": 1, "bc_weight": 1.0, "max_update_ratio": 1.0, "warmup_transitions": 500}
 """Learner settings that changed the recipe between recorded rows, with the value rows that do not
 name them ran (they predate the setting)."""
 TASK_SETTINGS = {"action_history": 0}
@@ -188,7 +188,8 @@ def run_in_process(seed: int, steps: int, eval_episodes: int = 50) -> dict:
 
     learner = shipped_learner()
     config = dataclasses.replace(config_for(seed, steps, False, SNAPSHOT_TRANSITIONS, eval_episodes),
-                                 feature_views=learner["feature_views"], feature_jitter=learner["feature_jitter"])
+                                 feature_views=learner["feature_views"], feature_jitter=learner["feature_jitter"],
+                                 warmup_steps=learner["warmup_transitions"])
     started, commit = time.time(), _commit()
     snapshots: list[dict] = []
 

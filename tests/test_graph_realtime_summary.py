@@ -9,8 +9,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import graph_realtime  # noqa: E402
 
-SHIPPED = {"feature_views": 4, "bc_weight": 0.0, "max_update_ratio": 8.0, "action_history": 2}
-NEW = "learner.feature_views=4,learner.max_update_ratio=8.0,task.action_history=2"
+SHIPPED = {"feature_views": 4, "bc_weight": 0.0, "max_update_ratio": 8.0, "warmup_transitions": 100,
+           "action_history": 2}
+NEW = "learner.feature_views=4,learner.max_update_ratio=8.0,learner.warmup_transitions=100,task.action_history=2"
 """The shipped recipe as a pick-cube row names it (bc_weight acts on a person's corrections only)."""
 
 
@@ -41,17 +42,19 @@ def test_summary_reports_the_current_recipe_and_keeps_earlier_ones_beside_it():
             _row("realtime", 0, [0.7, 0.8, 0.86], wall_s=1200.0, lost=1)]  # no recipe: feature_views=1, 1 update each
     summary = graph_realtime.summarize(rows, SHIPPED)
     assert summary["recipe"] == ("learner.feature_views=4,learner.bc_weight=0.0,learner.max_update_ratio=8.0,"
-                                 "task.action_history=2")
+                                 "learner.warmup_transitions=100,task.action_history=2")
     assert summary["rows"] == 4
     assert summary["wall_min_to_90"] == 4.0 and summary["realtime_seeds_reaching_90"] == "2/3"
     assert summary["two_actor_time_ratio"] == 0.5 and summary["lost_transitions"] == 0
-    earlier = summary["earlier_recipes"]["learner.feature_views=1,learner.max_update_ratio=1.0,task.action_history=0"]
+    earlier = summary["earlier_recipes"][
+        "learner.feature_views=1,learner.max_update_ratio=1.0,learner.warmup_transitions=500,task.action_history=0"]
     assert earlier["wall_min_to_90"] == 20.0 and earlier["realtime_seeds_reaching_90"] == "0/1"
     assert earlier["lost_transitions"] == 1
 
 
 def test_lockstep_step_ratio_divides_the_graphs_median_steps_by_the_in_process_loops():
-    new = "learner.feature_views=4,task.action_history=2"  # lockstep: the actor's ratio, whatever the cap
+    # lockstep: the actor's ratio, whatever the cap
+    new = "learner.feature_views=4,learner.warmup_transitions=100,task.action_history=2"
 
     def by_steps(arm, seed, successes, env_steps=10_000):
         row = _row(arm, seed, successes, recipe=new)
@@ -86,22 +89,24 @@ def test_a_person_setting_splits_the_hil_rows_only():
     assert summary["wall_min_to_90"] == 2.0 and summary["hil_wall_min_to_90"] == 2.0
     assert summary["hil_seeds_reaching_90"] == "1/1"
     earlier = summary["earlier_recipes"][
-        "learner.feature_views=4,learner.bc_weight=1.0,learner.max_update_ratio=8.0,task.action_history=2"]
+        "learner.feature_views=4,learner.bc_weight=1.0,learner.max_update_ratio=8.0,learner.warmup_transitions=100,"
+        "task.action_history=2"]
     assert earlier["hil_seeds_reaching_90"] == "0/1" and earlier["rows"] == 1
     assert graph_realtime.row_recipe(rows[0]) == graph_realtime.arm_recipe("realtime", SHIPPED)
 
 
 def test_the_wall_clock_update_cap_splits_real_time_rows_but_not_lockstep_ones():
-    before_cap = "learner.feature_views=4,task.action_history=2"  # 1 update each
+    before_cap = "learner.feature_views=4,learner.warmup_transitions=100,task.action_history=2"  # 1 update each
     old_realtime = _row("realtime", 0, [0.5, 0.9, 0.9], recipe=before_cap)
     old_lockstep = _row("lockstep", 0, [0.9, 0.9], recipe=before_cap)
     old_lockstep.update(env_steps=10_000, steps_to_90=1200)
     summary = graph_realtime.summarize([_row("realtime", 1, [0.9, 0.9], recipe=NEW), old_realtime, old_lockstep],
                                        SHIPPED)
     assert summary["wall_min_to_90"] == 2.0 and summary["lockstep_steps_to_90"] == 1200  # lockstep: same recipe
-    earlier = summary["earlier_recipes"]["learner.feature_views=4,learner.max_update_ratio=1.0,task.action_history=2"]
+    earlier = summary["earlier_recipes"][
+        "learner.feature_views=4,learner.max_update_ratio=1.0,learner.warmup_transitions=100,task.action_history=2"]
     assert earlier["rows"] == 1 and earlier["wall_min_to_90"] == 4.0
-    assert graph_realtime.arm_recipe("lockstep", SHIPPED) == "learner.feature_views=4,task.action_history=2"
+    assert graph_realtime.arm_recipe("lockstep", SHIPPED) == before_cap
 
 
 def test_rows_from_before_the_task_observed_its_last_actions_are_an_earlier_recipe():
@@ -109,7 +114,8 @@ def test_rows_from_before_the_task_observed_its_last_actions_are_an_earlier_reci
     summary = graph_realtime.summarize([_row("realtime", 0, [0.9, 0.9], recipe=before),
                                         _row("realtime", 1, [0.5, 0.9, 0.9], recipe=NEW)], SHIPPED)
     assert summary["wall_min_to_90"] == 4.0 and summary["rows"] == 1
-    assert summary["earlier_recipes"][f"{before},task.action_history=0"]["wall_min_to_90"] == 2.0
+    earlier = f"{before},learner.warmup_transitions=500,task.action_history=0"
+    assert summary["earlier_recipes"][earlier]["wall_min_to_90"] == 2.0
     assert graph_realtime.shipped_settings()["action_history"] == 2  # the pick-cube task's own
 
 
@@ -187,3 +193,14 @@ def test_kill_actor_kills_only_the_actor_of_that_run(tmp_path):
         other.wait()
     with pytest.raises(RuntimeError, match="no arm_actor process"):
         graph_realtime.kill_node(tmp_path / "a")
+
+
+def test_rows_from_before_the_learner_started_at_100_transitions_are_an_earlier_recipe():
+    before = "learner.feature_views=4,learner.max_update_ratio=8.0,task.action_history=2"  # rows of 2026-11-29
+    summary = graph_realtime.summarize([_row("realtime", 0, [0.9, 0.9], recipe=before),
+                                        _row("realtime", 1, [0.5, 0.9, 0.9], recipe=NEW)], SHIPPED)
+    assert summary["wall_min_to_90"] == 4.0 and summary["rows"] == 1
+    earlier = ("learner.feature_views=4,learner.max_update_ratio=8.0,learner.warmup_transitions=500,"
+               "task.action_history=2")
+    assert summary["earlier_recipes"][earlier]["wall_min_to_90"] == 2.0
+    assert graph_realtime.shipped_settings()["warmup_transitions"] == 100  # config/arm_pick_cube.yaml's
