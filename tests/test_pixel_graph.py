@@ -38,7 +38,7 @@ def test_a_lockstep_actor_that_would_deadlock_with_the_warm_up_is_refused():
     from robot_rl.ros.graph import build_graph, config_path, load_config
 
     config = load_config(config_path("arm_pick_cube"))
-    config["arm_actor"]["ros__parameters"]["sync_slack_steps"] = 100
+    config["arm_actor"]["ros__parameters"]["sync_slack_steps"] = 50  # the warm-up is 100
     with pytest.raises(ValueError, match="sync_slack_steps"):
         build_graph(config)
 
