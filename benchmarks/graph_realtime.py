@@ -35,6 +35,7 @@ Arms (`--arm`):
     python benchmarks/graph_realtime.py --arm wide --seed 0 --minutes 30        # one wide row
     python benchmarks/graph_realtime.py --arm car --seed 0 --minutes 10         # one car row
     python benchmarks/graph_realtime.py --summary                               # rows -> summary
+    python benchmarks/graph_realtime.py --arm hil --seed 0 --minutes 8 --keep-run R  # the run's logs kept in R
     python benchmarks/graph_realtime.py --quick                                 # a short run of the same
 
 Each run appends one row to benchmarks/results/graph_realtime.jsonl (a run of at most --minutes, so
@@ -431,6 +432,9 @@ def main() -> None:
     parser.add_argument("--snapshot-s", type=float, default=60.0,
                         help="seconds between the learner's snapshots (rows before issue 42's: 120)")
     parser.add_argument("--summary", action="store_true", help="summarize the recorded rows instead of running")
+    parser.add_argument("--keep-run", type=Path, default=None,
+                        help="keep the graph run (its logs, tensorboard, snapshots) in this new directory instead of a "
+                        "temporary one, to read afterwards")
     parser.add_argument("--quick", action="store_true",
                         help="a 1.5-minute (lockstep, in_process: 2,000-step) run of the arm, snapshots judged on 5 "
                         "episodes, not recorded")
@@ -449,14 +453,19 @@ def main() -> None:
     if args.arm == "car":  # timed laps, one per eval draw, instead of episodes
         episodes = 4 if args.quick else 20
     steps = 2_000 if args.quick else args.steps
+    if args.keep_run is not None and args.keep_run.exists():
+        parser.error(f"--keep-run {args.keep_run} exists: a kept run is never written over")
     with tempfile.TemporaryDirectory(prefix="graph_realtime-") as tmp:
+        run_dir = Path(tmp) / "run"
+        if args.keep_run is not None:
+            args.keep_run.mkdir(parents=True)
+            run_dir = args.keep_run / "run"
         if args.arm == "in_process":
             row = run_in_process(args.seed, steps, episodes)
         elif args.arm == "lockstep":
-            row = run_arm(args.arm, args.seed, steps, 0.0, Path(tmp) / "run", episodes)
+            row = run_arm(args.arm, args.seed, steps, 0.0, run_dir, episodes)
         else:
-            row = run_arm(args.arm, args.seed, int(minutes * 60 * arm_task(args.arm)[1]), snapshot_s, Path(tmp) / "run",
-                          episodes)
+            row = run_arm(args.arm, args.seed, int(minutes * 60 * arm_task(args.arm)[1]), snapshot_s, run_dir, episodes)
     if args.quick:
         print(json.dumps(row), flush=True)
         assert row.get("lost_transitions", 0) == 0 and row["snapshots"], row
