@@ -453,13 +453,14 @@ def main() -> None:
     if args.arm == "car":  # timed laps, one per eval draw, instead of episodes
         episodes = 4 if args.quick else 20
     steps = 2_000 if args.quick else args.steps
+    if args.keep_run is not None and args.arm == "in_process":
+        parser.error("--keep-run keeps a graph run's directory; the in_process arm has none")
     if args.keep_run is not None and args.keep_run.exists():
         parser.error(f"--keep-run {args.keep_run} exists: a kept run is never written over")
     with tempfile.TemporaryDirectory(prefix="graph_realtime-") as tmp:
-        run_dir = Path(tmp) / "run"
+        run_dir = (args.keep_run or Path(tmp)) / "run"
         if args.keep_run is not None:
             args.keep_run.mkdir(parents=True)
-            run_dir = args.keep_run / "run"
         if args.arm == "in_process":
             row = run_in_process(args.seed, steps, episodes)
         elif args.arm == "lockstep":

@@ -38,7 +38,8 @@ def test_a_lockstep_actor_that_would_deadlock_with_the_warm_up_is_refused():
     from robot_rl.ros.graph import build_graph, config_path, load_config
 
     config = load_config(config_path("arm_pick_cube"))
-    config["arm_actor"]["ros__parameters"]["sync_slack_steps"] = 50  # the warm-up is 100
+    warmup = config["learner"]["ros__parameters"]["warmup_transitions"]
+    config["arm_actor"]["ros__parameters"]["sync_slack_steps"] = warmup - 1
     with pytest.raises(ValueError, match="sync_slack_steps"):
         build_graph(config)
 
