@@ -42,8 +42,9 @@ Each run appends one row to benchmarks/results/graph_realtime.jsonl (a run of at
 the set runs in pieces); `--summary` reads the rows, writes benchmarks/results/graph_realtime.json and
 graph_realtime.png (success against wall-clock minutes and steps, the car's clean laps against
 minutes) and prints the summary as the last line.
-Every row names the recipe it ran (`RECIPE_SETTINGS` of the shipped task config's learner, settings that act
-on a person's corrections only in the hil arm's, and the task's `TASK_SETTINGS`); the summary's figures are the
+Every row names the recipe it ran (`RECIPE_SETTINGS` of the shipped task config's learner, settings and
+code changes (`PERSON_CHANGES`) that act on a person's corrections only in the hil arm's, and the task's
+`TASK_SETTINGS`); the summary's figures are the
 current recipe's, and each earlier recipe's stay beside them under `earlier_recipes`.
 """
 
@@ -74,7 +75,13 @@ name them ran (they predate the setting)."""
 TASK_SETTINGS = {"action_history": 0}
 """Task settings that changed the recipe (`TaskSpec`: the pick-cube task observes its last actions since
 2026-11-29), named "task.<name>", with the value rows that do not name them ran."""
-PERSON_SETTINGS = ("bc_weight",)
+PERSON_CHANGES = ("corrections_end_at_reset",)
+"""Changes to the person's path through the graph (code, not settings), named "person.<name>": True in the code
+now, False for rows that do not name them. corrections_end_at_reset (2026-11-30): the scripted person lets go at
+a reset and the actor does not act on a command given before the episode began; before it, a rescue under way
+at an episode's end went on into the next episode (its first step the old scene's lift-and-close, stored as a
+correction)."""
+PERSON_SETTINGS = ("bc_weight", *PERSON_CHANGES)
 """Settings that act on a person's corrections only: part of the hil arm's recipe alone."""
 WALL_CLOCK_SETTINGS = ("max_update_ratio",)
 """Settings that act on the wall clock only: a lockstep graph holds its learner to the actor's
@@ -215,16 +222,17 @@ def shipped_learner() -> dict:
 
 
 def shipped_settings() -> dict:
-    """The shipped task config's values of RECIPE_SETTINGS, and the task's of TASK_SETTINGS."""
+    """The shipped task config's values of RECIPE_SETTINGS, the task's of TASK_SETTINGS, and PERSON_CHANGES."""
     from robot_rl.tasks import get_task
 
     learner, task = shipped_learner(), get_task(TASK)
     return {**{k: learner.get(k, v) for k, v in RECIPE_SETTINGS.items()},
-            **{k: getattr(task, k) for k in TASK_SETTINGS}}
+            **{k: getattr(task, k) for k in TASK_SETTINGS}, **dict.fromkeys(PERSON_CHANGES, True)}
 
 
 def recipe_name(settings: dict) -> str:
-    return ",".join(f"{'task' if k in TASK_SETTINGS else 'learner'}.{k}={v}" for k, v in settings.items())
+    prefix = {**dict.fromkeys(TASK_SETTINGS, "task"), **dict.fromkeys(PERSON_CHANGES, "person")}
+    return ",".join(f"{prefix.get(k, 'learner')}.{k}={v}" for k, v in settings.items())
 
 
 def arm_recipe(arm: str, settings: dict) -> str:
@@ -240,7 +248,8 @@ def row_recipe(row: dict) -> str:
     if row["arm"] == "car":
         return row.get("recipe", "")
     named = dict(item.split(".", 1)[1].split("=", 1) for item in row.get("recipe", "").split(",") if item)
-    return arm_recipe(row["arm"], {**RECIPE_SETTINGS, **TASK_SETTINGS, **named})
+    return arm_recipe(row["arm"], {**RECIPE_SETTINGS, **TASK_SETTINGS, **dict.fromkeys(PERSON_CHANGES, False),
+                                   **named})
 
 
 def car_snapshot(run_dir: Path, path: Path, started: float, laps: int) -> dict:

@@ -10,9 +10,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import graph_realtime  # noqa: E402
 
 SHIPPED = {"feature_views": 4, "bc_weight": 0.0, "max_update_ratio": 8.0, "warmup_transitions": 100,
-           "action_history": 2}
+           "action_history": 2, "corrections_end_at_reset": True}
 NEW = "learner.feature_views=4,learner.max_update_ratio=8.0,learner.warmup_transitions=100,task.action_history=2"
 """The shipped recipe as a pick-cube row names it (bc_weight acts on a person's corrections only)."""
+HIL = f"{NEW},learner.bc_weight=0.0,person.corrections_end_at_reset=True"
+"""The shipped recipe as a hil row names it."""
 
 
 def _row(arm, seed, successes, recipe=None, wall_s=960.0, lost=0):
@@ -42,7 +44,8 @@ def test_summary_reports_the_current_recipe_and_keeps_earlier_ones_beside_it():
             _row("realtime", 0, [0.7, 0.8, 0.86], wall_s=1200.0, lost=1)]  # no recipe: feature_views=1, 1 update each
     summary = graph_realtime.summarize(rows, SHIPPED)
     assert summary["recipe"] == ("learner.feature_views=4,learner.bc_weight=0.0,learner.max_update_ratio=8.0,"
-                                 "learner.warmup_transitions=100,task.action_history=2")
+                                 "learner.warmup_transitions=100,task.action_history=2,"
+                                 "person.corrections_end_at_reset=True")
     assert summary["rows"] == 4
     assert summary["wall_min_to_90"] == 4.0 and summary["realtime_seeds_reaching_90"] == "2/3"
     assert summary["two_actor_time_ratio"] == 0.5 and summary["lost_transitions"] == 0
@@ -84,14 +87,18 @@ def test_lockstep_step_ratio_divides_the_graphs_median_steps_by_the_in_process_l
 def test_a_person_setting_splits_the_hil_rows_only():
     rows = [_row("realtime", 0, [0.9, 0.9], recipe=NEW),  # bc_weight: no person, same recipe
             _row("hil", 0, [0.2, 0.3], recipe=NEW),  # ran before bc_weight was named: 1.0
-            _row("hil", 0, [0.9, 0.94], recipe=f"{NEW},learner.bc_weight=0.0")]
+            _row("hil", 0, [0.9, 0.94], recipe=HIL),
+            _row("hil", 1, [0.5, 0.9, 0.9], recipe=f"{NEW},learner.bc_weight=0.0")]  # before the person's fix
     summary = graph_realtime.summarize(rows, SHIPPED)
     assert summary["wall_min_to_90"] == 2.0 and summary["hil_wall_min_to_90"] == 2.0
     assert summary["hil_seeds_reaching_90"] == "1/1"
-    earlier = summary["earlier_recipes"][
-        "learner.feature_views=4,learner.bc_weight=1.0,learner.max_update_ratio=8.0,learner.warmup_transitions=100,"
-        "task.action_history=2"]
-    assert earlier["hil_seeds_reaching_90"] == "0/1" and earlier["rows"] == 1
+    earlier = summary["earlier_recipes"]
+    before_bc = ("learner.feature_views=4,learner.bc_weight=1.0,learner.max_update_ratio=8.0,"
+                 "learner.warmup_transitions=100,task.action_history=2,person.corrections_end_at_reset=False")
+    assert earlier[before_bc]["hil_seeds_reaching_90"] == "0/1" and earlier[before_bc]["rows"] == 1
+    before_fix = before_bc.replace("bc_weight=1.0", "bc_weight=0.0")
+    assert earlier[before_fix]["hil_wall_min_to_90"] == 4.0 and earlier[before_fix]["rows"] == 1
+    assert graph_realtime.shipped_settings()["corrections_end_at_reset"] is True  # the code's own
     assert graph_realtime.row_recipe(rows[0]) == graph_realtime.arm_recipe("realtime", SHIPPED)
 
 

@@ -13,6 +13,8 @@ import pytest
 
 pytest.importorskip("rclpy")
 
+from sensor_msgs.msg import JointState  # noqa: E402
+
 from robot_rl.ros.probe import RosProbe, free_port, fresh_domain_id, start_graph  # noqa: E402
 
 HIL = {
@@ -40,15 +42,32 @@ HIL = {
 
 
 def test_scripted_human_interventions_reach_the_learner_as_demonstrations(tmp_path):
+    """...and a correction stays in its episode: an episode the person was driving at its end does not begin
+    with their command (the scripted person once carried its last rescue's lift-and-close into the next
+    episode's first step, stored as a correction there)."""
+    from robot_rl.ros import qos
+    from robot_rl.ros.step_log import STEP_TOPIC, parse_step_msg
+
     domain_id = fresh_domain_id()
     supervisor = start_graph("arm_lift", HIL, tmp_path, domain_id)
     probe = RosProbe(domain_id, "hil_probe")
+    driver: dict[tuple[int, int], bool] = {}  # (episode, step) -> the person acted
+    probe.node.create_subscription(JointState, STEP_TOPIC, lambda m: _record_driver(parse_step_msg(m), driver),
+                                   qos.EVENTS)
+
+    def person_ended(episode: int) -> bool:
+        steps = [step for e, step in driver if e == episode]
+        return bool(steps) and driver[episode, max(steps)]
+
+    handed_over = lambda: [e for e in {e for e, _ in driver} if person_ended(e) and (e + 1, 0) in driver]  # noqa: E731
     try:
         probe.wait_for(lambda: probe.value("takeovers", "scripted_human") >= 3
                        and probe.value("takeovers", "teleop") >= 3
                        and probe.value("intervention_rate_last20", "arm_actor") > 0
-                       and probe.value("demo_size", "learner") >= 10, 180,
-                       "interventions through joy, teleop and actor into the learner's demonstrations")
+                       and probe.value("demo_size", "learner") >= 10 and len(handed_over()) >= 2, 180,
+                       "interventions through joy, teleop and actor into the learner's demonstrations, and two "
+                       "episodes ended by the person")
+        assert not [e + 1 for e in handed_over() if driver[e + 1, 0]], driver
         for name in ("arm_sim", "arm_actor", "learner", "teleop", "scripted_human"):
             assert name not in {n.spec.name for n, _ in supervisor.exited()}
         assert probe.value("rejected", "teleop") == 0  # the scripted gamepad's messages fit the mapping
@@ -59,6 +78,11 @@ def test_scripted_human_interventions_reach_the_learner_as_demonstrations(tmp_pa
     assert all(code == 0 for code in codes.values()), codes
     summary = json.loads((tmp_path / "learner_summary.json").read_text())
     assert summary["demo_size"] >= 10
+
+
+def _record_driver(entry, driver: dict) -> None:
+    if entry.intervention is not None:
+        driver[entry.episode, entry.step] = entry.intervention
 
 
 def test_record_session_with_the_scripted_human_writes_a_labelled_dataset(tmp_path):

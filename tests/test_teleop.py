@@ -722,6 +722,10 @@ def test_human_command_follows_the_teleop_topics_and_goes_stale():
     assert human.rejected == 3 and human.action(1.4) is None and human.gripper == 1.0
     human.on_twist([0.0] * 6, now=1.5)
     np.testing.assert_allclose(human.action(1.5), [0, 0, 0, 1.0])
+    human.new_episode()  # the robot reset: the command given before answered the old scene
+    assert human.action(1.5) is None and human.engaged
+    human.on_twist([0.0] * 6, now=1.52)  # their next command drives the new episode
+    np.testing.assert_allclose(human.action(1.52), [0, 0, 0, 1.0])
     human.on_engaged(False)
     assert human.action(1.5) is None
     np.testing.assert_allclose(human_action(np.arange(6) / 10, -1.0, 7), [0, 0.1, 0.2, 0.3, 0.4, 0.5, -1.0])
@@ -768,6 +772,10 @@ def test_scripted_gamepad_takes_over_through_the_joy_layout():
     assert ("gripper_close" in seen[1].buttons) == (expert[3] > 0)
     assert not seen[0].buttons and not seen[0].twist.any()  # hands off: centred, nothing pressed
     assert gamepad.takeovers == 2
+    gamepad.new_episode()  # the robot resets mid-takeover: the person lets go and judges the new episode afresh
+    assert not gamepad.intervening and not any(gamepad.buttons) and not any(gamepad.axes)
+    seen = [decode(*gamepad.step(state, wrong), 0.0) for _ in range(2)]
+    assert [("takeover" in s.buttons) for s in seen] == [False, True]  # a new streak of off_track_steps
     with pytest.raises(ValueError, match="joy"):
         ScriptedGamepad(gamepad.intervener, load_mapping("teleop_keyboard", "keyboard"), np.random.default_rng(0))
 

@@ -1,9 +1,10 @@
 """Scripted human node: a simulated person at a gamepad, for HIL sessions in simulation.
 
 Watches the arm (`joint_states`, `arm/ee_pose`, `cube/pose`) and what the actor executes
-(`arm/cmd`, `arm/gripper`); after each executed command it judges the policy with the task's
-scripted expert (`robot_rl.teleop.scripted_gamepad.ScriptedGamepad`) and publishes the gamepad's state on
-`joy` (`sensor_msgs/Joy`) at `rate_hz` and on every change, as the `joy` package's joy_node does.
+(`arm/cmd`, `arm/gripper`) and the episodes' starts (`episode/event`: the person lets go at a reset);
+after each executed command it judges the policy with the task's scripted expert
+(`robot_rl.teleop.scripted_gamepad.ScriptedGamepad`) and publishes the gamepad's state on `joy`
+(`sensor_msgs/Joy`) at `rate_hz` and on every change, as the `joy` package's joy_node does.
 Run the teleop node with `device:=joy` next to it: interventions then travel the same path as a
 real person's (teleop node, arbitration, actor, learner), so they are tested and measured end to end.
 """
@@ -18,7 +19,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import TwistStamped
 from rclpy.node import Node
 from sensor_msgs.msg import Joy
-from std_msgs.msg import Bool, Float32
+from std_msgs.msg import Bool, Float32, Header
 
 from robot_rl.config_fields import config_from_params
 from robot_rl.robots.arm.sim import ArmSimConfig
@@ -73,6 +74,7 @@ class ScriptedHumanNode(Node):
         self.create_subscription(Float32, "arm/gripper", self._on_gripper, qos.COMMAND)
         self.create_subscription(TwistStamped, "arm/cmd", self._on_command, qos.COMMAND)
         self.create_subscription(Bool, "teleop/engaged", self._on_teleop_engaged, qos.COMMAND)
+        self.create_subscription(Header, "episode/event", self._on_episode_event, qos.EVENTS)
         self.create_timer(1.0 / p["rate_hz"], self._publish_joy)
         self.create_timer(1.0, self._publish_diagnostics)
 
@@ -97,6 +99,13 @@ class ScriptedHumanNode(Node):
     def _on_teleop_engaged(self, msg: Bool) -> None:
         if self.gamepad.teleop_engaged(bool(msg.data), time.monotonic()):
             self._publish_joy()  # the hands let go at once
+
+    def _on_episode_event(self, msg: Header) -> None:
+        if msg.frame_id == "start":  # the actor announces the reset before it asks for it
+            before = (self.gamepad.axes, self.gamepad.buttons)
+            self.gamepad.new_episode()
+            if (self.gamepad.axes, self.gamepad.buttons) != before:
+                self._publish_joy()
 
     def _publish_joy(self) -> None:
         msg = Joy()

@@ -15,7 +15,8 @@ continues its step count.
 A person at the teleop node takes over whenever `teleop/engaged` is true: their `teleop/cmd` and
 `teleop/gripper` are executed instead of the policy's action and the transitions are flagged as
 interventions (the learner stores them as demonstrations too). A command older than
-`teleop_timeout_s` is stale and the policy drives again. `teleop/event` labels end the episode
+`teleop_timeout_s` is stale and the policy drives again, and one given before an episode began does not act in
+it (it answered the scene before the reset). `teleop/event` labels end the episode
 (success, failure, reset, rerecord).
 
 `mode: record` (what `robot-rl record` starts) is a recording session: only the person drives
@@ -489,6 +490,7 @@ class ActorNode(Node):
         """The new episode begins with the observation stamped `stamp` (or the first after it)."""
         with self.core_lock:
             self.core.start_episode(commit_recording=False)
+        self.human.new_episode()
         self.session.reset_done(time.monotonic())
         self.episode_start_stamp = stamp
         self.observation_index = 0

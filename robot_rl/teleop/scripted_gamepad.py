@@ -9,7 +9,8 @@ its arbitration and the actor treat it exactly as a person at a real gamepad.
 
 Like a person, it notices when the robot stops following its hands (the teleop handed control back:
 its input went silent for a moment, or an e-stop) and lets go of the gamepad before taking over
-again, which is what the teleop node asks of a person before it re-engages.
+again, which is what the teleop node asks of a person before it re-engages. It lets go when the robot resets
+too: a correction answers the scene it was given in, not the next episode's.
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ class ScriptedGamepad:
         self.intervening = False
         self._ignored_since = None
         self.axes, self.buttons = self._joy(np.zeros(6), ())
+
+    def new_episode(self) -> None:
+        """The robot resets: the person lets go and judges the next episode afresh (no streak or hold carried
+        over; the graph's state has no episode clock from which the intervener could tell by itself)."""
+        self.intervener.start_episode()
+        self.release()
 
     def teleop_engaged(self, engaged: bool, now: float) -> bool:
         """What the teleop node says of its control (`teleop/engaged`) at monotonic time `now`. A takeover held

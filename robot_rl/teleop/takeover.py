@@ -66,6 +66,11 @@ class HumanCommand:
             return
         self._twist, self._twist_at = twist, now
 
+    def new_episode(self) -> None:
+        """Forgets the person's twist: a command given before the episode began answered the scene before the
+        reset, and is neither executed in it nor stored as its correction; their next command drives again."""
+        self._twist = None
+
     def on_gripper(self, value: float) -> None:
         if not math.isfinite(value) or abs(value) > 1.0 + 1e-6:
             self.rejected += 1
