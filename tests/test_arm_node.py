@@ -338,6 +338,7 @@ def test_refuses_to_activate_while_state_silent(tmp_path):
         _stop(proc, tmp_path)
 
 
+@pytest.mark.wall_clock
 def test_commands_clamped_hold_within_two_periods_and_reset_home(tmp_path):
     proc, domain_id = _start_arm(tmp_path, "franka_cartesian", "control_hz:=10.0", "command_timeout_s:=0.15")
     h = Harness(domain_id, "franka_cartesian")

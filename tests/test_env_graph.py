@@ -36,6 +36,7 @@ def _eval(run: Path, episodes: int) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.wall_clock
 @pytest.mark.timeout(240)
 def test_a_dict_env_trains_on_the_wall_clock_with_two_robots_and_a_person_at_the_keyboard(tmp_path):
     run = tmp_path / "run"

@@ -85,6 +85,7 @@ def _record_driver(entry, driver: dict) -> None:
         driver[entry.episode, entry.step] = entry.intervention
 
 
+@pytest.mark.wall_clock
 def test_record_session_with_the_scripted_human_writes_a_labelled_dataset(tmp_path):
     import subprocess
     import sys
