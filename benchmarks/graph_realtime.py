@@ -123,6 +123,8 @@ def run_arm(arm: str, seed: int, steps: int, snapshot_s: float, run_dir: Path, e
     cmd = [sys.executable, "-m", "robot_rl.cli", "train", "--task", task, "--seed", str(seed), "--steps", str(steps),
            "--eval-episodes", "0", "--run-dir", str(run_dir), "--plain", "--status-period", "60",
            "--set", f"learner.snapshot_period_s={snapshot_s}", *ARMS[arm]]
+    if arm != "car":  # every step's act latency, per robot, for a kept run to say which steps were slow
+        cmd += ["--set", f"arm_actor.timing_log={run_dir.parent / 'timing.csv'}"]
     started, commit = time.time(), _commit()  # the code this run ran, not the checkout at its end
     log = open(run_dir.with_suffix(".log"), "w")
     process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -442,8 +444,9 @@ def main() -> None:
                         help="seconds between the learner's snapshots (rows before issue 42's: 120)")
     parser.add_argument("--summary", action="store_true", help="summarize the recorded rows instead of running")
     parser.add_argument("--keep-run", type=Path, default=None,
-                        help="keep the graph run (its logs, tensorboard, snapshots) in this new directory instead of a "
-                        "temporary one, to read afterwards")
+                        help="keep the graph run (its logs, tensorboard, snapshots; each arm actor's per-step timing "
+                        "in timing.csv, timing-robotN.csv with two) in this new directory instead of a temporary one, "
+                        "to read afterwards")
     parser.add_argument("--quick", action="store_true",
                         help="a 1.5-minute (lockstep, in_process: 2,000-step) run of the arm, snapshots judged on 5 "
                         "episodes, not recorded")

@@ -56,13 +56,15 @@ def test_the_fleet_graph_namespaces_each_robot_and_shares_the_learner(tmp_path):
     assert specs["learner"].namespace == "" and not specs["learner"].remaps
 
 
-def test_each_robot_of_a_fleet_logs_its_view_to_a_rerun_file_of_its_own(tmp_path):
+def test_each_robot_of_a_fleet_logs_its_view_and_its_steps_timing_to_files_of_its_own(tmp_path):
     config = apply_overrides(load_config(config_path("arm_lift")), {
         "robot_rl.actors": 2, "robot_rl.nodes": ["arm_sim", "arm_actor", "learner", "session_view"],
-        "session_view.rerun": str(tmp_path / "view.rrd")})
+        "session_view.rerun": str(tmp_path / "view.rrd"), "arm_actor.timing_log": str(tmp_path / "timing.csv")})
     specs = {spec.key: spec for spec in build_graph(config, "sim", str(tmp_path))}
     assert [specs[f"robot{i}/session_view"].parameters["rerun"] for i in range(2)] == [
         str(tmp_path / "view-robot0.rrd"), str(tmp_path / "view-robot1.rrd")]
+    assert [specs[f"robot{i}/arm_actor"].parameters["timing_log"] for i in range(2)] == [
+        str(tmp_path / "timing-robot0.csv"), str(tmp_path / "timing-robot1.csv")]  # not both appending to one
     assert [specs[f"robot{i}/session_view"].parameters["port"] for i in range(2)] == [8765, 8766]
 
 

@@ -216,9 +216,9 @@ def _print_view_address(args: argparse.Namespace, actors: int = 1) -> None:
     if args.view == "rerun":
         target = args.view_out
         if target.endswith(".rrd") and actors > 1:  # build_graph gives each robot its own file
-            from robot_rl.ros.graph import robot_namespace, robot_view_file
+            from robot_rl.ros.graph import robot_file, robot_namespace
 
-            target = robot_view_file(target, robot_namespace("<i>"))
+            target = robot_file(target, robot_namespace("<i>"))
         watch = f" (watch it with `rerun {target}`)" if target.endswith(".rrd") else ""
         print(f"robot_rl: the session is logged to Rerun: {target}{watch}", flush=True)
 

@@ -72,9 +72,9 @@ def robot_namespace(index: int | str) -> str:
     return f"robot{index}"
 
 
-def robot_view_file(rrd: str, robot: str) -> str:
-    """A fleet robot's own Rerun file beside the one asked for: view.rrd -> view-<robot>.rrd."""
-    return str(Path(rrd).with_name(f"{Path(rrd).stem}-{robot}.rrd"))
+def robot_file(path: str, robot: str) -> str:
+    """A fleet robot's own file beside the one asked for: view.rrd -> view-<robot>.rrd."""
+    return str(Path(path).with_name(f"{Path(path).stem}-{robot}{Path(path).suffix}"))
 
 
 def config_path(task: str) -> Path:
@@ -195,7 +195,9 @@ def _as_fleet_member(spec: NodeSpec, index: int, prefix: str, run_dir: str | Non
         spec.parameters["port"] = int(spec.parameters.get("port", declared["port"].default)) + index
     rerun = str(spec.parameters.get("rerun", ""))
     if "rerun" in declared and rerun.endswith(".rrd"):  # each robot's view in a file of its own
-        spec.parameters["rerun"] = robot_view_file(rerun, robot_namespace(index))
+        spec.parameters["rerun"] = robot_file(rerun, robot_namespace(index))
+    if spec.parameters.get("timing_log") and "timing_log" in declared:  # each robot's steps in a file of its own
+        spec.parameters["timing_log"] = robot_file(str(spec.parameters["timing_log"]), robot_namespace(index))
 
 
 def _restart_budgets(restarts: Mapping[str, Any]) -> dict[str, int]:
