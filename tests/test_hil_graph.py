@@ -59,7 +59,9 @@ def test_scripted_human_interventions_reach_the_learner_as_demonstrations(tmp_pa
         steps = [step for e, step in driver if e == episode]
         return bool(steps) and driver[episode, max(steps)]
 
-    handed_over = lambda: [e for e in {e for e, _ in driver} if person_ended(e) and (e + 1, 0) in driver]  # noqa: E731
+    def handed_over() -> list[int]:
+        """Episodes the person was driving at their end whose next episode has begun."""
+        return [e for e in {e for e, _ in driver} if person_ended(e) and (e + 1, 0) in driver]
     try:
         probe.wait_for(lambda: probe.value("takeovers", "scripted_human") >= 3
                        and probe.value("takeovers", "teleop") >= 3
