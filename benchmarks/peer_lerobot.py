@@ -16,6 +16,10 @@ The rules, fixed before any result:
   values and defaults; NOTES.md says which the task forces), on the CPU, offline, wandb off.
 * Ours: `robot-rl train --env <the same id> --graph` as `env_graph.py` runs it (its encoder, learner and real-time
   settings; `env_graph.run_arm`).
+* Encoder, both systems: `policies/encoders/gym_hil_pick_cube_128` (pretrained only on gym-hil renders of random
+  actions), frozen. Ours loads it as `env_graph.py` does; LeRobot's policy loads its conv stacks as a local Hugging
+  Face model (`peer_lerobot/hf_encoder.py`) in place of the hub's `helper2424/resnet10` of its documented gym_hil
+  configuration, frozen as documented, and pools them with its own spatial embeddings.
 * Budget: `--steps` env steps (30,000: 50 minutes at 10 Hz); both actors step at 10 Hz on the wall clock.
 * Snapshots every 2,000 env steps: ours, the learner's policy at every 2,000 stored transitions
   (`learner.snapshot_every_transitions`); LeRobot's, the policy its actor acts with at the first episode end at or
@@ -211,7 +215,7 @@ def our_restart(run_dir: Path, row: dict, killed: dict) -> dict:
 
 def run_lerobot(seed: int, steps: int, every: int, episodes: int, export: Path, run_dir: Path,
                 kill_at: int | None, save_freq: int | None) -> dict:
-    run = lerobot_processes.LeRobotRun(run_dir, export, seed, steps, every, save_freq)
+    run = lerobot_processes.LeRobotRun(run_dir, export, env_graph.ENCODER, seed, steps, every, save_freq)
     commit = _commit()
     facts = run.run(kill_at)
     started, first_at = facts.pop("started"), facts.pop("first_update_at")

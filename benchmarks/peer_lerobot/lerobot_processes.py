@@ -5,8 +5,9 @@ snapshots (a `snapshot_judge.py` process in LeRobot's venv).
 Everything LeRobot runs is its own code from `.venv-peer-lerobot` (`python -m lerobot.rl.learner`; the actor's
 `actor_cli` through `snapshotting_actor.py`), configured by `gym_hil_pick_cube.json` plus what the benchmark forces
 on the command line: the demonstrations (`dataset.root`), the environment (`env.task`), the step budget
-(`policy.online_steps`), the seed, a free gRPC port, one output directory per process, and for a restart check
-`save_freq` when asked. Offline and untracked: HF_HUB_OFFLINE=1, WANDB_MODE=disabled, HF_HOME in the run directory.
+(`policy.online_steps`), the seed, a free gRPC port, one output directory per process, the image encoder (our
+shipped gym-hil encoder's conv stacks as a local Hugging Face model, `hf_encoder.py`, written into the run
+directory: `policy.vision_encoder_name`), and for a restart check `save_freq` when asked. Offline and untracked: HF_HUB_OFFLINE=1, WANDB_MODE=disabled, HF_HOME in the run directory.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ ROOT = BENCHMARKS.parent
 VENV = ROOT / ".venv-peer-lerobot"
 PYTHON = VENV / "bin" / "python"
 CONFIG = HERE / "gym_hil_pick_cube.json"
+ENCODER_DIRNAME = "robot_rl_gym_hil_encoder"
+"""The run directory's copy of our encoder as a Hugging Face model (the config's `policy.vision_encoder_name`)."""
 STARTUP_S = 600.0
 """How long a learner may take to open its gRPC server (imports, the offline buffer) before the run fails."""
 RECONNECT_S = 60.0
@@ -87,9 +90,11 @@ def free_port() -> int:
 class LeRobotRun:
     """One seed of LeRobot's learner and actor in `run_dir`, `budget` env steps, snapshots every `snapshot_every`."""
 
-    def __init__(self, run_dir: Path, dataset: Path, seed: int, budget: int, snapshot_every: int,
+    def __init__(self, run_dir: Path, dataset: Path, encoder: Path, seed: int, budget: int, snapshot_every: int,
                  save_freq: int | None = None):
+        """`encoder`: our encoder's directory, which LeRobot's policy loads as its (frozen) vision encoder."""
         self.run_dir, self.dataset, self.seed, self.budget = run_dir, dataset, seed, budget
+        self.encoder, self.hf_encoder = encoder, run_dir / ENCODER_DIRNAME
         self.snapshot_every, self.save_freq = snapshot_every, save_freq
         self.snapshots = run_dir / "snapshots"
         self.env = process_env(run_dir)
@@ -106,7 +111,7 @@ class LeRobotRun:
 
         args = [f"--config_path={CONFIG}", f"--dataset.root={self.dataset}", f"--env.task={TASK}",
                 f"--policy.actor_learner_config.learner_port={self.port}", f"--policy.online_steps={online_steps}",
-                f"--seed={self.seed}"]
+                f"--seed={self.seed}", f"--policy.vision_encoder_name={self.hf_encoder}"]
         return args + ([f"--save_freq={self.save_freq}"] if self.save_freq else [])
 
     def _spawn(self, cmd: list[str], logs: list[Path], name: str) -> subprocess.Popen:
@@ -161,6 +166,11 @@ class LeRobotRun:
     def run(self, kill_learner_at: int | None = None) -> dict:
         """Learner, then actor, until the actor has played the budget; returns the run's facts and timings."""
         self.run_dir.mkdir(parents=True)
+        # before the clock: our encoder is a file ready before our own run starts, too
+        written = subprocess.run([str(PYTHON), str(HERE / "hf_encoder.py"), str(self.encoder), str(self.hf_encoder)],
+                                 env=self.env, capture_output=True, text=True)
+        if written.returncode:
+            raise SystemExit(f"peer_lerobot: our encoder could not be written for LeRobot:\n{written.stderr[-2000:]}")
         started = time.time()
         self.start_learner()
         if not self.wait_for_line(self.learner, self.learner_logs, SERVER_UP, STARTUP_S):
