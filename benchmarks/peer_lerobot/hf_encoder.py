@@ -53,9 +53,9 @@ class CameraStacksModel(PreTrainedModel):
     def __init__(self, config: CameraStacksConfig):
         super().__init__(config)
         width = config.stacks * config.channels
-        self.convs = nn.ModuleList(
-            nn.Conv2d(3 if layer == 0 else width, width, 3, stride=2, padding=1, groups=1 if layer == 0 else config.stacks)
-            for layer in range(config.num_layers))
+        self.convs = nn.ModuleList(nn.Conv2d(3 if layer == 0 else width, width, 3, stride=2, padding=1,
+                                             groups=1 if layer == 0 else config.stacks)
+                                   for layer in range(config.num_layers))
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:

@@ -7,7 +7,8 @@ Everything LeRobot runs is its own code from `.venv-peer-lerobot` (`python -m le
 on the command line: the demonstrations (`dataset.root`), the environment (`env.task`), the step budget
 (`policy.online_steps`), the seed, a free gRPC port, one output directory per process, the image encoder (our
 shipped gym-hil encoder's conv stacks as a local Hugging Face model, `hf_encoder.py`, written into the run
-directory: `policy.vision_encoder_name`), and for a restart check `save_freq` when asked. Offline and untracked: HF_HUB_OFFLINE=1, WANDB_MODE=disabled, HF_HOME in the run directory.
+directory: `policy.vision_encoder_name`), and for a restart check `save_freq` when asked. Offline and untracked:
+HF_HUB_OFFLINE=1, WANDB_MODE=disabled, HF_HOME in the run directory.
 """
 
 from __future__ import annotations
