@@ -2,6 +2,7 @@
 for the learner before it could be taken; the frame age of a step with cameras, and the per-step timing log; the
 live line's columns for them; the learner's training thread, which gives way to the control loops."""
 
+import gc
 import time
 
 import pytest
@@ -52,7 +53,37 @@ def test_the_frame_age_runs_from_the_oldest_frame_to_the_command_and_every_step_
     again.acted(stamp=11_000_000_000, started=2.0, now=2.001, latency_s=0.002)
     again.close()
     lines = log.read_text().splitlines()
-    assert len(lines) == 4 and lines[-1].endswith(",") and "frame_age_ms_p50" not in again.summary()
+    assert len(lines) == 4 and "frame_age_ms_p50" not in again.summary()
+    assert dict(zip(header, lines[-1].split(",")))["frame_age_ms"] == ""  # no cameras: no frame age
+
+
+def test_the_log_says_what_a_slow_callback_spent_its_time_on_cpu_and_garbage_collection(tmp_path):
+    log = tmp_path / "timing.csv"
+    timing = ActTiming(period_s=0.1, log_path=str(log))
+    gc.disable()  # only the collection below falls in a callback's window
+    try:
+        started = time.monotonic()
+        gc.collect()
+        timing.acted(stamp=1, started=started, now=time.monotonic(), latency_s=0.02, cpu_s=0.0015)
+        started = time.monotonic()
+        timing.acted(stamp=2, started=started, now=started + 0.001, latency_s=0.002)  # no collection in it
+    finally:
+        gc.enable()
+        timing.close()
+    header, *rows = [line.split(",") for line in log.read_text().splitlines()]
+    first, second = (dict(zip(header, row)) for row in rows)
+    assert float(first["control_cpu_ms"]) == pytest.approx(1.5)
+    assert 0.0 < float(first["gc_ms"]) <= float(first["control_ms"]) + 1e-3
+    assert second["control_cpu_ms"] == "" and float(second["gc_ms"]) == 0.0
+    assert timing.gc_pauses._on_gc not in gc.callbacks  # closed: the collector no longer reports to it
+
+
+def test_a_log_of_other_columns_is_refused_and_kept(tmp_path):
+    old = tmp_path / "timing.csv"
+    old.write_text("command_wall_ns,stamp_ns,episode,act_ms,control_ms,learner_wait_ms,frame_age_ms\n1,2,0,3,4,0,\n")
+    with pytest.raises(ValueError, match="not a timing log with the columns"):
+        ActTiming(period_s=0.1, log_path=str(old))
+    assert old.read_text().count("\n") == 2
 
 
 def test_the_live_line_shows_the_control_time_and_the_learner_wait_in_columns_of_their_own():

@@ -1,9 +1,11 @@
 """The actor's step timing: act latency (observation stamp to command), its control and wait parts, missed
 control periods and the frame age, as percentiles over the last steps (/diagnostics, eval.json) and, when asked,
-one CSV row per step (the actor's `timing_log`)."""
+one CSV row per step (the actor's `timing_log`), with what a slow callback spent its time on: its thread's CPU
+time and the process's garbage collections during it."""
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import deque
 
@@ -13,8 +15,35 @@ LATENCY_WINDOW = 1000
 """Steps over which the act latency percentiles on /diagnostics are taken."""
 
 TIMING_LOG_COLUMNS = ("command_wall_ns", "stamp_ns", "episode", "act_ms", "control_ms", "learner_wait_ms",
-                      "frame_age_ms")
-"""The timing log's columns (`timing_log`): one row per step; frame_age_ms is empty for a task without cameras."""
+                      "frame_age_ms", "control_cpu_ms", "gc_ms")
+"""The timing log's columns (`timing_log`): one row per step; frame_age_ms is empty for a task without cameras.
+control_cpu_ms: the CPU time the control callback's thread used (far below control_ms: the thread was kept off the
+CPU, by other processes or by another thread holding the GIL); gc_ms: the time Python's garbage collector ran
+during the callback (the process's collections, on any thread)."""
+
+
+class GcPauses:
+    """The garbage collector's collections as intervals on time.monotonic(), the last `keep` of them."""
+
+    def __init__(self, keep: int = 256):
+        self.intervals: deque[tuple[float, float]] = deque(maxlen=keep)
+        self._started: float | None = None
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.monotonic()
+        elif self._started is not None:
+            self.intervals.append((self._started, time.monotonic()))
+            self._started = None
+
+    def within(self, start: float, end: float) -> float:
+        """Seconds of collections that overlapped [start, end]."""
+        return sum(max(0.0, min(end, b) - max(start, a)) for a, b in self.intervals if b > start)
+
+    def close(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
 
 
 class ActTiming:
@@ -35,18 +64,18 @@ class ActTiming:
         self.missed_periods = 0
         self._deferred: tuple[int, float] | None = None
         """(stamp, since when): the step at this observation is waiting."""
-        self._log = open(log_path, "a", buffering=1) if log_path else None
-        if self._log is not None and self._log.tell() == 0:
-            self._log.write(",".join(TIMING_LOG_COLUMNS) + "\n")
+        self._log = open_timing_log(log_path) if log_path else None
+        self.gc_pauses = GcPauses() if log_path else None
 
     def deferred(self, stamp: int, now: float) -> None:
         if self._deferred is None or self._deferred[0] != stamp:
             self._deferred = (stamp, now)
 
     def acted(self, stamp: int, started: float, now: float, latency_s: float, frames_stamp: int | None = None,
-              episode: int = -1) -> None:
+              episode: int = -1, cpu_s: float | None = None) -> None:
         """The step at `stamp` (of `episode`) was taken by the callback that began at `started` and published at
-        `now`, `latency_s` after its observation; its oldest camera frame is stamped `frames_stamp`."""
+        `now` (time.monotonic()), `latency_s` after its observation, using `cpu_s` of its thread's CPU time; its
+        oldest camera frame is stamped `frames_stamp`."""
         waited = started - self._deferred[1] if self._deferred is not None and self._deferred[0] == stamp else 0.0
         self._deferred = None
         act_ms, control_ms, wait_ms = latency_s * 1e3, (now - started) * 1e3, waited * 1e3
@@ -61,7 +90,10 @@ class ActTiming:
             self.frame_age_ms.append(frame_age_ms)
         if self._log is not None:
             age = "" if frame_age_ms is None else f"{frame_age_ms:.3f}"
-            self._log.write(f"{time.time_ns()},{stamp},{episode},{act_ms:.3f},{control_ms:.3f},{wait_ms:.3f},{age}\n")
+            cpu = "" if cpu_s is None else f"{cpu_s * 1e3:.3f}"
+            gc_ms = self.gc_pauses.within(started, now) * 1e3
+            self._log.write(f"{time.time_ns()},{stamp},{episode},{act_ms:.3f},{control_ms:.3f},{wait_ms:.3f},{age},"
+                            f"{cpu},{gc_ms:.3f}\n")
 
     def summary(self) -> dict[str, float | str | int]:
         frames = latency_percentiles(self.frame_age_ms, "frame_age_ms") if self.frames else {}
@@ -71,3 +103,20 @@ class ActTiming:
     def close(self) -> None:
         if self._log is not None:
             self._log.close()
+            self.gc_pauses.close()
+
+
+def open_timing_log(path: str):
+    """`path` opened for appending a line at a time, its header written if it is new. A file that is not a timing
+    log of these columns (another file, or one an older version wrote) is refused, not appended to."""
+    log = open(path, "a+", buffering=1)
+    if log.tell() == 0:
+        log.write(",".join(TIMING_LOG_COLUMNS) + "\n")
+        return log
+    log.seek(0)
+    header = log.readline().rstrip("\n")
+    if header != ",".join(TIMING_LOG_COLUMNS):
+        log.close()
+        raise ValueError(f"{path} is not a timing log with the columns {','.join(TIMING_LOG_COLUMNS)} (its first "
+                         f"line: {header[:120]!r}); give a new file")
+    return log

@@ -213,7 +213,7 @@ class ActorNode(Node):
         """When the newest complete observation set formed (monotonic)."""
         try:
             self.act_timing = ActTiming(1.0 / self.control_hz, bool(self.camera_topics), p["timing_log"])
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise ParameterError(f"{name}: cannot write timing_log {p['timing_log']!r}: {exc}") from None
         self.session = SessionClock(p["reset_time_s"])
         self.last_action: np.ndarray | None = None
@@ -280,7 +280,7 @@ class ActorNode(Node):
                 self._act()
 
     def _act(self) -> None:
-        started = time.monotonic()
+        started, started_cpu = time.monotonic(), time.thread_time()
         stamp, msgs = self.latest
         if self.episode_start_stamp is None or stamp < self.episode_start_stamp or stamp <= self.acted_stamp:
             return
@@ -325,7 +325,7 @@ class ActorNode(Node):
             self.last_action = result.action
             self._publish_command(result.action, stamp)
             self.act_timing.acted(stamp, started, time.monotonic(), self._act_latency_s(stamp), frames_stamp,
-                                  self.core.episode_index - 1)
+                                  self.core.episode_index - 1, time.thread_time() - started_cpu)
             with self.core_lock:  # a batch taken in this step is packed (on its thread) now that the command is out
                 self.core.flush_if_due()
             self.driver = self._driver(human_action)
