@@ -125,6 +125,9 @@ class PPOLearnerNode(Node):
             "device": str(self.device)}))
 
     def close(self) -> None:
+        """Stops training at its next network call and saves. A stop during the first update waits for that update's
+        compilation to finish (torch.compile cannot be interrupted; seconds on a CPU), so the saved checkpoint is
+        never one the update was still writing."""
         from robot_rl.agents.ppo import export_policy
 
         self._stop.set()
