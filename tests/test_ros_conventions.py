@@ -160,7 +160,10 @@ STARTABLE = {
 }
 TERMINAL_PARAMETER = {"teleop": "device_path", "car": "port"}
 WRITES_RUN_DIR = ("arm_actor", "env_actor", "learner", "ppo_learner", "juggle_actor", "car_actor")
-STOP_LIMIT_S = 2.0
+STOP_LIMIT_S = 5.0
+"""launch's default sigterm_timeout: a node still running this long after SIGINT gets SIGTERM from `ros2 launch`
+(and SIGKILL 5 s later), so its final checkpoint may be cut short. Under a loaded 2-core CI, final checkpoints and
+thread joins took the learners 2.0-2.5 s (an earlier 2 s limit failed there)."""
 STEADY = {"ppo_learner": lambda status: int(status.get("iteration", 0)) >= 1}
 """When a node is past its start-up (default: its first diagnostics). The PPO learner's first update compiles, and a
 compilation in progress cannot be interrupted: a stop during it waits for it (seconds; see ppo_learner.py)."""
@@ -175,7 +178,7 @@ def write_env_task(path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(NODE_KINDS))  # a new node kind must say how it starts
-def test_every_node_stops_within_two_seconds_of_sigint(name, tmp_path):
+def test_every_node_stops_on_sigint_before_launch_would_send_sigterm(name, tmp_path):
     env_task = tmp_path / "env_task.json"
     if name.startswith("env_"):
         write_env_task(env_task)
