@@ -38,8 +38,14 @@ class GcPauses:
             self._started = None
 
     def within(self, start: float, end: float) -> float:
-        """Seconds of collections that overlapped [start, end]."""
-        return sum(max(0.0, min(end, b) - max(start, a)) for a, b in self.intervals if b > start)
+        """Seconds of collections that overlapped [start, end] (newest first: they end in order, so the walk stops
+        at the first that ended before `start`, a step or two back, instead of reading all `keep` every step)."""
+        total = 0.0
+        for a, b in reversed(self.intervals):
+            if b <= start:
+                break
+            total += max(0.0, min(end, b) - max(start, a))
+        return total
 
     def close(self) -> None:
         if self._on_gc in gc.callbacks:
