@@ -14,7 +14,8 @@ import torch
 pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks" / "peer_lerobot"))
+PEER = ROOT / "benchmarks" / "peer_lerobot"
+sys.path.insert(0, str(PEER))
 
 import hf_encoder  # noqa: E402
 
@@ -39,8 +40,7 @@ def test_every_frame_gets_both_cameras_conv_maps_of_our_encoder():
 def test_the_written_model_loads_as_lerobot_loads_it_offline(tmp_path):
     out = tmp_path / "encoder"
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1"}
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peer_lerobot" / "hf_encoder.py"), str(SHIPPED),
-                    str(out)], env=env, check=True)
+    subprocess.run([sys.executable, str(PEER / "hf_encoder.py"), str(SHIPPED), str(out)], env=env, check=True)
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "hf_encoder.py", "model.safetensors"]
     frames = torch.rand(2, 3, 128, 128, generator=torch.Generator().manual_seed(1))
     torch.save(frames, tmp_path / "frames.pt")
