@@ -63,6 +63,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import statistics
 import sys
 import tempfile
@@ -362,6 +363,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1,000 steps each, 3 demonstrations, snapshots every "
                         "250 steps judged on 5 episodes; nothing recorded")
     args = parser.parse_args()
+    # `kill` stops a run as Ctrl-C does: the systems' processes, which live in sessions of their own, with it
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     if args.summary:
         rows = read_rows(ROWS)
         summary = summarize(rows)

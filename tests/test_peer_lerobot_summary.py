@@ -140,3 +140,29 @@ def test_a_missing_venv_is_refused_in_one_line_naming_its_make_target(tmp_path, 
     monkeypatch.setattr(peer_lerobot, "GYM_HIL_VENV", tmp_path / ".venv-gym-hil")
     with pytest.raises(SystemExit, match="^peer_lerobot: .venv-gym-hil is missing; build it with `make gym-hil-env`$"):
         peer_lerobot.check_venvs()
+
+
+def test_an_interrupted_lerobot_run_stops_the_processes_it_started(tmp_path, monkeypatch):
+    """LeRobot's processes live in sessions of their own (Ctrl-C at the benchmark's terminal does not reach them):
+    a run interrupted while they play stops them, instead of leaving them training."""
+    import subprocess
+
+    import lerobot_processes
+
+    monkeypatch.setattr(lerobot_processes.subprocess, "run",  # the encoder's conversion, not under test here
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, "", ""))
+    run = lerobot_processes.LeRobotRun(tmp_path / "run", tmp_path / "demos", tmp_path / "encoder", 0, 1000, 250)
+    started = []
+
+    def start_learner(resume=False):
+        run.learner = run._spawn([sys.executable, "-c", "import time; time.sleep(120)"], run.learner_logs, "learner")
+        started.append(run.learner)
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run, "start_learner", start_learner)
+    monkeypatch.setattr(run, "wait_for_line", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run.run()
+    assert len(started) == 1 and started[0].poll() is not None  # stopped, not left sleeping

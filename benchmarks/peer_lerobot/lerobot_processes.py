@@ -173,9 +173,16 @@ class LeRobotRun:
         if written.returncode:
             raise SystemExit(f"peer_lerobot: our encoder could not be written for LeRobot:\n{written.stderr[-2000:]}")
         started = time.time()
+        try:
+            return self._play(started, kill_learner_at)
+        except BaseException:  # Ctrl-C or a crash here: the processes live in sessions of their own, stop them
+            self.stop()
+            raise
+
+    def _play(self, started: float, kill_learner_at: int | None) -> dict:
+        """The run itself, from the learner's start (`started`) to the actor's last step."""
         self.start_learner()
         if not self.wait_for_line(self.learner, self.learner_logs, SERVER_UP, STARTUP_S):
-            self.stop()
             raise SystemExit(f"peer_lerobot: LeRobot's learner did not open its gRPC server; its log ended with:\n"
                              f"{self.text(self.learner_logs)[-3000:]}")
         self.start_actor()
