@@ -43,8 +43,9 @@ the set runs in pieces); `--summary` reads the rows, writes benchmarks/results/g
 graph_realtime.png (success against wall-clock minutes and steps, the car's clean laps against
 minutes) and prints the summary as the last line.
 Every row names the recipe it ran (`RECIPE_SETTINGS` of the shipped task config's learner, settings and
-code changes (`PERSON_CHANGES`) that act on a person's corrections only in the hil arm's, and the task's
-`TASK_SETTINGS`); the summary's figures are the
+code changes (`PERSON_CHANGES`) that act on a person's corrections only in the hil arm's, code changes
+(`FLEET_CHANGES`) that act on a fleet only in the two_actors arm's, and the task's `TASK_SETTINGS`); the summary's
+figures are the
 current recipe's, and each earlier recipe's stay beside them under `earlier_recipes`.
 """
 
@@ -81,6 +82,10 @@ now, False for rows that do not name them. corrections_end_at_reset (2026-11-30)
 a reset and the actor does not act on a command given before the episode began; before it, a rescue under way
 at an episode's end went on into the next episode (its first step the old scene's lift-and-close, stored as a
 correction)."""
+FLEET_CHANGES = ("ticks_staggered",)
+"""Changes to how a fleet's robots share the machine (code), named "fleet.<name>": True in the code now, False for
+rows that do not name them. ticks_staggered (2026-11-30): a fleet's realtime simulators tick index/N of a period
+apart (`tick_phase`); before, their phases fell where their processes' start put them."""
 PERSON_SETTINGS = ("bc_weight", *PERSON_CHANGES)
 """Settings that act on a person's corrections only: part of the hil arm's recipe alone."""
 WALL_CLOCK_SETTINGS = ("max_update_ratio",)
@@ -224,25 +229,28 @@ def shipped_learner() -> dict:
 
 
 def shipped_settings() -> dict:
-    """The shipped task config's values of RECIPE_SETTINGS, the task's of TASK_SETTINGS, and PERSON_CHANGES."""
+    """The shipped task config's values of RECIPE_SETTINGS, the task's of TASK_SETTINGS, PERSON_CHANGES and
+    FLEET_CHANGES."""
     from robot_rl.tasks import get_task
 
     learner, task = shipped_learner(), get_task(TASK)
     return {**{k: learner.get(k, v) for k, v in RECIPE_SETTINGS.items()},
-            **{k: getattr(task, k) for k in TASK_SETTINGS}, **dict.fromkeys(PERSON_CHANGES, True)}
+            **{k: getattr(task, k) for k in TASK_SETTINGS}, **dict.fromkeys((*PERSON_CHANGES, *FLEET_CHANGES), True)}
 
 
 def recipe_name(settings: dict) -> str:
-    prefix = {**dict.fromkeys(TASK_SETTINGS, "task"), **dict.fromkeys(PERSON_CHANGES, "person")}
+    prefix = {**dict.fromkeys(TASK_SETTINGS, "task"), **dict.fromkeys(PERSON_CHANGES, "person"),
+              **dict.fromkeys(FLEET_CHANGES, "fleet")}
     return ",".join(f"{prefix.get(k, 'learner')}.{k}={v}" for k, v in settings.items())
 
 
 def arm_recipe(arm: str, settings: dict) -> str:
-    """The recipe an arm ran, e.g. "learner.feature_views=4" (the hil arm also names its person settings;
-    the car, another task, its own learner settings)."""
+    """The recipe an arm ran, e.g. "learner.feature_views=4" (the hil arm also names its person settings, the
+    two_actors arm its fleet's; the car, another task, its own learner settings)."""
     if arm == "car":
         return ",".join(CAR_LEARNER[1::2])
     return recipe_name({k: v for k, v in settings.items() if (arm == "hil" or k not in PERSON_SETTINGS)
+                        and (arm == "two_actors" or k not in FLEET_CHANGES)
                         and (arm not in STEP_ARMS or k not in WALL_CLOCK_SETTINGS)})
 
 
@@ -250,8 +258,8 @@ def row_recipe(row: dict) -> str:
     if row["arm"] == "car":
         return row.get("recipe", "")
     named = dict(item.split(".", 1)[1].split("=", 1) for item in row.get("recipe", "").split(",") if item)
-    return arm_recipe(row["arm"], {**RECIPE_SETTINGS, **TASK_SETTINGS, **dict.fromkeys(PERSON_CHANGES, False),
-                                   **named})
+    return arm_recipe(row["arm"], {**RECIPE_SETTINGS, **TASK_SETTINGS,
+                                   **dict.fromkeys((*PERSON_CHANGES, *FLEET_CHANGES), False), **named})
 
 
 def car_snapshot(run_dir: Path, path: Path, started: float, laps: int) -> dict:

@@ -18,7 +18,7 @@ from robot_rl.ros.arm_io import action_to_msgs
 from robot_rl.ros.hardware_node import ESTOP_QOS
 from robot_rl.ros.messages import stamp_to_ns
 from robot_rl.ros.probe import RosProbe, start_node, stop_node
-from robot_rl.ros.sim_time import SimulatedTime
+from robot_rl.ros.sim_time import SimulatedTime, delay_to_phase
 from robot_rl.teleop.session_status import SessionStatus
 
 
@@ -141,6 +141,25 @@ def test_on_the_wall_clock_the_realtime_simulation_stamps_as_a_robot_does(tmp_pa
         sim.close()
     with pytest.raises(ValueError, match="realtime"):
         SimulatedTime(None, 0.1, True, 0.2, {}, print, print, print, wall_stamps=True)
+
+
+def test_a_realtime_simulation_ticks_at_its_phase_of_the_period(tmp_path):
+    """`tick_phase:=0.5` at 10 Hz: observations are taken 50 ms into each 100 ms of the wall clock (a fleet's
+    second robot ticks half a period after the first)."""
+    assert delay_to_phase(10.02, 0.1, 0.5) == pytest.approx(0.03)
+    assert delay_to_phase(10.07, 0.1, 0.5) == pytest.approx(0.08)
+    assert delay_to_phase(10.05, 0.1, 0.0) == pytest.approx(0.05)
+    sim = ArmSimProbe(tmp_path, "clock_mode:=realtime", "stamp_clock:=wall", "tick_phase:=0.5")
+    probe = sim.probe
+    stamps: list[int] = []
+    probe.node.create_subscription(PoseStamped, "arm/ee_pose", lambda msg: stamps.append(
+        stamp_to_ns(msg.header.stamp)), qos.SENSOR)
+    try:
+        probe.wait_for(lambda: len(stamps) >= 20, 30, "two seconds of observations")
+    finally:
+        sim.close()
+    into_period_ms = (np.array(stamps[-20:]) % 100_000_000) / 1e6
+    assert 50 <= np.median(into_period_ms) < 65, into_period_ms  # taken just after its tick
 
 
 def test_seeded_resets_draw_the_scenes_robot_rl_eval_draws(tmp_path):

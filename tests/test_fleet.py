@@ -53,6 +53,8 @@ def test_the_fleet_graph_namespaces_each_robot_and_shares_the_learner(tmp_path):
     assert actor.parameters["reset_service"] == "/robot2/arm_sim/reset"
     assert actor.remaps["rl/transitions"] == "/rl/transitions" and actor.remaps["/clock"] == "/robot2/clock"
     assert [specs[f"robot{i}/arm_sim"].parameters["seed"] for i in range(3)] == [7, 8, 9]  # distinct draws
+    # on the wall clock, the robots tick a third of a period apart: their steps do not collide on a shared CPU
+    assert [specs[f"robot{i}/arm_sim"].parameters["tick_phase"] for i in range(3)] == [0.0, 1 / 3, 2 / 3]
     assert specs["learner"].namespace == "" and not specs["learner"].remaps
 
 

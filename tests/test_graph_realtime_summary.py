@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import graph_realtime  # noqa: E402
 
 SHIPPED = {"feature_views": 4, "bc_weight": 0.0, "max_update_ratio": 8.0, "warmup_transitions": 100,
-           "action_history": 2, "corrections_end_at_reset": True}
+           "action_history": 2, "corrections_end_at_reset": True, "ticks_staggered": True}
 NEW = "learner.feature_views=4,learner.max_update_ratio=8.0,learner.warmup_transitions=100,task.action_history=2"
 """The shipped recipe as a pick-cube row names it (bc_weight acts on a person's corrections only)."""
 HIL = f"{NEW},learner.bc_weight=0.0,person.corrections_end_at_reset=True"
@@ -40,12 +40,12 @@ def test_summary_reports_the_current_recipe_and_keeps_earlier_ones_beside_it():
     rows = [_row("realtime", 0, [0.5, 0.9, 0.92], recipe=new),  # 4 min
             _row("realtime", 1, [0.5, 0.8, 0.85], recipe=new),  # never: counts as its 16 min
             _row("realtime", 2, [0.9, 0.95, 0.9], recipe=new),  # 2 min
-            _row("two_actors", 0, [0.91, 0.93], recipe=new),
+            _row("two_actors", 0, [0.91, 0.93], recipe=f"{new},fleet.ticks_staggered=True"),
             _row("realtime", 0, [0.7, 0.8, 0.86], wall_s=1200.0, lost=1)]  # no recipe: feature_views=1, 1 update each
     summary = graph_realtime.summarize(rows, SHIPPED)
     assert summary["recipe"] == ("learner.feature_views=4,learner.bc_weight=0.0,learner.max_update_ratio=8.0,"
                                  "learner.warmup_transitions=100,task.action_history=2,"
-                                 "person.corrections_end_at_reset=True")
+                                 "person.corrections_end_at_reset=True,fleet.ticks_staggered=True")
     assert summary["rows"] == 4
     assert summary["wall_min_to_90"] == 4.0 and summary["realtime_seeds_reaching_90"] == "2/3"
     assert summary["two_actor_time_ratio"] == 0.5 and summary["lost_transitions"] == 0
@@ -211,3 +211,16 @@ def test_rows_from_before_the_learner_started_at_100_transitions_are_an_earlier_
                "task.action_history=2")
     assert summary["earlier_recipes"][earlier]["wall_min_to_90"] == 2.0
     assert graph_realtime.shipped_settings()["warmup_transitions"] == 100  # config/arm_pick_cube.yaml's
+
+
+def test_staggering_a_fleets_ticks_splits_the_two_actors_rows_only():
+    rows = [_row("realtime", 0, [0.9, 0.9], recipe=NEW),  # one robot: no fleet, same recipe
+            _row("two_actors", 0, [0.5, 0.9, 0.9], recipe=NEW),  # before the ticks were staggered
+            _row("two_actors", 0, [0.9, 0.92], recipe=f"{NEW},fleet.ticks_staggered=True")]
+    summary = graph_realtime.summarize(rows, SHIPPED)
+    assert summary["wall_min_to_90"] == 2.0 and summary["two_actors_wall_min_to_90"] == 2.0
+    assert summary["two_actors_seeds_reaching_90"] == "1/1" and summary["rows"] == 2
+    earlier = summary["earlier_recipes"][f"{NEW},fleet.ticks_staggered=False"]
+    assert earlier["two_actors_wall_min_to_90"] == 4.0 and earlier["rows"] == 1
+    assert graph_realtime.shipped_settings()["ticks_staggered"] is True  # the code's own
+    assert graph_realtime.row_recipe(rows[0]) == graph_realtime.arm_recipe("realtime", SHIPPED)

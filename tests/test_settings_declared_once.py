@@ -44,7 +44,7 @@ from robot_rl.nodes import (  # noqa: E402
 from robot_rl.rewards.online import RewardConfig  # noqa: E402
 from robot_rl.robots.car.sim import CarRaceConfig  # noqa: E402
 from robot_rl.robots.quad.train import JuggleTrainConfig  # noqa: E402
-from robot_rl.ros import actor_node, arm_io, env_io, hardware_node  # noqa: E402
+from robot_rl.ros import actor_node, arm_io, env_io, hardware_node, sim_time  # noqa: E402
 from robot_rl.ros.link_params import LINK_PARAMS  # noqa: E402
 from robot_rl.ros.node_utils import TORCH_THREADS, params_from_dataclass  # noqa: E402
 from robot_rl.teleop.arbitration import ArbitrationConfig  # noqa: E402
@@ -58,9 +58,10 @@ NODES = {"arm_actor": arm_actor, "env_actor": env_actor, "car_actor": car_actor,
          "arm_sim": arm_sim, "env_sim": env_sim, "car_sim": car_sim, "quad_sim": quad_sim, "camera": camera,
          "arm": arm, "car": car, "quadrotor": quadrotor, "hardware_safety": SAFETY, "juggle_actor": juggle_actor,
          "ppo_learner": ppo_learner, "scripted_human": scripted_human, "session_view": session_view, "teleop": teleop}
-SOURCES = {"arm_actor": (actor_node, arm_io), "env_actor": (actor_node, env_io), "hardware_safety": (hardware_node,)}
+SOURCES = {"arm_actor": (actor_node, arm_io), "env_actor": (actor_node, env_io), "hardware_safety": (hardware_node,),
+           **{sim: (NODES[sim], sim_time) for sim in ("arm_sim", "env_sim", "car_sim", "quad_sim")}}
 """Modules whose source declares a node's parameters, where that is not the node's own module: both actor nodes are
-`ros/actor_node.py` over their robot's I/O."""
+`ros/actor_node.py` over their robot's I/O; every simulator takes its clock's from `ros/sim_time.py`."""
 CONFIGS = {"arm_actor": (ActorConfig, ArmSimConfig), "env_actor": (ActorConfig,), "car_actor": (ActorConfig,
                                                                                              CarRaceConfig),
            "learner": (SACConfig, LearnerConfig), "reward": (RewardConfig,), "arm_sim": (ArmSimConfig,), "env_sim": (),
@@ -71,7 +72,7 @@ CONFIGS = {"arm_actor": (ActorConfig, ArmSimConfig), "env_actor": (ActorConfig,)
 ACTOR_NODE_ONLY = {"task", "mode", "record_path", "run_dir", "control_mode", "obs_slop_s", "max_obs_age_s",
                    "reset_service", "teleop_timeout_s", "reward_source", "reset_time_s", "timing_log",
                    "policy_file"}
-SIM_NODE_ONLY = {"clock_mode", "command_timeout_s", "republish_period_s", "seed"}
+SIM_NODE_ONLY = {"clock_mode", "command_timeout_s", "republish_period_s", "tick_phase", "seed"}
 NODE_ONLY = {
     "arm_actor": ACTOR_NODE_ONLY,
     "env_actor": ACTOR_NODE_ONLY | {"env_task"},

@@ -49,17 +49,15 @@ from robot_rl.ros.node_utils import (
     run_node,
 )
 from robot_rl.ros.hardware_node import SimEstop
-from robot_rl.ros.sim_time import SimulatedTime
+from robot_rl.ros.sim_time import CLOCK_PARAMS, SimulatedTime
 
 PARAMS = [
-    Param("clock_mode", "lockstep", "Simulated-time lockstep or wall-clock real time.",
-          choices=["lockstep", "realtime"]),
+    *CLOCK_PARAMS,
     *params_from_dataclass(ArmSimConfig),
     Param("publish_images", False, "Render and publish camera images."),
     Param("command_timeout_s", 0.3, "Realtime mode: hold still when the last command is older.", 0.01, 10.0),
     Param("stamp_clock", "simulated", "Realtime mode: stamp observations with simulated time or with the wall clock "
           "(as a robot does, to pair with real cameras' frames).", choices=["simulated", "wall"]),
-    Param("republish_period_s", 0.2, "Lockstep mode: republish the observation if no command came.", 0.01, 10.0),
     Param("randomization", "", "Domain randomization file drawn at every reset (e.g. sim/arm/randomization.yaml; "
           "'' for none). Physics and appearance; latency and noise are the actor side's."),
     Param("randomization_split", "train", "Split (or shift) of the randomization file to draw from: train, eval, "
@@ -116,7 +114,8 @@ class ArmSimNode(Node):
         try:
             self.time = SimulatedTime(self, 1.0 / p["control_hz"], p["clock_mode"] == "lockstep",
                                       p["republish_period_s"], self.counters, self._publish_observation,
-                                      self._realtime_step, self._on_reset, wall_stamps=p["stamp_clock"] == "wall")
+                                      self._realtime_step, self._on_reset, wall_stamps=p["stamp_clock"] == "wall",
+                                      tick_phase=p["tick_phase"])
         except ValueError as exc:
             raise ParameterError(f"arm_sim: stamp_clock:=wall: {exc}") from None
         self.create_timer(1.0, lambda: self.diag_pub.publish(diagnostics(self, dict(self.counters))))

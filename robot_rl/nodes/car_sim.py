@@ -48,14 +48,13 @@ from robot_rl.ros.hardware_node import SimEstop
 from robot_rl.ros.messages import image_to_msg, ns_to_stamp
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, params_from_dataclass, \
     run_node
-from robot_rl.ros.sim_time import SimulatedTime
+from robot_rl.ros.sim_time import CLOCK_PARAMS, SimulatedTime
 
 CAMERA = "front"
 CAMERA_FRAME = f"{CAMERA}_color_optical_frame"
 
 PARAMS = [
-    Param("clock_mode", "lockstep", "Simulated-time lockstep or wall-clock real time.",
-          choices=["lockstep", "realtime"]),
+    *CLOCK_PARAMS,
     Param("hardware", "car_vesc", "Hardware YAML whose command contract (speed and steering limits, practice "
           "settings) the simulated car obeys, as the real car node does."),
     Param("max_speed", 0.0, "Forward speed limit [m/s] of car/cmd_vel (0: the hardware YAML's).", 0.0, 30.0),
@@ -64,7 +63,6 @@ PARAMS = [
                                                 "randomization_split"),
                            defaults={"randomization": "sim/car/randomization.yaml"}),
     Param("command_timeout_s", 0.1, "Realtime mode: speed 0 when the last command is older.", 0.01, 10.0),
-    Param("republish_period_s", 0.2, "Lockstep mode: republish the observation if no command came.", 0.01, 10.0),
     Param("seed", 0, "Random seed of the draws, the sensor noise and the recovery steering.", 0, 2**31 - 1),
 ]
 
@@ -107,7 +105,7 @@ class CarSimNode(Node):
         self.estop = SimEstop(self, self.counters, "speed 0")
         self.time = SimulatedTime(self, 1.0 / p["control_hz"], p["clock_mode"] == "lockstep",
                                   p["republish_period_s"], self.counters, self._publish_observation,
-                                  self._realtime_step, self._on_reset)
+                                  self._realtime_step, self._on_reset, tick_phase=p["tick_phase"])
         self.create_timer(1.0, self._publish_diagnostics)
         self._new_episode()
         self.time.publish()

@@ -42,16 +42,14 @@ from robot_rl.ros.env_io import (
 from robot_rl.ros.hardware_node import SimEstop
 from robot_rl.ros.messages import image_to_msg, ns_to_stamp, stamp_to_ns
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
-from robot_rl.ros.sim_time import SimulatedTime
+from robot_rl.ros.sim_time import CLOCK_PARAMS, SimulatedTime
 from robot_rl.tasks import EnvTaskFile
 
 PARAMS = [
     Param("env_task", "", "The run's env task file (env_task.json: the environment, its options and adapter), "
           "written by `robot-rl train --env ID --graph`."),
-    Param("clock_mode", "lockstep", "Simulated-time lockstep or wall-clock real time.",
-          choices=["lockstep", "realtime"]),
+    *CLOCK_PARAMS,
     Param("command_timeout_s", 0.3, "Realtime mode: hold when the last command is older.", 0.01, 10.0),
-    Param("republish_period_s", 0.2, "Lockstep mode: republish the observation if no command came.", 0.01, 10.0),
     Param("seed", 0, "Seed of the episodes' reset seeds (NumPy's global generator is seeded with each too).", 0,
           2**31 - 1),
 ]
@@ -86,7 +84,7 @@ class EnvSimNode(Node):
         self.estop = SimEstop(self, self.counters, "the environment is frozen")
         self.time = SimulatedTime(self, 1.0 / self.task_file.control_hz, p["clock_mode"] == "lockstep",
                                   p["republish_period_s"], self.counters, self._publish_observation,
-                                  self._realtime_step, self._on_reset)
+                                  self._realtime_step, self._on_reset, tick_phase=p["tick_phase"])
         self.create_timer(1.0, lambda: self.diag_pub.publish(diagnostics(self, dict(self.counters))))
         self._reset_env()
         self.time.publish()

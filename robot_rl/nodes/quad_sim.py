@@ -36,11 +36,10 @@ from robot_rl.ros.hardware_node import SimEstop
 from robot_rl.ros.messages import stamp_to_ns
 from robot_rl.ros.node_utils import Param, ParameterError, declare_params, diagnostics, run_node
 from robot_rl.ros.quad_io import parse_ctbr, state_to_msgs
-from robot_rl.ros.sim_time import SimulatedTime
+from robot_rl.ros.sim_time import CLOCK_PARAMS, SimulatedTime
 
 PARAMS = [
-    Param("clock_mode", "lockstep", "Simulated-time lockstep or wall-clock real time.",
-          choices=["lockstep", "realtime"]),
+    *CLOCK_PARAMS,
     Param("hardware", "px4_quad", "Hardware YAML whose command contract (frames, thrust and rate limits) the "
           "simulated quadrotor obeys, as the real node would."),
     Param("randomization", "sim/quad/randomization.yaml", "Randomization file drawn at every reset ('' for the "
@@ -51,7 +50,6 @@ PARAMS = [
     Param("plant", "", "Plant parameters fixed in every draw, NAME=VALUE items separated by spaces (names as in "
           "the randomization file), e.g. 'restitution=0.65 ball_start_offset=0,0,0.8'."),
     Param("command_timeout_s", 0.1, "Realtime mode: hover level when the last command is older.", 0.01, 10.0),
-    Param("republish_period_s", 0.2, "Lockstep mode: republish the observation if no command came.", 0.01, 10.0),
     Param("seed", 0, "Random seed of the draws.", 0, 2**31 - 1),
 ]
 
@@ -98,7 +96,7 @@ class QuadSimNode(Node):
         self.estop = SimEstop(self, self.counters, "motors off")
         self.time = SimulatedTime(self, 1.0 / self.core.config.policy_hz, p["clock_mode"] == "lockstep",
                                   p["republish_period_s"], self.counters, self._publish_observation,
-                                  self._realtime_step, self._on_reset)
+                                  self._realtime_step, self._on_reset, tick_phase=p["tick_phase"])
         self.create_timer(1.0, self._publish_diagnostics)
         self.core.reset()
         self.time.publish()

@@ -168,7 +168,7 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
                 params["reset_service"] = f"{'/' + ns if ns else ''}/{robot}/reset" if robot is not None else ""
             spec = NodeSpec(name, NODE_KINDS[name], params, ns, restarts.get(name, NODE_KINDS[name].max_restarts))
             if index is not None:
-                _as_fleet_member(spec, index, prefix, run_dir)
+                _as_fleet_member(spec, index, actors, prefix, run_dir)
             if spec.namespace:  # a lockstep simulator's clock is its graph's (or its robot's), never global
                 spec.remaps["/clock"] = f"/{spec.namespace}/clock"
             specs.append(spec)
@@ -177,9 +177,9 @@ def build_graph(config: Mapping[str, Any], backend: str = "sim", run_dir: str | 
     return specs
 
 
-def _as_fleet_member(spec: NodeSpec, index: int, prefix: str, run_dir: str | None) -> None:
-    """Robot `index` of a fleet: its own seed, actor id and run subdirectory (outbox, eval.json), the
-    run's secret and the learner's topics shared."""
+def _as_fleet_member(spec: NodeSpec, index: int, size: int, prefix: str, run_dir: str | None) -> None:
+    """Robot `index` of a fleet of `size`: its own seed, actor id and run subdirectory (outbox, eval.json), the
+    run's secret and the learner's topics shared; a realtime simulator ticks index/size of a period after robot 0's."""
     from robot_rl.ros.settings import declared_params
 
     declared = declared_params(spec.name)
@@ -191,6 +191,8 @@ def _as_fleet_member(spec: NodeSpec, index: int, prefix: str, run_dir: str | Non
             spec.parameters["run_dir"] = str(Path(run_dir) / robot_namespace(index))
             spec.parameters.setdefault("key_file", str(Path(run_dir) / "secret.key"))
         spec.remaps.update({topic: f"{prefix}/{topic}" for topic in LEARNER_TOPICS})
+    if "tick_phase" in declared:
+        spec.parameters["tick_phase"] = (float(spec.parameters.get("tick_phase", 0.0)) + index / size) % 1.0
     if "port" in declared:  # the person's view of each robot on a port of its own
         spec.parameters["port"] = int(spec.parameters.get("port", declared["port"].default)) + index
     rerun = str(spec.parameters.get("rerun", ""))
