@@ -120,6 +120,17 @@ def arm_task(arm: str) -> tuple[str, float]:
     return (CAR_TASK, CAR_HZ) if arm == "car" else (WIDE_TASK if arm == "wide" else TASK, CONTROL_HZ)
 
 
+def stop_graph(process: subprocess.Popen) -> int:
+    """SIGINT to the graph's session (its own shutdown: final checkpoint and evaluation), SIGKILL if it has not
+    ended after 120 s; its exit code."""
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        return process.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        return process.wait()
+
+
 def run_arm(arm: str, seed: int, steps: int, snapshot_s: float, run_dir: Path, eval_episodes: int = 50) -> dict:
     """One `robot-rl train` of the arm for `steps` environment steps (in real time, minutes at the task's
     control rate), then the learner's snapshots evaluated."""
@@ -143,8 +154,10 @@ def run_arm(arm: str, seed: int, steps: int, snapshot_s: float, run_dir: Path, e
                 killed_at = round((time.time() - started) / 60, 2)
         code = process.wait(timeout=minutes * 60 * 3 + 600)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGINT)
-        code = process.wait(timeout=120)
+        code = stop_graph(process)
+    except BaseException:  # Ctrl-C or kill: the graph lives in a session of its own, so it stops with the benchmark
+        stop_graph(process)
+        raise
     wall_s = time.time() - started
     log.close()
     restarts = run_dir.with_suffix(".log").read_text().count("; restarting")
@@ -459,6 +472,7 @@ def main() -> None:
                         help="a 1.5-minute (lockstep, in_process: 2,000-step) run of the arm, snapshots judged on 5 "
                         "episodes, not recorded")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops the run's graph as Ctrl-C does
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.setdefault("ROS_LOCALHOST_ONLY", "1")
     if args.summary:

@@ -1,6 +1,7 @@
 """benchmarks/graph_realtime.py's summary: the acceptance rules on hand-made rows, and earlier recipes kept apart."""
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -224,3 +225,34 @@ def test_staggering_a_fleets_ticks_splits_the_two_actors_rows_only():
     assert earlier["two_actors_wall_min_to_90"] == 4.0 and earlier["rows"] == 1
     assert graph_realtime.shipped_settings()["ticks_staggered"] is True  # the code's own
     assert graph_realtime.row_recipe(rows[0]) == graph_realtime.arm_recipe("realtime", SHIPPED)
+
+
+def test_an_interrupted_run_stops_its_graph(tmp_path, monkeypatch):
+    """The graph runs in a session of its own (Ctrl-C at the benchmark's terminal does not reach it): a run
+    interrupted while it trains stops the graph with it instead of leaving it training."""
+    import subprocess
+    from types import SimpleNamespace
+
+    started = []
+
+    ready = tmp_path / "graph_ready"
+
+    class InterruptedWhileWaiting(subprocess.Popen):
+        def wait(self, timeout=None):
+            if not started[1:]:  # the first wait, once the graph is up: the person presses Ctrl-C
+                while not ready.exists():
+                    time.sleep(0.05)
+                started.append("interrupted")
+                raise KeyboardInterrupt
+            return super().wait(timeout)
+
+    def graph(cmd, **kwargs):
+        stops_on_sigint = ("import pathlib, signal, sys, time; signal.signal(signal.SIGINT, lambda *_: sys.exit(130)); "
+                           f"pathlib.Path({str(ready)!r}).touch(); time.sleep(120)")  # as robot-rl train handles it
+        started.append(InterruptedWhileWaiting([sys.executable, "-c", stops_on_sigint], **kwargs))
+        return started[0]
+
+    monkeypatch.setattr(graph_realtime, "subprocess", SimpleNamespace(**{**vars(subprocess), "Popen": graph}))
+    with pytest.raises(KeyboardInterrupt):
+        graph_realtime.run_arm("realtime", 0, 100, 60.0, tmp_path / "run")
+    assert started[0].returncode == 130  # stopped by the SIGINT, not left training
