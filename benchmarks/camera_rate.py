@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import struct
 import subprocess
 import sys
@@ -56,7 +55,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 import numpy as np
-from graph_realtime import _commit
+from graph_realtime import _commit, stop_group
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "camera_rate.json"
@@ -163,20 +162,6 @@ def train_command(run_dir: Path, domain_id: int, demo_episodes: int | None) -> l
 def start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     with open(log, "wb") as out:
         return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def stop(process: subprocess.Popen, timeout: float = 60.0) -> int:
-    """SIGINT to the process's group (a graph's nodes with it), then SIGKILL after `timeout`."""
-    if process.poll() is None:
-        try:
-            os.killpg(process.pid, signal.SIGINT)
-        except ProcessLookupError:  # it ended meanwhile
-            pass
-    try:
-        return process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        return process.wait()
 
 
 def graph_pids(run_dir: Path) -> dict[str, int]:
@@ -331,7 +316,7 @@ def record_cameras(args, probe, env: dict[str, str], topics: list[str], folder: 
         while recorder.poll() is None and time.monotonic() - started < args.mcap_s + 60:
             probe.spin_until(time.monotonic() + 0.5)
     finally:
-        code = stop(recorder)
+        code = stop_group(recorder, 60.0)
     if code != 0 or not out.exists():
         raise SystemExit(f"camera_rate: record-bag ended with exit code {code}:\n"
                          f"{(folder / 'record_bag.log').read_text()[-3000:]}")
@@ -377,9 +362,9 @@ def run(args: argparse.Namespace, folder: Path) -> dict:
         sync_dropped = probe.value("sync_dropped", "arm_actor")
     finally:
         probe.close()
-        code = stop(train)
+        code = stop_group(train, 60.0)
         for process in cameras.values():
-            stop(process, 20.0)
+            stop_group(process, 20.0)
     timing = read_timing(run_dir / "timing.csv")
     result = {"quick": args.quick, "transport": args.transport,
               "image_transport": "Fast DDS shared memory, 64 MiB segments (config/fastdds_large_payloads.xml)"

@@ -120,12 +120,16 @@ def arm_task(arm: str) -> tuple[str, float]:
     return (CAR_TASK, CAR_HZ) if arm == "car" else (WIDE_TASK if arm == "wide" else TASK, CONTROL_HZ)
 
 
-def stop_graph(process: subprocess.Popen) -> int:
-    """SIGINT to the graph's session (its own shutdown: final checkpoint and evaluation), SIGKILL if it has not
-    ended after 120 s; its exit code."""
-    os.killpg(process.pid, signal.SIGINT)
+def stop_group(process: subprocess.Popen, timeout: float = 120.0) -> int:
+    """SIGINT to the process's group (a graph's nodes with it: their own shutdown, final checkpoint and
+    evaluation), then SIGKILL after `timeout`; its exit code."""
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGINT)
+        except ProcessLookupError:  # it ended meanwhile
+            pass
     try:
-        return process.wait(timeout=120)
+        return process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         return process.wait()
@@ -154,9 +158,9 @@ def run_arm(arm: str, seed: int, steps: int, snapshot_s: float, run_dir: Path, e
                 killed_at = round((time.time() - started) / 60, 2)
         code = process.wait(timeout=minutes * 60 * 3 + 600)
     except subprocess.TimeoutExpired:
-        code = stop_graph(process)
+        code = stop_group(process)
     except BaseException:  # Ctrl-C or kill: the graph lives in a session of its own, so it stops with the benchmark
-        stop_graph(process)
+        stop_group(process)
         raise
     wall_s = time.time() - started
     log.close()

@@ -233,26 +233,27 @@ def test_an_interrupted_run_stops_its_graph(tmp_path, monkeypatch):
     import subprocess
     from types import SimpleNamespace
 
-    started = []
-
     ready = tmp_path / "graph_ready"
+    graphs = []
 
     class InterruptedWhileWaiting(subprocess.Popen):
+        interrupted = False
+
         def wait(self, timeout=None):
-            if not started[1:]:  # the first wait, once the graph is up: the person presses Ctrl-C
+            if not self.interrupted:  # the first wait, once the graph is up: the person presses Ctrl-C
                 while not ready.exists():
                     time.sleep(0.05)
-                started.append("interrupted")
+                self.interrupted = True
                 raise KeyboardInterrupt
             return super().wait(timeout)
 
     def graph(cmd, **kwargs):
         stops_on_sigint = ("import pathlib, signal, sys, time; signal.signal(signal.SIGINT, lambda *_: sys.exit(130)); "
                            f"pathlib.Path({str(ready)!r}).touch(); time.sleep(120)")  # as robot-rl train handles it
-        started.append(InterruptedWhileWaiting([sys.executable, "-c", stops_on_sigint], **kwargs))
-        return started[0]
+        graphs.append(InterruptedWhileWaiting([sys.executable, "-c", stops_on_sigint], **kwargs))
+        return graphs[-1]
 
     monkeypatch.setattr(graph_realtime, "subprocess", SimpleNamespace(**{**vars(subprocess), "Popen": graph}))
     with pytest.raises(KeyboardInterrupt):
         graph_realtime.run_arm("realtime", 0, 100, 60.0, tmp_path / "run")
-    assert started[0].returncode == 130  # stopped by the SIGINT, not left training
+    assert len(graphs) == 1 and graphs[0].returncode == 130  # stopped by the SIGINT, not left training

@@ -22,6 +22,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from graph_realtime import stop_group  # benchmarks/, on the path of peer_lerobot.py
+
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parent
 ROOT = BENCHMARKS.parent
@@ -243,14 +245,8 @@ class LeRobotRun:
     @staticmethod
     def stop_process(process: subprocess.Popen | None) -> None:
         """SIGINT (LeRobot's processes shut down on it), then SIGKILL if it is still there after STOP_S."""
-        if process is None or process.poll() is not None:
-            return
-        os.killpg(process.pid, signal.SIGINT)
-        try:
-            process.wait(timeout=STOP_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        if process is not None:
+            stop_group(process, STOP_S)
 
     def stop(self) -> None:
         self.stop_process(self.actor)
