@@ -63,6 +63,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import sys
@@ -93,6 +94,8 @@ EXPORT = ["--format", "lerobot", "--camera-names", "pixels_front=front,pixels_wr
 SNAPSHOT_EVERY, EPISODES, DEMO_EPISODES = 2_000, 50, 20
 QUICK_STEPS, QUICK_SNAPSHOT_EVERY, QUICK_EPISODES, QUICK_DEMO_EPISODES = 1_000, 250, 5, 3
 TARGET = env_graph.TARGET
+RUN_FACTS = "run_facts.json"
+"""A LeRobot run's facts (seed, budget, commit, what its logs say), written in its directory before judging."""
 
 
 # ---- demonstrations ----------------------------------------------------------------------------------------------
@@ -217,15 +220,32 @@ def our_restart(run_dir: Path, row: dict, killed: dict) -> dict:
 def run_lerobot(seed: int, steps: int, every: int, episodes: int, export: Path, run_dir: Path,
                 kill_at: int | None, save_freq: int | None) -> dict:
     run = lerobot_processes.LeRobotRun(run_dir, export, env_graph.ENCODER, seed, steps, every, save_freq)
-    commit = _commit()
-    facts = run.run(kill_at)
+    run_facts = {"seed": seed, "steps_budget": steps, "commit": _commit(), "snapshot_every": every,
+                 "episodes_per_snapshot": episodes, "kill_learner_at_steps": kill_at, **run.run(kill_at),
+                 "date": time.strftime("%Y-%m-%d")}
+    # Judging takes a while after the run: an interrupted judging is finished from this (--judge-run), not by
+    # hours of running again.
+    (run_dir / RUN_FACTS).write_text(json.dumps(run_facts) + "\n")
+    return judge_lerobot_run(run_dir, run_facts)
+
+
+def judge_lerobot_run(run_dir: Path, run_facts: dict) -> dict:
+    """LeRobot's row: the run's facts and its snapshots judged. Interrupted, the run directory stays and the
+    command that finishes the row (--judge-run) is printed."""
+    facts = dict(run_facts)
+    seed, steps, commit = facts.pop("seed"), facts.pop("steps_budget"), facts.pop("commit")
     started, first_at = facts.pop("started"), facts.pop("first_update_at")
+    episodes = facts["episodes_per_snapshot"]
     judge = lerobot_processes.SnapshotJudge(run_dir, episodes, env_graph.EVAL_SEED)
     try:
-        paths = lerobot_processes.snapshot_paths(run.snapshots)
+        paths = lerobot_processes.snapshot_paths(run_dir / "snapshots")
         snapshots = env_graph.judge_in_order(paths, judge, started, episodes)
         final = [p for p in paths if lerobot_processes.env_steps_of(p) == steps]
         success_at_budget = judge(final[0], None)["success_rate"] if final else None
+    except BaseException:
+        print(f"peer_lerobot: judging LeRobot's run stopped; the run is kept: finish its row with "
+              f"--judge-run {run_dir}", file=sys.stderr, flush=True)
+        raise
     finally:
         judge.close()
     loads = json.loads((paths[-1] / "snapshot.json").read_text())["parameter_loads"] if paths else 0
@@ -233,9 +253,19 @@ def run_lerobot(seed: int, steps: int, every: int, episodes: int, export: Path, 
             "learner_updates_per_s": round(facts["learner_updates"] / max(facts["wall_s"], 1.0), 3),
             "first_update_min": round((first_at - started) / 60, 2) if first_at else None,
             "parameter_loads": loads, "snapshots": snapshots, **common_figures(snapshots),
-            "success_at_budget": success_at_budget, "episodes_per_snapshot": episodes,
-            "lerobot_version": lerobot_processes.version(), "config": str(lerobot_processes.CONFIG.relative_to(ROOT)),
-            "date": time.strftime("%Y-%m-%d"), "commit": commit}
+            "success_at_budget": success_at_budget, "lerobot_version": lerobot_processes.version(),
+            "config": str(lerobot_processes.CONFIG.relative_to(ROOT)), "commit": commit}
+
+
+def judge_interrupted_run(run_dir: Path) -> dict:
+    """The row of a LeRobot run whose judging was interrupted, from its directory (its run facts and snapshots);
+    the row keeps the run's commit and says when it was judged (`judged_later`)."""
+    facts_path = run_dir / RUN_FACTS
+    if not facts_path.is_file():
+        raise SystemExit(f"peer_lerobot: {facts_path} is missing: {run_dir} is not a LeRobot run that played its "
+                         "budget (the folder an interrupted row printed)")
+    return {**judge_lerobot_run(run_dir, json.loads(facts_path.read_text())),
+            "judged_later": time.strftime("%Y-%m-%d")}
 
 
 def run_system(system: str, seed: int, steps: int, quick: bool, demos: tuple[Path, Path], run_dir: Path,
@@ -348,6 +378,20 @@ def check_venvs() -> None:
         os.execv(python, [python, str(Path(__file__).resolve()), *sys.argv[1:]])
 
 
+def run_systems(args: argparse.Namespace) -> list[dict]:
+    """The asked systems' rows, run in a temporary directory that is deleted once they are judged (a failure
+    or an interruption keeps it: a LeRobot run's judging can be finished, `--judge-run`)."""
+    systems = [args.system] if args.system else list(SYSTEMS)
+    steps = QUICK_STEPS if args.quick else args.steps
+    tmp = Path(tempfile.mkdtemp(prefix="peer_lerobot-"))
+    data_dir = tmp / "demos" if args.quick else args.data_dir
+    demos = demonstrations(data_dir, QUICK_DEMO_EPISODES if args.quick else DEMO_EPISODES)
+    rows = [run_system(system, args.seed, steps, args.quick, demos, tmp / system, args.kill_learner_at_steps,
+                       args.lerobot_save_freq) for system in systems]
+    shutil.rmtree(tmp)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--system", choices=SYSTEMS, help="the system to run (--quick: both unless given)")
@@ -359,6 +403,9 @@ def main() -> None:
     parser.add_argument("--lerobot-save-freq", type=int, metavar="N",
                         help="LeRobot's save_freq (optimization steps between checkpoints, its resume points); "
                         "default: the config's, LeRobot's 20,000")
+    parser.add_argument("--judge-run", type=Path, metavar="DIR",
+                        help="finish the row of a LeRobot run whose judging was interrupted (its directory, as the "
+                        "interrupted command printed it)")
     parser.add_argument("--summary", action="store_true", help="summarize the recorded rows instead of running")
     parser.add_argument("--quick", action="store_true", help="1,000 steps each, 3 demonstrations, snapshots every "
                         "250 steps judged on 5 episodes; nothing recorded")
@@ -372,8 +419,8 @@ def main() -> None:
         plot(rows, RESULTS / "peer_lerobot.png")
         print(json.dumps(summary), flush=True)
         return
-    if not args.quick and args.system is None:
-        parser.error("--system is required (or --summary, or --quick)")
+    if not args.quick and args.system is None and args.judge_run is None:
+        parser.error("--system is required (or --summary, --judge-run or --quick)")
     if args.kill_learner_at_steps is not None and not 0 < args.kill_learner_at_steps < args.steps:
         parser.error("--kill-learner-at-steps must be between 0 and --steps")
     check_venvs()
@@ -382,13 +429,11 @@ def main() -> None:
     os.environ.update(env_graph.subprocess_env())
     os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ["PYTHONPATH"]])
     env_graph.check_setup()
-    systems = [args.system] if args.system else list(SYSTEMS)
-    steps = QUICK_STEPS if args.quick else args.steps
-    with tempfile.TemporaryDirectory(prefix="peer_lerobot-") as tmp:
-        data_dir = Path(tmp) / "demos" if args.quick else args.data_dir
-        demos = demonstrations(data_dir, QUICK_DEMO_EPISODES if args.quick else DEMO_EPISODES)
-        rows = [run_system(system, args.seed, steps, args.quick, demos, Path(tmp) / system,
-                           args.kill_learner_at_steps, args.lerobot_save_freq) for system in systems]
+    if args.judge_run is not None:
+        rows = [judge_interrupted_run(args.judge_run)]
+        print(json.dumps(rows[0]), flush=True)
+    else:
+        rows = run_systems(args)
     if args.quick:
         assert all(row["snapshots"] for row in rows), "a --quick run judged no snapshot"
         print(json.dumps(summarize(rows)), flush=True)
