@@ -65,7 +65,8 @@ def test_a_bag_of_a_keyboard_session_imports_to_the_sessions_own_recording(tmp_p
                     {**os.environ, **loopback_environment(domain_id), "TERM": "xterm"})
     try:
         status.wait_for(lambda: log.read_text().count("subscribed to") == len(topics), 120,
-                        f"the recorder on every topic; its log:\n{log.read_text()}\nterminal:\n{term.text[-2000:]}")
+                        lambda: f"the recorder on every topic; its log:\n{log.read_text()}\n"
+                                f"terminal:\n{term.text[-2000:]}")
         # Episodes nobody drives are discarded by the session (and by the import): the person drives only
         # those that began after the recorder listened (a countdown still running counts as begun after).
         status.spin(0.5)

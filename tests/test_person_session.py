@@ -44,12 +44,15 @@ class Eyes(RosProbe):
         self.ee = self.cube = None
         self.observations = 0
         self.status: SessionStatus | None = None
+        self.person_driven_steps = 0
+        """Session statuses the person drove (the actor publishes one a step)."""
         self.node.create_subscription(PoseStamped, "arm/ee_pose", lambda m: setattr(self, "ee", _xyz(m)), qos.SENSOR)
         self.node.create_subscription(PoseStamped, "cube/pose", self._on_cube, qos.SENSOR)
         self.node.create_subscription(String, "session/status", self._on_status, qos.EVENTS)
 
     def _on_status(self, msg: String) -> None:
         self.status = SessionStatus.from_json(msg.data)
+        self.person_driven_steps += self.status.driver == "person"
 
     def _on_cube(self, msg: PoseStamped) -> None:
         self.cube = _xyz(msg)
@@ -125,6 +128,22 @@ def _advancing(readings: list[tuple[int, int]], episodes: int) -> bool:
             and any(len(set(ticks)) >= 3 and ticks == sorted(ticks) for ticks in clocks.values()))
 
 
+def _drive_a_little(term: Terminal, eyes: Eyes, key: str) -> None:
+    """The person taps `key` until the session shows them driving (a loaded machine may step only after the
+    tap's hold has run out), then watches it drive a moment."""
+    driven = eyes.person_driven_steps
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        term.type(key)
+        tapped = time.monotonic()
+        while time.monotonic() - tapped < 1.0 and eyes.person_driven_steps == driven:
+            eyes.spin(0.05)
+        if eyes.person_driven_steps > driven:
+            eyes.spin(0.3)
+            return
+    raise AssertionError(f"the session never showed the person driving; terminal:\n{term.text[-2000:]}")
+
+
 def _drive_to_the_cube_and_lift(term: Terminal, eyes: Eyes, rng: random.Random, lift: float, seen: list,
                                 port: int) -> None:
     """The person grasps the cube and lifts it `lift` (steering by the scene as the view shows it)."""
@@ -159,18 +178,18 @@ def test_a_person_records_at_the_keyboard_and_the_session_keeps_its_word(tmp_pat
     seen: list = []
     try:
         eyes.wait_for(lambda: ">>> episode 0: GO" in term.text and eyes.ee is not None and eyes.cube is not None,
-                      120, f"the GO prompt and the scene; terminal so far:\n{term.text[-2000:]}")
+                      120, lambda: f"the GO prompt and the scene; terminal so far:\n{term.text[-2000:]}")
         assert term.text.count("keys: space take over") == 1
         term.type("help")
         eyes.wait_for(lambda: term.text.count("keys: space take over") == 2, 10, "the keys listed again on ?")
 
-        term.type("right")  # the person drives a little, then says success with the cube on the table
-        eyes.spin(0.5)
+        _drive_a_little(term, eyes, "right")  # then says success with the cube on the table
         term.type("success")
         eyes.wait_for(lambda: "WARNING: episode 0 labelled success, but the task's own success check says failure"
-                      in term.text, 20, f"the wrong label warned about; terminal:\n{term.text[-2000:]}")
+                      in term.text, 20, lambda: f"the wrong label warned about; terminal:\n{term.text[-2000:]}")
 
-        eyes.wait_for(lambda: ">>> episode 1: GO" in term.text, 30, f"episode 1; terminal:\n{term.text[-2000:]}")
+        eyes.wait_for(lambda: ">>> episode 1: GO" in term.text, 30,
+                      lambda: f"episode 1; terminal:\n{term.text[-2000:]}")
         _drive_to_the_cube_and_lift(term, eyes, rng, 0.02, seen, port)
         term.type("page_up", held_s=0.9)  # up, faster and faster
         term.type("pause")
@@ -184,11 +203,11 @@ def test_a_person_records_at_the_keyboard_and_the_session_keeps_its_word(tmp_pat
         eyes.wait_for(lambda: eyes.status.phase == "running", 5, "going on")
         term.type("failure")
         eyes.wait_for(lambda: "that was the last episode" in term.text, 30,
-                      f"the review of the last episode; terminal:\n{term.text[-2000:]}")
+                      lambda: f"the review of the last episode; terminal:\n{term.text[-2000:]}")
         term.type("rerecord")  # record it again
-        eyes.wait_for(lambda: ">>> episode 2: GO" in term.text, 30, f"episode 1 again; terminal:\n{term.text[-2000:]}")
-        term.type("left")
-        eyes.spin(0.5)
+        eyes.wait_for(lambda: ">>> episode 2: GO" in term.text, 30,
+                      lambda: f"episode 1 again; terminal:\n{term.text[-2000:]}")
+        _drive_a_little(term, eyes, "left")
         term.type("failure")
         code = term.wait_exit(60)
     finally:
@@ -242,7 +261,7 @@ def test_a_person_takes_over_during_training_from_the_keyboard(tmp_path):
     rng = random.Random(1)
     try:
         eyes.wait_for(lambda: ">>> episode 1: GO" in term.text and eyes.ee is not None,
-                      120, f"the second episode; terminal so far:\n{term.text[-2000:]}")
+                      120, lambda: f"the second episode; terminal so far:\n{term.text[-2000:]}")
         driven = None
         for _ in range(12):  # the person steers toward the cube for a few seconds
             term.type(*_next_key(eyes.ee, eyes.cube, grasped=False))

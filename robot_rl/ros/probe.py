@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -62,12 +63,15 @@ class RosProbe:
         while (left := deadline - time.monotonic()) > 0:
             self.executor.spin_once(timeout_sec=left)
 
-    def wait_for(self, predicate, timeout: float, what: str) -> None:
+    def wait_for(self, predicate, timeout: float, what: str | Callable[[], str]) -> None:
+        """Spins until `predicate()`; on timeout, the error says `what` (a callable: read then, e.g. the
+        terminal's text at the timeout rather than at the call)."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             self.executor.spin_once(timeout_sec=0.005)
             if predicate():
                 return
+        what = what() if callable(what) else what
         raise TimeoutError(f"timed out after {timeout}s waiting for {what}; diagnostics: {self.diagnostics}")
 
     def call(self, srv_type, name: str, request, timeout: float = 5.0):
