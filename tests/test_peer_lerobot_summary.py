@@ -166,3 +166,67 @@ def test_an_interrupted_lerobot_run_stops_the_processes_it_started(tmp_path, mon
     with pytest.raises(KeyboardInterrupt):
         run.run()
     assert len(started) == 1 and started[0].poll() is not None  # stopped, not left sleeping
+
+
+class _FakeJudge:
+    """LeRobot's snapshot judge as the row reads it: every snapshot fails its sixth episode, the budget's all 50;
+    `interrupt_at`: the call that raises KeyboardInterrupt instead (a session ending mid-judging)."""
+
+    calls = 0
+    interrupt_at: int | None = None
+
+    def __init__(self, run_dir, episodes, seed):
+        self.closed = False
+
+    def __call__(self, snapshot, max_failures):
+        type(self).calls += 1
+        if type(self).calls == self.interrupt_at:
+            raise KeyboardInterrupt
+        episodes = 6 if max_failures is not None else 50
+        return {"policy_version": 1, "transitions": int(snapshot.name.rsplit("-s", 1)[1]), "success_rate": None
+                if max_failures is not None else 0.0, "success_at_most": 0.88 if max_failures is not None else None,
+                "stopped_after": 6 if max_failures is not None else None,
+                "results": [{"success": False}] * episodes}
+
+    def close(self):
+        self.closed = True
+
+
+def test_an_interrupted_judging_keeps_the_run_and_judge_run_finishes_its_row(tmp_path, monkeypatch, capsys):
+    """Judging a LeRobot run's snapshots takes a while after its hours of running: interrupted, the folder stays
+    with the run's facts and the command that finishes the row, which gives the row the uninterrupted judging
+    would have (the run's own seed, budget, commit and date, and when it was judged)."""
+    import lerobot_processes
+
+    run_dir = tmp_path / "lerobot"
+    started = 1_796_000_000.0
+    for steps in (2000, 4000):
+        snapshot = run_dir / "snapshots" / f"{int((started + steps / 10) * 1e9)}-s{steps:07d}"
+        snapshot.mkdir(parents=True)
+        (snapshot / "snapshot.json").write_text(json.dumps({"parameter_loads": steps // 100}))
+    facts = {"seed": 2, "steps_budget": 4000, "commit": "abc1234", "snapshot_every": 2000,
+             "episodes_per_snapshot": 50, "kill_learner_at_steps": None, "date": "2026-11-29", "started": started,
+             "first_update_at": started + 150, "learner_updates": 30, "wall_s": 410.0, "env_steps": 4000,
+             "actor_episodes": 40, "actor_successes": 0, "ended": "budget played", "restart": None}
+    (run_dir / peer_lerobot.RUN_FACTS).write_text(json.dumps(facts))
+    monkeypatch.setattr(lerobot_processes, "SnapshotJudge", _FakeJudge)
+
+    _FakeJudge.calls, _FakeJudge.interrupt_at = 0, 2
+    with pytest.raises(KeyboardInterrupt):
+        peer_lerobot.judge_interrupted_run(run_dir)
+    assert f"--judge-run {run_dir}" in capsys.readouterr().err
+    assert (run_dir / peer_lerobot.RUN_FACTS).is_file()
+
+    _FakeJudge.calls, _FakeJudge.interrupt_at = 0, None
+    row = peer_lerobot.judge_interrupted_run(run_dir)
+    assert (row["system"], row["seed"], row["steps_budget"], row["commit"], row["date"]) == \
+        ("lerobot", 2, 4000, "abc1234", "2026-11-29")
+    assert [s["minutes"] for s in row["snapshots"]] == [3.33, 6.67]
+    assert row["steps_to_90"] is None and row["success_at_budget"] == 0.0 and row["parameter_loads"] == 40
+    assert row["first_update_min"] == 2.5 and row["learner_updates_per_s"] == round(30 / 410, 3)
+    assert row["judged_later"] and "started" not in row and "first_update_at" not in row
+
+
+def test_judge_run_refuses_a_folder_without_run_facts(tmp_path):
+    with pytest.raises(SystemExit, match="run_facts.json is missing"):
+        peer_lerobot.judge_interrupted_run(tmp_path)
