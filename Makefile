@@ -61,7 +61,7 @@ train: setup
 TEST_WORKERS ?= 2
 test: setup
 	$(if $(filter-out 0,$(TEST_WORKERS)),OMP_NUM_THREADS=1) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope \
-	  -m "not wall_clock" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	  --no-loadscope-reorder -m "not wall_clock" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(PY) -m pytest -q -m wall_clock $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 gym-hil-env: $(GYM_HIL_VENV)/.installed
