@@ -42,12 +42,17 @@ def pytest_runtest_makereport(item, call):
         report.sections.append((f"node log {log.relative_to(tmp_path)} (last {len(lines)} lines)", "\n".join(lines)))
 
 
-SLOWEST_MODULES = ("test_recovery", "test_robot_package", "test_env_graph", "test_hil_graph",
-                   "test_learner_throughput_cuda_paths", "test_env_anything", "test_person_session", "test_learning",
-                   "test_fleet", "test_encoders", "test_compile_cache", "test_car_graph")
-"""The modules that took longest (`--durations`, 2026-11-30, 40-180 s each), slowest first. `make test` hands whole
-modules to its two workers in collection order: started last, one of them kept a worker busy for minutes after the
-other ran dry. Only the order changes; a module missing here runs after them."""
+SLOWEST_MODULES = ("test_recovery", "test_env_anything", "test_learning", "test_encoders",
+                   "test_learner_throughput_cuda_paths", "test_robot_package", "test_person_session",
+                   "test_ros_conventions", "test_fleet", "test_bad_inputs", "test_compile_cache", "test_env_graph",
+                   "test_settings", "test_graph", "test_quad_nodes", "test_hil_graph", "test_cli",
+                   "test_quad_juggle_mjx", "test_pretrain_env", "test_pixel_graph", "test_car_graph",
+                   "test_rerun_view")
+"""The modules that took longest, slowest first (`--durations=0` of `make test`'s first pass, 2026-11-30: 160 s
+down to 27 s each; the 48 others took 25 s or less). `make test` hands whole modules to its two workers in this
+order (`--no-loadscope-reorder`: xdist would otherwise order them by their number of tests), so the last to start
+are short and neither worker runs dry minutes before the other. Only the order changes; a module missing here runs
+after them."""
 
 
 def pytest_collection_modifyitems(config, items):

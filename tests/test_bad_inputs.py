@@ -1,16 +1,19 @@
 """Bad inputs across `robot-rl` subcommands and node parameters: each one gives exactly one line on
 stderr naming the offending key, path or value, exit code 2, no traceback, and changes nothing on
-disk (every file in the working directory checksummed before and after; no new file or folder)."""
+disk (every file in the working directory checksummed before and after; no new file or folder). Each runs in a
+process of its own, forked from one that has imported the command (a few in a new interpreter as well)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,12 +23,65 @@ REPO = Path(__file__).resolve().parents[1]
 JUGGLE_POLICY = REPO / "policies" / "quad_juggle"
 
 
-def robot_rl(args: list[str], cwd: Path, timeout: float = 180.0, env: dict | None = None):
-    """Runs the installed command (as a user would), in `cwd`, loopback DDS."""
-    env = {**os.environ, "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_LOCALHOST_ONLY": "1",
-           "PYTHONWARNINGS": "ignore", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "robot_rl.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+LOOPBACK = {"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_LOCALHOST_ONLY": "1", "PYTHONWARNINGS": "ignore"}
+_FORKED = multiprocessing.get_context("forkserver")
+# The command's heavy imports once, in the process every forked run starts from: a fresh interpreter spent 2-4 s
+# of CPU importing them per run, and the table runs the command about 60 times.
+_FORKED.set_forkserver_preload(["robot_rl.cli", "robot_rl.ros.settings", "robot_rl.ros.actor_node",
+                                "robot_rl.nodes.learner", "zarr", "mujoco"])
+
+
+def robot_rl(args: list[str], cwd: Path, timeout: float = 180.0, env: dict | None = None,
+             fresh: bool = False) -> subprocess.CompletedProcess:
+    """The command as `python -m robot_rl.cli` runs it, in `cwd`, loopback DDS: in a process of its own forked from
+    one that has imported the command (`fresh`: a new interpreter, which also shows what its imports print)."""
+    env = {**os.environ, **LOOPBACK, **(env or {})}
+    if fresh:
+        return subprocess.run([sys.executable, "-m", "robot_rl.cli", *args], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    with tempfile.TemporaryDirectory(prefix="robot_rl-cli-") as outputs:
+        out, err = Path(outputs) / "stdout", Path(outputs) / "stderr"
+        process = _FORKED.Process(target=_command_in_this_process, args=(args, str(cwd), env, str(out), str(err)))
+        process.start()
+        process.join(timeout)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
+            raise subprocess.TimeoutExpired(["robot-rl", *args], timeout)
+        return subprocess.CompletedProcess(args, process.exitcode, out.read_text(), err.read_text())
+
+
+def _command_in_this_process(args: list[str], cwd: str, env: dict, out: str, err: str) -> None:
+    """What `python -m robot_rl.cli ARGS` does after its imports, with stdin from /dev/null and stdout and stderr
+    to the files `out` and `err`; exits as the interpreter would (a message of SystemExit to stderr, code 1)."""
+    import traceback
+    import warnings
+
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    warnings.simplefilter("ignore")  # PYTHONWARNINGS=ignore, which an interpreter reads when it starts
+    for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, out, os.O_WRONLY | os.O_CREAT),
+                            (2, err, os.O_WRONLY | os.O_CREAT)):
+        opened = os.open(path, flags)
+        os.dup2(opened, fd)
+        os.close(opened)
+    sys.argv = [sys.executable, *args]
+    from robot_rl.cli import main
+
+    try:
+        code = main(args)
+    except SystemExit as exc:
+        code = exc.code
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
 
 
 def tree_digest(root: Path) -> dict[str, str]:
@@ -141,10 +197,15 @@ BAD_INPUTS = [
 ]
 
 
+FRESH_INTERPRETER = {"train --task arm_lfit", "juggle eval --policy policy_nan --trials 1",
+                     "node learner --ros-args -p utd_rato:=2", "dataset verify not_a_dataset"}
+"""Cases run by a new interpreter too: its imports must not print a line of their own either."""
+
+
 @pytest.mark.parametrize("args,fragment", BAD_INPUTS, ids=[" ".join(a)[:60] for a, _ in BAD_INPUTS])
 def test_bad_input_gives_one_line_exit_2_and_changes_nothing(workdir, args, fragment):
     before = tree_digest(workdir)
-    result = robot_rl(args, workdir)
+    result = robot_rl(args, workdir, fresh=" ".join(args) in FRESH_INTERPRETER)
     after = tree_digest(workdir)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
@@ -157,6 +218,7 @@ def test_bad_input_gives_one_line_exit_2_and_changes_nothing(workdir, args, frag
 
 def test_the_table_covers_enough_inputs():
     assert len(BAD_INPUTS) >= 30
+    assert FRESH_INTERPRETER <= {" ".join(args) for args, _ in BAD_INPUTS}
 
 
 def test_ctrl_c_during_demo_generation_keeps_no_partial_dataset(tmp_path):
