@@ -70,7 +70,7 @@ def _command_in_this_process(args: list[str], cwd: str, env: dict, out: str, err
     from robot_rl.cli import main
 
     try:
-        code = main(args)
+        code = main()  # as robot_rl/cli/__main__.py calls it: the arguments from sys.argv
     except SystemExit as exc:
         code = exc.code
     except BaseException:

@@ -174,9 +174,11 @@ class _FakeJudge:
 
     calls = 0
     interrupt_at: int | None = None
+    opened: list["_FakeJudge"] = []
 
     def __init__(self, run_dir, episodes, seed):
         self.closed = False
+        self.opened.append(self)
 
     def __call__(self, snapshot, max_failures):
         type(self).calls += 1
@@ -212,10 +214,12 @@ def test_an_interrupted_judging_keeps_the_run_and_judge_run_finishes_its_row(tmp
     monkeypatch.setattr(lerobot_processes, "SnapshotJudge", _FakeJudge)
 
     _FakeJudge.calls, _FakeJudge.interrupt_at = 0, 2
+    _FakeJudge.opened.clear()
     with pytest.raises(KeyboardInterrupt):
         peer_lerobot.judge_interrupted_run(run_dir)
     assert f"--judge-run {run_dir}" in capsys.readouterr().err
     assert (run_dir / peer_lerobot.RUN_FACTS).is_file()
+    assert _FakeJudge.opened and all(judge.closed for judge in _FakeJudge.opened)  # its process ends with it
 
     _FakeJudge.calls, _FakeJudge.interrupt_at = 0, None
     row = peer_lerobot.judge_interrupted_run(run_dir)
