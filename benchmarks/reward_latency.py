@@ -26,10 +26,11 @@ Rules, fixed before any result:
   CPU threads as `--torch-threads` (0: torch's default, as the reward node's torch_threads), named in the row.
 * The stream: the reward node's own code path without ROS (`RewardStream` + `ScoringWorker`, its scoring
   thread): one step's frames of every camera fed at `--control-hz` (10) on the wall clock for `--stream-s`
-  seconds, stamped when fed; reported: the share of steps scored (the episode's first frame is the
-  reference, not scored; steps the worker had no time for are skipped, as in the node), the scored rate,
-  the score lag (stamp to result) p50/p99 and the results flagged late (`--max-latency-s`, the node's
-  max_latency_s, 1 s by default).
+  seconds, stamped when fed, once for each of the node's `max_batch` values in `--stream-max-batch` (1: the
+  worker scores only the newest step, skipping those it had no time for; 8: every waiting step, up to 8, in
+  one call); reported: the share of steps scored (the episode's first frame is the reference, not scored),
+  the scored rate, the steps per call, the score lag (stamp to result) p50/p99 and the results flagged late
+  (`--max-latency-s`, the node's max_latency_s, 1 s by default).
 * The actor: arm_pick_cube's graph as `robot-rl train` starts it (arm_sim on the wall clock at 10 Hz, arm_actor
   asynchronous, learner; no demonstrations), twice with the same seed: without the reward node, and with it
   (`reward` in `robot_rl.nodes`, `--actor-backend` at `--size`, the actor taking its rewards from it:
@@ -222,19 +223,22 @@ def stream_figures(results: list, steps: int, seconds: float, stats: dict[str, A
     scorable = max(steps - 1, 1)
     lag = percentiles([r.latency_s for r in results])
     return {"steps_fed": steps, "scored": len(results), "scored_share": round(len(results) / scorable, 3),
-            "scored_hz": round(len(results) / seconds, 2), "skipped": stats["frames_skipped"],
+            "scored_hz": round(len(results) / seconds, 2), "batch_mean": stats["score_batch_mean"],
+            "skipped": stats["frames_skipped"],
             "score_errors": stats["score_errors"], "late": sum(bool(r.late) for r in results),
             "lag_p50_ms": lag.get("p50_ms"), "lag_p99_ms": lag.get("p99_ms")}
 
 
 def run_stream(loaded: Any, backend: str, model_path: Path, cameras: tuple[str, ...], image_size: int,
-               control_hz: float, seconds: float, max_latency_s: float, device: str) -> dict[str, Any]:
-    """Feeds one step's frames of every camera at `control_hz` for `seconds` into a `RewardStream` whose
-    `ScoringWorker` scores with `loaded`, then waits for the last queued step; `stream_figures`."""
+               control_hz: float, seconds: float, max_latency_s: float, device: str,
+               max_batch: int = 1) -> dict[str, Any]:
+    """Feeds one step's frames of every camera at `control_hz` for `seconds` into a `RewardStream` (the node's
+    `max_batch`) whose `ScoringWorker` scores with `loaded`, then waits for the last queued step;
+    `stream_figures`."""
     from robot_rl.rewards.online import RewardConfig, RewardStream, ScoringWorker
 
     config = RewardConfig(backend=backend, model_path=str(model_path), cameras=cameras, goal=GOAL, device=device,
-                          max_latency_s=max_latency_s)
+                          max_latency_s=max_latency_s, max_batch=max_batch)
     stream, published, errors = RewardStream(config), [], []
     worker = ScoringWorker(stream, lambda: loaded, published.append, errors.append, poll_s=0.01).start()
     rng = np.random.default_rng(1)
@@ -364,9 +368,9 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         load_s = time.perf_counter() - started
         score[backend] = {str(b): time_scoring(loaded.scorer, b, args.calls, args.warmup, device, cameras,
                                                args.image_size) for b in args.batches}
-        stream[backend] = {"load_s": round(load_s, 1), **run_stream(
+        stream[backend] = {"load_s": round(load_s, 1), "max_batch": {str(m): run_stream(
             loaded, backend, paths[backend], cameras, args.image_size, args.control_hz, args.stream_s,
-            args.max_latency_s, device)}
+            args.max_latency_s, device, m) for m in args.stream_max_batch}}
         print(json.dumps({"backend": backend, "score": score[backend], "stream": stream[backend]}), flush=True)
         del loaded
         gc.collect()  # a 2B model's memory back before the next one loads
@@ -409,6 +413,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--control-hz", type=float, default=10.0, help="rate the stream is fed at")
     parser.add_argument("--stream-s", type=float, default=30.0, help="seconds the stream is fed")
     parser.add_argument("--max-latency-s", type=float, default=1.0, help="the reward node's max_latency_s")
+    parser.add_argument("--stream-max-batch", type=int, nargs="+", default=[1, 8], help="the reward node's "
+                        "max_batch values the stream is run with, one stream each (1: only the newest step scored)")
     parser.add_argument("--actor-s", type=float, default=60.0, help="seconds of act latency measured per graph "
                         "run (0: no graph runs)")
     parser.add_argument("--settle-s", type=float, default=10.0, help="seconds of acting before that window")
@@ -429,8 +435,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if REFERENCE not in args.backends:
         args.backends.insert(0, REFERENCE)
     args.backends = list(dict.fromkeys(args.backends))
-    if min(args.batches) < 1 or args.calls < 1 or args.warmup < 0 or args.image_size < 8 or args.torch_threads < 0:
-        parser.error("--batches and --calls must be >= 1, --warmup and --torch-threads >= 0, --image-size >= 8")
+    if min(args.batches) < 1 or min(args.stream_max_batch) < 1 or args.calls < 1 or args.warmup < 0 \
+            or args.image_size < 8 or args.torch_threads < 0:
+        parser.error("--batches, --stream-max-batch and --calls must be >= 1, --warmup and --torch-threads >= 0, "
+                     "--image-size >= 8")
     if args.control_hz <= 0 or args.stream_s <= 0 or args.max_latency_s <= 0 or args.actor_s < 0 \
             or args.settle_s < 0:
         parser.error("--control-hz, --stream-s and --max-latency-s must be > 0, --actor-s and --settle-s >= 0")

@@ -164,7 +164,8 @@ def test_the_gpu_runs_script_dry_on_cpu_runs_every_part_and_writes_its_json(tmp_
     reward = json.loads((tmp_path / "reward_latency.json").read_text())["cpu+tiny"][0]
     assert set(reward["score"]) == {"progress", "vlac", "vlm_critic"} and "actor" not in reward
     assert all(reward["score"][b]["1"]["calls"] == 2 for b in reward["score"])
-    assert all(s["score_errors"] == 0 and s["scored"] > 0 for s in reward["stream"].values())
+    streams = [s for backend in reward["stream"].values() for s in backend["max_batch"].values()]
+    assert len(streams) == 3 * 2 and all(s["score_errors"] == 0 and s["scored"] > 0 for s in streams)
 
 
 def test_the_gpu_runs_script_refuses_parts_that_outlast_one_device_call_before_doing_anything(tmp_path):

@@ -35,10 +35,11 @@ def _result(stamp_s: float, latency_s: float, late: bool) -> RewardResult:
 
 def test_stream_figures_count_the_steps_after_the_reference_frame():
     results = [_result(k / 10, 0.05 + 0.01 * k, k == 9) for k in range(1, 10, 2)]  # 5 of 9 scorable steps
-    stats = {"frames_skipped": 4, "score_errors": 0}
+    stats = {"frames_skipped": 4, "score_errors": 0, "score_batch_mean": 1.0}
     figures = reward_latency.stream_figures(results, steps=10, seconds=1.0, stats=stats)
     assert figures["scored"] == 5 and figures["scored_share"] == round(5 / 9, 3) and figures["scored_hz"] == 5.0
     assert figures["late"] == 1 and figures["skipped"] == 4 and figures["lag_p50_ms"] == 100.0
+    assert figures["batch_mean"] == 1.0
 
 
 def test_checkpoint_cache_reuses_its_own_and_refuses_anything_else(tmp_path):

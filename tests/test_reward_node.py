@@ -18,8 +18,8 @@ import pytest
 from robot_rl.device import resolve_device
 from robot_rl.rewards.backends import (BACKENDS, BackendLoadError, LoadedBackend, SuccessScorer, check_model_path,
                                        load_backend)
-from robot_rl.rewards.scorer_input import FrameRejected, StampPairer, check_frame_shape
-from robot_rl.rewards.online import LatestSlot, RewardConfig, RewardStream, ScoringWorker
+from robot_rl.rewards.scorer_input import FrameRejected, StampPairer, UnreadableScores, check_frame_shape
+from robot_rl.rewards.online import PendingSteps, RewardConfig, RewardStream, ScoringWorker
 from robot_rl.rewards.progress import accumulate_value, share_of_remaining
 from robot_rl.ros.reward_io import decode_image, feed_image
 
@@ -34,18 +34,21 @@ class FakeScorer:
     mean brightness / 255 (delta = share of the remaining progress) and its done probability too."""
 
     def __init__(self):
-        self.calls: list[tuple[float, float, float, str]] = []  # (first, previous, current) levels, goal
+        self.calls: list[tuple[float, float, float, str]] = []  # per step: (first, previous, current) levels, goal
+        self.batches: list[int] = []  # steps per call
 
     @staticmethod
-    def level(frames) -> float:
-        return float(np.mean(frames["front"])) / 255.0
+    def levels(frames) -> np.ndarray:
+        return frames["front"].mean(axis=(1, 2, 3)) / 255.0
 
     def score(self, first, previous, current, goal):
-        for frames in (first, previous, current):
-            assert all(f.ndim == 4 and f.shape[0] == 1 and f.dtype == np.uint8 for f in frames.values())
-        p0, p1, p2 = self.level(first), self.level(previous), self.level(current)
-        self.calls.append((p0, p1, p2, goal))
-        return (np.array([share_of_remaining(p1, p2)], np.float32), np.array([p2], np.float32))
+        batch = len(current["front"])
+        for frames, rows in ((first, 1), (previous, batch), (current, batch)):
+            assert all(f.ndim == 4 and f.shape[0] == rows and f.dtype == np.uint8 for f in frames.values())
+        p0, p1, p2 = self.levels(first)[0], self.levels(previous), self.levels(current)
+        self.calls += [(float(p0), float(a), float(b), goal) for a, b in zip(p1, p2)]
+        self.batches.append(batch)
+        return share_of_remaining(p1, p2).astype(np.float32), p2.astype(np.float32)
 
 
 def backend(scorer=None, needs_goal=True, done_threshold=0.9, **kw) -> LoadedBackend:
@@ -80,9 +83,7 @@ def run_episode(stream: RewardStream, levels, start_ns: int = S) -> list:
     results = []
     for i, level in enumerate(levels):
         feed(stream, level, start_ns + i * S // 10)
-        result = stream.run_once(0)
-        if result is not None:
-            results.append(result)
+        results += stream.run_once(0)
     return results
 
 
@@ -93,6 +94,7 @@ def test_config_refuses_bad_values(tmp_path):
     bad = [({"backend": "magic"}, "backend 'magic'"), ({"cameras": []}, "at least one camera"),
            ({"cameras": ["front", "front"]}, "twice"), ({"cameras": ["front cam"]}, "not a valid topic"),
            ({"frame_skip": 0}, "frame_skip"), ({"frame_skip": 1.5}, "frame_skip"),
+           ({"max_batch": 0}, "max_batch"), ({"max_batch": 257}, "max_batch"), ({"max_batch": True}, "max_batch"),
            ({"reward_scale": 0.0}, "reward_scale"), ({"reward_scale": math.inf}, "reward_scale"),
            ({"done_threshold": 1.0}, "done_threshold"), ({"done_threshold": -0.1}, "done_threshold"),
            ({"done_consecutive": 0}, "done_consecutive"), ({"max_latency_s": 0.0}, "max_latency_s"),
@@ -281,8 +283,8 @@ def test_busy_worker_skips_older_frames_and_scores_the_newest():
     assert feed(stream, 0.0, S) == "first"
     assert feed(stream, 0.2, 2 * S) == "queued"
     assert feed(stream, 0.4, 3 * S) == "replaced"  # the worker never took the 0.2 frame
-    result = stream.run_once(0)
-    assert result.stamp_ns == 3 * S and stream.run_once(0) is None
+    [result] = stream.run_once(0)
+    assert result.stamp_ns == 3 * S and stream.run_once(0) == []
     assert stream.stats()["frames_skipped"] == 1 and stream.stats()["frames_scored"] == 1
     feed(stream, 0.6, 4 * S)
     stream.run_once(0)
@@ -292,7 +294,7 @@ def test_busy_worker_skips_older_frames_and_scores_the_newest():
 def test_frames_without_goal_are_not_scored():
     stream = RewardStream(config(goal=""), backend=backend())
     assert feed(stream, 0.1, S) == "no_goal" and feed(stream, 0.2, 2 * S) == "no_goal"
-    assert stream.stats()["frames_without_goal"] == 2 and stream.run_once(0) is None
+    assert stream.stats()["frames_without_goal"] == 2 and stream.run_once(0) == []
     stream.set_goal(GOAL)
     assert feed(stream, 0.3, 3 * S) == "first"
     # a goal-free backend (the success classifier) scores without one
@@ -323,10 +325,10 @@ def test_late_rewards_are_flagged_by_the_clock_given():
     feed(stream, 0.0, 10 * S)
     feed(stream, 0.5, 11 * S)
     now[0] = 11 * S + 400_000_000
-    on_time = stream.run_once(0)
+    [on_time] = stream.run_once(0)
     feed(stream, 0.6, 12 * S)
     now[0] = 12 * S + 600_000_000
-    late = stream.run_once(0)
+    [late] = stream.run_once(0)
     assert not on_time.late and on_time.latency_s == pytest.approx(0.4)
     assert late.late and late.latency_s == pytest.approx(0.6)
     stats = stream.stats()
@@ -349,19 +351,109 @@ def test_scoring_errors_are_counted_not_raised():
         assert stream.stats()["score_errors"] == 1 and message in stream.stats()["last_score_error"]
 
 
-def test_latest_slot_hands_over_between_threads():
-    slot = LatestSlot()
-    assert slot.take(0) is None
-    assert not slot.put(1) and slot.put(2) and slot.take(0) == 2
+def test_pending_steps_hand_over_between_threads():
+    slot = PendingSteps()  # capacity 1: only the newest
+    assert slot.take(0) == []
+    assert not slot.put(1) and slot.put(2) and slot.take(0) == [2]
     got = []
     taker = threading.Thread(target=lambda: got.append(slot.take(5)))
     taker.start()
     time.sleep(0.05)
     slot.put(3)
     taker.join(5)
-    assert got == [3]
+    assert got == [[3]]
     slot.close()
-    assert slot.take(5) is None  # closed: returns at once
+    assert slot.take(5) == []  # closed: returns at once
+    three = PendingSteps(3)
+    assert [three.put(i) for i in range(5)] == [False, False, False, True, True]
+    assert three.take(0) == [2, 3, 4] and three.take(0) == []
+    with pytest.raises(ValueError, match="capacity"):
+        PendingSteps(0)
+
+
+def test_max_batch_scores_every_waiting_step_in_one_call_as_one_by_one_would():
+    levels = [0.0, 0.2, 0.3, 0.5, 0.6, 0.8, 0.9]
+    one_by_one = run_episode(RewardStream(config(done_consecutive=2), backend=backend(done_threshold=0.7)), levels)
+    scorer = FakeScorer()
+    stream = RewardStream(config(max_batch=4, done_consecutive=2), backend=backend(scorer, done_threshold=0.7))
+    stamps = [S + i * S // 10 for i in range(len(levels))]
+    assert [feed(stream, level, stamp) for level, stamp in zip(levels[:5], stamps)] == ["first"] + ["queued"] * 4
+    batched = stream.run_once(0)
+    assert [feed(stream, level, stamp) for level, stamp in zip(levels[5:], stamps[5:])] == ["queued"] * 2
+    batched += stream.run_once(0)
+    assert scorer.batches == [4, 2]
+    # each step against the step before it, the first of a batch against the frame scored last
+    assert [(round(c[1], 2), round(c[2], 2)) for c in scorer.calls] == list(zip(levels[:-1], levels[1:]))
+    for got, want in zip(batched, one_by_one, strict=True):
+        assert got.stamp_ns == want.stamp_ns and got.done == want.done and got.episode == want.episode
+        assert (got.progress_delta, got.value) == pytest.approx((want.progress_delta, want.value), abs=1e-6)
+    assert sum(r.done for r in batched) == 1 and stream.stats()["score_batch_mean"] == 3.0
+
+    # more steps waiting than max_batch: the oldest are pushed out, the newest scored against the last scored
+    later = [S * 2 + i * S // 10 for i in range(6)]
+    assert [feed(stream, 0.1 * i, stamp) for i, stamp in enumerate(later)] == ["queued"] * 4 + ["replaced"] * 2
+    assert [r.stamp_ns for r in stream.run_once(0)] == later[2:]
+    assert scorer.calls[-4][1] == pytest.approx(0.9, abs=0.003) and stream.stats()["frames_skipped"] == 2
+
+    # a batch never spans two episodes: the new episode's steps are scored against its own first frame
+    feed(stream, 0.5, 3 * S)
+    stream.new_episode()
+    assert feed(stream, 0.1, 4 * S) == "first" and feed(stream, 0.4, 5 * S) == "queued"
+    results = stream.run_once(0)
+    assert [(r.stamp_ns, r.episode) for r in results] == [(3 * S, 0), (5 * S, 1)] and scorer.batches[-2:] == [1, 1]
+    assert scorer.calls[-1][:3] == pytest.approx((0.1, 0.1, 0.4), abs=0.003)
+    assert results[1].value == pytest.approx(results[1].progress_delta)
+
+
+def test_a_failed_batch_counts_every_step_and_the_next_pairs_with_the_last_scored():
+    class FailsOnce(FakeScorer):
+        def score(self, first, previous, current, goal):
+            if not self.batches:
+                self.batches.append(0)
+                raise RuntimeError("CUDA out of memory")
+            return super().score(first, previous, current, goal)
+
+    class Short(FakeScorer):
+        def score(self, *args):
+            delta, done = super().score(*args)
+            return delta[:1], done[:1]
+
+    scorer = FailsOnce()
+    stream = RewardStream(config(max_batch=8), backend=backend(scorer))
+    for i, level in enumerate([0.0, 0.2, 0.4, 0.6]):
+        feed(stream, level, S + i)
+    assert stream.run_once(0) == [] and stream.stats()["score_errors"] == 3
+    feed(stream, 0.8, 2 * S)
+    [result] = stream.run_once(0)
+    assert scorer.calls[-1][:3] == pytest.approx((0.0, 0.0, 0.8), abs=0.003)  # nothing was scored before it
+    assert result.value == pytest.approx(0.8, abs=0.003)
+    short = RewardStream(config(max_batch=8), backend=backend(Short()))
+    for i, level in enumerate([0.0, 0.2, 0.4]):
+        feed(short, level, S + i)
+    assert short.run_once(0) == [] and "1 deltas and 1 done readings for 2 steps" in short.stats()["last_score_error"]
+
+
+def test_an_unreadable_row_is_an_error_and_the_rows_after_it_are_scored_again_against_the_last_read():
+    class UnreadableAt(FakeScorer):
+        """Reads every row but those whose current level is `bad` (as VLAC's scorer: UnreadableScores)."""
+
+        def score(self, first, previous, current, goal):
+            delta, done = super().score(first, previous, current, goal)
+            bad = np.isclose(self.levels(current), 0.4, atol=0.003)
+            if bad.any():
+                delta[bad], done[bad] = np.nan, np.nan
+                raise UnreadableScores("unreadable VLAC answers: pair 1: no number", delta, done)
+            return delta, done
+
+    scorer = UnreadableAt()
+    stream = RewardStream(config(max_batch=8), backend=backend(scorer))
+    for i, level in enumerate([0.0, 0.2, 0.4, 0.6, 0.8]):
+        feed(stream, level, S + i)
+    results = stream.run_once(0)
+    assert [r.stamp_ns for r in results] == [S + 1, S + 3, S + 4] and scorer.batches == [4, 2]
+    assert scorer.calls[-2][1:3] == pytest.approx((0.2, 0.6), abs=0.003)  # again, against the last read
+    assert stream.stats()["score_errors"] == 1 and "pair 1: no number" in stream.stats()["last_score_error"]
+    np.testing.assert_allclose([r.value for r in results], [0.2, 0.6, 0.8], atol=0.003)
 
 
 def test_worker_thread_scores_and_reports_load_failures():
@@ -429,7 +521,7 @@ def test_success_classifier_as_a_sparse_backend(tmp_path):
     assert feed_image(both, "wrist", image_msg(0.5, S, height=8, width=6)) == "waiting"
     assert feed_image(both, "front", image_msg(0.5, S, size=16)) == "first"
     feed_image(stream, "front", image_msg(0.5, 2 * S, size=16))
-    result = stream.run_once(0)
+    [result] = stream.run_once(0)
     assert result.progress_delta in (0.0, 1.0) and 0 <= result.done_probability <= 1
 
 

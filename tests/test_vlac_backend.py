@@ -19,6 +19,7 @@ pytest.importorskip("transformers")
 from robot_rl.rewards.backends import BackendLoadError, load_backend  # noqa: E402
 from robot_rl.rewards.online import RewardConfig, RewardStream  # noqa: E402
 from robot_rl.rewards.progress import accumulate_value  # noqa: E402
+from robot_rl.rewards.scorer_input import UnreadableScores  # noqa: E402
 from robot_rl.rewards.vlac import (IMAGE_CONTEXT, PROMPTS_FILE, REFERENCE_FILE, VlacPrompts, pick_reference,  # noqa: E402
                                    read_number, reference_labels)
 from robot_rl.rewards.vlm_checkpoints import INTERNVL_IMAGE_TOKENS, save_internvl_checkpoint  # noqa: E402
@@ -219,6 +220,24 @@ def test_scores_are_the_readings_of_the_answers(scorer, monkeypatch):
     assert all(len(step) == 10 and step[0][1] >= step[-1][1] for steps in seen[0] for step in steps)  # top 10
 
 
+
+def test_an_unreadable_answer_spoils_only_its_row(scorer, monkeypatch):
+    first, previous, current = _frames(1, seed=6)[0], _frames(3, seed=7), _frames(3, seed=8)
+    ask = scorer.ask
+
+    def second_pair_unreadable(questions):
+        answers = ask(questions)
+        answers[1] = [[("score:", 1.0)]]  # the pair question of row 1 answered without a number
+        return answers
+
+    monkeypatch.setattr(scorer, "ask", second_pair_unreadable)
+    with pytest.raises(UnreadableScores, match="unreadable VLAC answers: pair 1: no number in the answer 'score:'") \
+            as raised:
+        scorer.score({"front": first}, {"front": previous}, {"front": current}, GOAL)
+    delta, done = raised.value.delta, raised.value.done
+    assert np.isnan(delta[1]) and np.isnan(done[1])  # a row needs both answers
+    assert np.isfinite(delta[[0, 2]]).all() and np.isfinite(done[[0, 2]]).all()
+
 # ---- through the reward stream (the reward node's logic) -----------------------------------------
 
 def _image_msg(frame, stamp_ns):
@@ -240,9 +259,7 @@ def test_reward_stream_scores_camera_frames_with_the_vlac_backend(checkpoint):
         stamp = S + i * S // 10
         now[0] = stamp + (S if i == 3 else S // 100)  # the fourth observation's reward comes a second late
         assert feed_image(stream, "front", _image_msg(frame, stamp)) == ("first" if i == 0 else "queued")
-        result = stream.run_once(0)
-        if result is not None:
-            results.append(result)
+        results += stream.run_once(0)
     stats = stream.stats()
     assert stats["score_errors"] + len(results) == 4, stats["last_score_error"]
     assert results, f"every noise answer was unreadable: {stats['last_score_error']}"

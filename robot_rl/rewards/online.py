@@ -9,14 +9,18 @@ The reward node (`robot_rl.nodes.reward`) is a thin wrapper around `RewardStream
   never find partners are dropped and counted.
 * `RewardStream` keeps the episodes: the first paired frame after a new episode starts (a
   ``reset`` / ``rerecord`` teleop event, a stamped episode start, or a new goal) is the
-  episode's first frame; of the paired frames after it, every `frame_skip`-th is handed to a
-  depth-1 `LatestSlot` (a newer frame replaces one the worker has not taken yet, counted as
-  skipped), so the caller (a subscription callback) never waits for the model.
-* The worker (`ScoringWorker`, a thread) takes the newest frame and scores it against the episode's
-  first frame and the frame scored last before it (VLAC's skip), accumulates the value
-  (``v <- v + (1 - v) c``, `robot_rl.rewards.progress.accumulate_value`), counts consecutive done
-  frames and returns a `RewardResult` stamped with the observation's stamp, flagged late when it
-  is ready more than `max_latency_s` after that stamp.
+  episode's first frame; of the paired frames after it, every `frame_skip`-th is handed to
+  `PendingSteps`, a hand-off holding at most `max_batch` steps (a newer step pushes out the oldest the
+  worker has not taken yet, counted as skipped), so the caller (a subscription callback) never waits
+  for the model.
+* The worker (`ScoringWorker`, a thread) takes every waiting step (oldest first) and scores them in
+  one batched call, each against the episode's first frame and the step before it, the first against
+  the frame scored last (VLAC's skip when steps were pushed out; with `max_batch` 1 only the newest
+  step is ever scored); a step the model's answer could not be read for is counted as a score error
+  and the steps after it are scored again against the last one scored. It accumulates the value (``v <- v + (1 - v) c``,
+  `robot_rl.rewards.progress.accumulate_value`) step by step, counts consecutive done frames and
+  returns a `RewardResult` per step stamped with its observation's stamp, flagged late when it is
+  ready more than `max_latency_s` after that stamp. A batch never spans two episodes.
 
 The models it scores with are loaded by `robot_rl.rewards.backends`.
 """
@@ -36,9 +40,9 @@ import numpy as np
 from robot_rl.config_fields import setting
 from robot_rl.device import check_device_name
 from robot_rl.rewards.backends import BACKENDS, LoadedBackend, backend_names
-from robot_rl.rewards.scorer_input import FrameRejected, StampPairer, check_frame_shape
+from robot_rl.rewards.scorer_input import FrameRejected, StampPairer, UnreadableScores, check_frame_shape
 
-__all__ = ["LatestSlot", "RewardConfig", "RewardResult", "RewardStream", "ScoringWorker"]
+__all__ = ["PendingSteps", "RewardConfig", "RewardResult", "RewardStream", "ScoringWorker"]
 
 NS_PER_S = 1_000_000_000
 _CAMERA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -61,6 +65,10 @@ class RewardConfig:
                                        "include the model's cameras.")
     goal: str = setting("", "Goal sentence until one arrives on task/goal; empty: none (frames are not scored).")
     frame_skip: int = setting(1, "Score every N-th paired frame, against the frame scored last.", low=1, high=10_000)
+    max_batch: int = setting(1, "Steps the worker scores in one batched call: every waiting step up to this many "
+                             "(the oldest pushed out beyond it). 1: only the newest (VLAC's skip). More scores every "
+                             "step when a batch is fast enough (a VLM critic on a GPU: BENCHMARKS.md).",
+                             low=1, high=256)
     reward_scale: float = setting(1.0, "reward = reward_scale * progress delta.", low=1e-6, high=1e6)
     done_threshold: float = setting(0.0, "Done probability counting as done; 0: the model's own, else in (0, 1).",
                                     low=0.0, high=1.0)
@@ -88,6 +96,8 @@ class RewardConfig:
             raise ValueError(f"goal {self.goal!r} has no words")
         if isinstance(self.frame_skip, bool) or int(self.frame_skip) != self.frame_skip or self.frame_skip < 1:
             raise ValueError(f"frame_skip must be an integer >= 1, got {self.frame_skip}")
+        if isinstance(self.max_batch, bool) or int(self.max_batch) != self.max_batch or not 1 <= self.max_batch <= 256:
+            raise ValueError(f"max_batch must be an integer in [1, 256], got {self.max_batch}")
         if not (math.isfinite(self.reward_scale) and self.reward_scale > 0):
             raise ValueError(f"reward_scale must be > 0, got {self.reward_scale}")
         if not (self.done_threshold == 0.0 or 0.0 < self.done_threshold < 1.0):
@@ -102,32 +112,33 @@ class RewardConfig:
         check_device_name(self.device)
 
 
-class LatestSlot:
-    """A depth-1 hand-off between threads: `put` replaces an item not yet taken (and says so)."""
+class PendingSteps:
+    """A bounded hand-off between threads: `put` appends, pushing out the oldest item not yet taken
+    when `capacity` are waiting (and says so); `take` empties it. Capacity 1 keeps only the newest."""
 
-    def __init__(self):
+    def __init__(self, capacity: int = 1):
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
         self._cond = threading.Condition()
-        self._item: Any = None
-        self._full = False
+        self._items: deque[Any] = deque(maxlen=capacity)
         self._closed = False
 
     def put(self, item: Any) -> bool:
-        """Stores `item`; True when it replaced one that was never taken."""
+        """Stores `item`; True when it pushed out one that was never taken."""
         with self._cond:
-            replaced = self._full
-            self._item, self._full = item, True
+            pushed_out = len(self._items) == self._items.maxlen
+            self._items.append(item)
             self._cond.notify()
-            return replaced
+            return pushed_out
 
-    def take(self, timeout: float | None = None) -> Any:
-        """The item (emptying the slot), or None after `timeout` seconds or once closed."""
+    def take(self, timeout: float | None = None) -> list[Any]:
+        """Every waiting item, oldest first (emptying it), or [] after `timeout` seconds or once closed."""
         with self._cond:
-            if not self._full and not self._closed:
+            if not self._items and not self._closed:
                 self._cond.wait(timeout)
-            if not self._full:
-                return None
-            item, self._item, self._full = self._item, None, False
-            return item
+            items = list(self._items)
+            self._items.clear()
+            return items
 
     def close(self) -> None:
         with self._cond:
@@ -154,7 +165,7 @@ class RewardResult:
     latency_s: float
     """Observation stamp to result, by the clock given."""
     score_s: float
-    """Time the scorer took."""
+    """Time the scorer took for the batch that held this observation."""
     done: bool
     """This observation completed done_consecutive done frames: the episode's one done signal."""
     episode: int
@@ -181,8 +192,8 @@ class _Job:
     frames: dict[str, np.ndarray]
 
 
-def _batched(frames: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {c: f[None] for c, f in frames.items()}
+def _stacked(steps: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {c: np.stack([step[c] for step in steps]) for c in steps[0]}
 
 
 @dataclass
@@ -196,6 +207,7 @@ class _Counters:
     frame_skip: int = 0
     skipped: int = 0
     scored: int = 0
+    score_calls: int = 0
     score_errors: int = 0
     late: int = 0
     dones: int = 0
@@ -206,7 +218,7 @@ class RewardStream:
     """Episode bookkeeping, frame pairing and scoring of a live stream (see the module docstring).
 
     Thread-safe: the subscription side calls `on_frame` / `on_frames`, `set_goal` and
-    `new_episode`; the worker side calls `run_once` (or `score_job`). `now_ns` is the clock rewards
+    `new_episode`; the worker side calls `run_once` (or `score_jobs`). `now_ns` is the clock rewards
     are judged late by (the node's clock)."""
 
     def __init__(self, config: RewardConfig, now_ns: Callable[[], int] = time.time_ns,
@@ -216,7 +228,7 @@ class RewardStream:
         self.backend: LoadedBackend | None = None
         self.load_error = ""
         self.pairer = StampPairer(config.cameras, int(round(config.stamp_tolerance_s * NS_PER_S)))
-        self.slot = LatestSlot()
+        self.slot = PendingSteps(config.max_batch)
         self.counters = _Counters()
         self.last_rejection = ""
         self.last_score_error = ""
@@ -321,7 +333,7 @@ class RewardStream:
 
     def on_frames(self, stamp_ns: int, frames: dict[str, np.ndarray]) -> str:
         """A paired set of frames: returns "before_model", "no_goal", "first" (the episode's first
-        frame), "frame_skip", "queued" or "replaced" (queued, replacing one the worker never took)."""
+        frame), "frame_skip", "queued" or "replaced" (queued, pushing out one the worker never took)."""
         with self._lock:
             c = self.counters
             c.paired += 1
@@ -349,48 +361,82 @@ class RewardStream:
 
     # -- worker side ---------------------------------------------------------------------------
 
-    def run_once(self, timeout: float | None = 0.0) -> RewardResult | None:
-        """Scores the frame waiting in the slot (waiting up to `timeout` s for one)."""
-        job = self.slot.take(timeout)
-        return None if job is None else self.score_job(job)
+    def run_once(self, timeout: float | None = 0.0) -> list[RewardResult]:
+        """Scores the steps waiting (waiting up to `timeout` s for one): one batched call per episode
+        among them, results in stamp order; a call that failed yields none for its steps."""
+        jobs = self.slot.take(timeout)
+        results: list[RewardResult] = []
+        while jobs:
+            same = next((i for i, job in enumerate(jobs) if job.episode is not jobs[0].episode), len(jobs))
+            results += self.score_jobs(jobs[:same])
+            jobs = jobs[same:]
+        return results
 
-    def score_job(self, job: _Job) -> RewardResult | None:
-        backend, episode, config = self.backend, job.episode, self.config
+    def score_jobs(self, jobs: list[_Job]) -> list[RewardResult]:
+        """Scores consecutive steps of one episode in one call: each against the step before it, the
+        first against the frame scored last (or the episode's first frame). A row the scorer could not
+        read is counted as a score error and the rows after it are scored again against the last one
+        scored, so the value's chain of deltas never skips a step it counts."""
+        results: list[RewardResult] = []
+        while jobs:
+            scored, failed = self._score_batch(jobs)
+            results += scored
+            jobs = jobs[len(scored) + failed:]
+        return results
+
+    def _score_batch(self, jobs: list[_Job]) -> tuple[list[RewardResult], int]:
+        """(results of the leading rows read, the number of rows after them counted as failed)."""
+        backend, episode, config = self.backend, jobs[0].episode, self.config
         previous = episode.previous if episode.previous is not None else episode.first
         started = time.perf_counter()
+        error = ""
         try:
-            delta, done = backend.scorer.score(_batched(episode.first), _batched(previous), _batched(job.frames),
-                                               episode.goal)
-            delta = float(np.asarray(delta, np.float64).reshape(-1)[0])
-            done = float(np.asarray(done, np.float64).reshape(-1)[0])
-            if not (math.isfinite(delta) and math.isfinite(done)):
-                raise ValueError(f"non-finite score (delta {delta}, done {done})")
+            try:
+                delta, done = backend.scorer.score({c: f[None] for c, f in episode.first.items()},
+                                                   _stacked([previous] + [job.frames for job in jobs[:-1]]),
+                                                   _stacked([job.frames for job in jobs]), episode.goal)
+            except UnreadableScores as exc:
+                delta, done, error = exc.delta, exc.done, f"{type(exc).__name__}: {exc}"
+            delta = np.asarray(delta, np.float64).reshape(-1)
+            done = np.asarray(done, np.float64).reshape(-1)
+            if len(delta) != len(jobs) or len(done) != len(jobs):
+                raise ValueError(f"{len(delta)} deltas and {len(done)} done readings for {len(jobs)} steps")
         except Exception as exc:  # noqa: BLE001 - a bad frame or model hiccup must not end the worker
-            with self._lock:
-                self.counters.score_errors += 1
-                self.last_score_error = f"{type(exc).__name__}: {exc}"
-            return None
+            self._count_errors(len(jobs), f"{type(exc).__name__}: {exc}")
+            return [], len(jobs)
         score_s = time.perf_counter() - started
-        delta = min(max(delta, -1.0), 1.0)
-        done = min(max(done, 0.0), 1.0)
-        episode.previous = job.frames
-        episode.value = episode.value + (1.0 - episode.value) * delta
-        episode.scored += 1
+        readable = np.isfinite(delta) & np.isfinite(done)
+        read = len(jobs) if readable.all() else int(np.argmin(readable))
+        if read < len(jobs):
+            self._count_errors(1, error or f"ValueError: non-finite score (delta {delta[read]}, done {done[read]})")
         threshold = self.done_threshold
-        episode.consecutive = episode.consecutive + 1 if done >= threshold else 0
-        done_now = episode.consecutive >= config.done_consecutive and not episode.done_sent
-        episode.done_sent |= done_now
-        latency_s = (self.now_ns() - job.stamp_ns) / NS_PER_S
-        late = latency_s > config.max_latency_s
+        results = []
+        for job, step_delta, step_done in zip(jobs[:read], np.clip(delta, -1.0, 1.0), np.clip(done, 0.0, 1.0)):
+            step_delta, step_done = float(step_delta), float(step_done)
+            episode.previous = job.frames
+            episode.value = episode.value + (1.0 - episode.value) * step_delta
+            episode.scored += 1
+            episode.consecutive = episode.consecutive + 1 if step_done >= threshold else 0
+            done_now = episode.consecutive >= config.done_consecutive and not episode.done_sent
+            episode.done_sent |= done_now
+            latency_s = (self.now_ns() - job.stamp_ns) / NS_PER_S
+            results.append(RewardResult(job.stamp_ns, config.reward_scale * step_delta, step_delta, episode.value,
+                                        step_done, latency_s > config.max_latency_s, latency_s, score_s, done_now,
+                                        episode.index))
         with self._lock:
             c = self.counters
-            c.scored += 1
-            c.late += int(late)
-            c.dones += int(done_now)
+            c.scored += len(results)
+            c.score_calls += 1
+            c.late += sum(r.late for r in results)
+            c.dones += sum(r.done for r in results)
             self._score_s.append(score_s)
-            self._latency_s.append(latency_s)
-        return RewardResult(job.stamp_ns, config.reward_scale * delta, delta, episode.value, done, late, latency_s,
-                            score_s, done_now, episode.index)
+            self._latency_s.extend(r.latency_s for r in results)
+        return results, int(read < len(jobs))
+
+    def _count_errors(self, steps: int, message: str) -> None:
+        with self._lock:
+            self.counters.score_errors += steps
+            self.last_score_error = message
 
     # -- reporting -----------------------------------------------------------------------------
 
@@ -414,6 +460,7 @@ class RewardStream:
                 "frames_skipped_frame_skip": c.frame_skip,
                 "frames_skipped": c.skipped,
                 "frames_scored": c.scored,
+                "score_batch_mean": round(c.scored / c.score_calls, 3) if c.score_calls else 0.0,
                 "score_errors": c.score_errors,
                 "rewards_late": c.late,
                 "dones": c.dones,
@@ -464,14 +511,14 @@ class ScoringWorker:
             return
         self.stream.attach(backend)
         while not self._stop.is_set():
-            result = self.stream.run_once(self._poll_s)
-            if result is None or self._stop.is_set():
-                continue
-            try:
-                self._publish(result)
-            except Exception as exc:  # noqa: BLE001 - e.g. the context is shutting down
-                self.publish_errors += 1
-                self.last_publish_error = f"{type(exc).__name__}: {exc}"
+            for result in self.stream.run_once(self._poll_s):
+                if self._stop.is_set():
+                    break
+                try:
+                    self._publish(result)
+                except Exception as exc:  # noqa: BLE001 - e.g. the context is shutting down
+                    self.publish_errors += 1
+                    self.last_publish_error = f"{type(exc).__name__}: {exc}"
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()

@@ -69,7 +69,13 @@ class ProgressScorer(Protocol):
     def score(self, first: Frames, previous: Frames, current: Frames,
               goal: str | Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(progress_delta in [-1, 1], done_probability in [0, 1]), each (B,) float32. How the Qwen-VL critics'
-        token probabilities map onto this: `robot_rl.rewards.vlm_critic`'s module docstring."""
+        token probabilities map onto this: `robot_rl.rewards.vlm_critic`'s module docstring.
+
+        Raises:
+            robot_rl.rewards.scorer_input.UnreadableScores: some rows could not be read (a generative
+                critic's answer without a number); it carries the batch's readings, NaN in those rows, so
+                the others are kept.
+        """
         ...
 
 

@@ -1,5 +1,6 @@
 """Camera frames on their way to the scorer: the shape a model's input imposes, and the pairing of
-several cameras' frames by stamp. Decoding image messages into frames is `robot_rl.ros.reward_io`'s job."""
+several cameras' frames by stamp; and the scorer's partial answer, `UnreadableScores`. Decoding image
+messages into frames is `robot_rl.ros.reward_io`'s job."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["FrameRejected", "StampPairer", "check_frame_shape"]
+__all__ = ["FrameRejected", "StampPairer", "UnreadableScores", "check_frame_shape"]
 
 
 class FrameRejected(ValueError):
@@ -96,3 +97,12 @@ class StampPairer:
             q.clear()
         self.dropped += n
         return n
+
+
+class UnreadableScores(ValueError):
+    """Rows of a batch a scorer could not read: `delta` and `done` hold the batch's readings, NaN in those
+    rows; the message names each."""
+
+    def __init__(self, message: str, delta: np.ndarray, done: np.ndarray):
+        super().__init__(message)
+        self.delta, self.done = delta, done

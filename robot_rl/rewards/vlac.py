@@ -49,6 +49,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from robot_rl.rewards.scorer_input import UnreadableScores
+
 __all__ = ["PROMPTS_FILE", "REFERENCE_FILE", "VlacPrompts", "VlacScorer", "checkpoint_kind", "read_number",
            "reference_labels", "pick_reference"]
 
@@ -434,7 +436,8 @@ class VlacScorer:
         """Scores the first camera of each dict (VLAC critics take one view).
 
         Raises:
-            ValueError: an answer holds no number (every unreadable answer named).
+            UnreadableScores: an answer holds no number (every unreadable answer named; the other rows'
+                readings kept in it).
         """
         camera = next(iter(current))
         cur = np.asarray(current[camera])
@@ -452,9 +455,11 @@ class VlacScorer:
             except ValueError as exc:
                 readings.append(float("nan"))
                 unreadable.append(f"{'pair' if i < len(cur) else 'done'} {i % len(cur)}: {exc}")
-        if unreadable:
-            raise ValueError(f"unreadable VLAC answers: {'; '.join(unreadable)}")
         readings = np.asarray(readings, np.float64)
         delta = np.clip(readings[:len(cur)] / 100.0, -1.0, 1.0).astype(np.float32)
         done = np.clip(readings[len(cur):], 0.0, 1.0).astype(np.float32)
+        if unreadable:  # a row needs both of its answers
+            unread = np.isnan(delta) | np.isnan(done)
+            delta[unread], done[unread] = np.nan, np.nan
+            raise UnreadableScores(f"unreadable VLAC answers: {'; '.join(unreadable)}", delta, done)
         return delta, done
