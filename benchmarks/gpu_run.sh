@@ -137,9 +137,11 @@ else
     --physics mjx --num-envs ${JUGGLE_SIZES:-4096 32768} --steps 50 --reference-envs 16 --reference-steps 50 \
     --out "$OUT_DIR/juggle_throughput_cuda.json"
   wants train && run_part train "${LIMIT[train]}" "$PY" - cuda 16384 10000 90 "$OUT_DIR" < benchmarks/gpu_train.py
-  # issue 45's target is at batch 8 (p99 <= 100 ms for the 2B pair critic); 1 and 16 beside it
+  # issue 45's target is at batch 8 (p99 <= 100 ms for the 2B pair critic); 1 and 16 beside it. REWARD_ARGS
+  # (words) override these for a shorter run, e.g. REWARD_ARGS="--backends vlac --stream-max-batch 8"
+  # shellcheck disable=SC2086
   wants reward && reward_part "${LIMIT[reward]}" --device cuda --size 2b --batches 1 8 16 --calls 20 --warmup 3 \
-    --stream-s 30
+    --stream-s 30 ${REWARD_ARGS:-}
 fi
 echo "gpu_run.sh ($DEVICE): $(( $(date +%s) - started )) s, parts: $(tr '\n' ' ' < "$OUT_DIR/parts.jsonl")"
 # A part run in the background sets its own status, not this shell's: every part's exit is in parts.jsonl.

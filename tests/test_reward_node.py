@@ -433,7 +433,7 @@ def test_a_failed_batch_counts_every_step_and_the_next_pairs_with_the_last_score
     assert short.run_once(0) == [] and "1 deltas and 1 done readings for 2 steps" in short.stats()["last_score_error"]
 
 
-def test_an_unreadable_row_is_an_error_and_the_rows_after_it_are_scored_again_against_the_last_read():
+def test_an_unreadable_row_is_an_error_and_the_next_is_scored_again_alone_against_the_last_read():
     class UnreadableAt(FakeScorer):
         """Reads every row but those whose current level is `bad` (as VLAC's scorer: UnreadableScores)."""
 
@@ -447,13 +447,32 @@ def test_an_unreadable_row_is_an_error_and_the_rows_after_it_are_scored_again_ag
 
     scorer = UnreadableAt()
     stream = RewardStream(config(max_batch=8), backend=backend(scorer))
+    for i, level in enumerate([0.0, 0.2, 0.4, 0.6, 0.8, 0.9]):
+        feed(stream, level, S + i)
+    results = stream.run_once(0)
+    assert [r.stamp_ns for r in results] == [S + 1, S + 3, S + 4, S + 5] and scorer.batches == [5, 1]
+    assert scorer.calls[-1][1:3] == pytest.approx((0.2, 0.6), abs=0.003)  # again, alone, against the last read
+    assert stream.stats()["score_errors"] == 1 and "pair 1: no number" in stream.stats()["last_score_error"]
+    # the chain as if the unread step had not been fed
+    np.testing.assert_allclose([r.value for r in results], [0.2, 0.6, 0.8, 0.9], atol=0.003)
+    assert stream.stats()["score_batch_mean"] == 2.0  # 4 steps read in 2 calls
+
+    # the step scored again alone fails as a whole: it is lost too, and the one after it is scored again
+    class UnreadableThenBroken(UnreadableAt):
+        def score(self, first, previous, current, goal):
+            if self.batches == [4]:
+                self.batches.append(1)
+                raise RuntimeError("CUDA error: an illegal memory access")
+            return super().score(first, previous, current, goal)
+
+    scorer = UnreadableThenBroken()
+    stream = RewardStream(config(max_batch=8), backend=backend(scorer))
     for i, level in enumerate([0.0, 0.2, 0.4, 0.6, 0.8]):
         feed(stream, level, S + i)
     results = stream.run_once(0)
-    assert [r.stamp_ns for r in results] == [S + 1, S + 3, S + 4] and scorer.batches == [4, 2]
-    assert scorer.calls[-2][1:3] == pytest.approx((0.2, 0.6), abs=0.003)  # again, against the last read
-    assert stream.stats()["score_errors"] == 1 and "pair 1: no number" in stream.stats()["last_score_error"]
-    np.testing.assert_allclose([r.value for r in results], [0.2, 0.6, 0.8], atol=0.003)
+    assert [r.stamp_ns for r in results] == [S + 1, S + 4] and scorer.batches == [4, 1, 1]
+    assert scorer.calls[-1][1:3] == pytest.approx((0.2, 0.8), abs=0.003)
+    assert stream.stats()["score_errors"] == 2 and "illegal memory" in stream.stats()["last_score_error"]
 
 
 def test_worker_thread_scores_and_reports_load_failures():

@@ -17,10 +17,11 @@ The reward node (`robot_rl.nodes.reward`) is a thin wrapper around `RewardStream
   one batched call, each against the episode's first frame and the step before it, the first against
   the frame scored last (VLAC's skip when steps were pushed out; with `max_batch` 1 only the newest
   step is ever scored); a step the model's answer could not be read for is counted as a score error
-  and the steps after it are scored again against the last one scored. It accumulates the value (``v <- v + (1 - v) c``,
-  `robot_rl.rewards.progress.accumulate_value`) step by step, counts consecutive done frames and
-  returns a `RewardResult` per step stamped with its observation's stamp, flagged late when it is
-  ready more than `max_latency_s` after that stamp. A batch never spans two episodes.
+  and the step after it is scored again, alone, against the last one read. It accumulates the value
+  (``v <- v + (1 - v) c``, `robot_rl.rewards.progress.accumulate_value`) step by step, counts
+  consecutive done frames and returns a `RewardResult` per step stamped with its observation's stamp,
+  flagged late when it is ready more than `max_latency_s` after that stamp. A batch never spans two
+  episodes.
 
 The models it scores with are loaded by `robot_rl.rewards.backends`.
 """
@@ -375,26 +376,51 @@ class RewardStream:
     def score_jobs(self, jobs: list[_Job]) -> list[RewardResult]:
         """Scores consecutive steps of one episode in one call: each against the step before it, the
         first against the frame scored last (or the episode's first frame). A row the scorer could not
-        read is counted as a score error and the rows after it are scored again against the last one
-        scored, so the value's chain of deltas never skips a step it counts."""
+        read is a score error; the row after it, read against that unread step, is scored again alone
+        against the last one read, and the rows after it keep the batch's readings. So the value's chain
+        of deltas never skips a step it counts, and an unreadable answer costs one single-step call. A
+        call that fails as a whole (an exception other than `UnreadableScores`) loses its steps."""
         results: list[RewardResult] = []
+        ahead: tuple[np.ndarray, np.ndarray, float, str] | None = None  # readings of jobs[1:], against jobs[0]
         while jobs:
-            scored, failed = self._score_batch(jobs)
-            results += scored
-            jobs = jobs[len(scored) + failed:]
+            call = jobs if ahead is None else jobs[:1]
+            read = self._read(call)
+            if read is None:  # its steps are counted as errors
+                if ahead is None:
+                    return results
+                jobs = jobs[1:]  # the next step was read against the lost one: again, alone
+                ahead = (ahead[0][1:], ahead[1][1:], ahead[2], ahead[3]) if len(jobs) > 1 else None
+                continue
+            delta, done, score_s, error = read
+            score_s = np.full(len(call), score_s)
+            if ahead is not None:
+                delta, done = np.r_[delta, ahead[0]], np.r_[done, ahead[1]]
+                score_s = np.r_[score_s, np.full(len(ahead[0]), ahead[2])]
+                error = error or ahead[3]
+            readable = np.isfinite(delta) & np.isfinite(done)
+            n_read = len(jobs) if readable.all() else int(np.argmin(readable))
+            results += self._accept(jobs[:n_read], delta, done, score_s)
+            if n_read == len(jobs):
+                break
+            self._count_errors(1, error or f"ValueError: non-finite score (delta {delta[n_read]}, done "
+                                             f"{done[n_read]})")
+            jobs = jobs[n_read + 1:]
+            rest = slice(n_read + 2, None)
+            ahead = (delta[rest], done[rest], float(score_s[-1]), error) if len(jobs) > 1 else None
         return results
 
-    def _score_batch(self, jobs: list[_Job]) -> tuple[list[RewardResult], int]:
-        """(results of the leading rows read, the number of rows after them counted as failed)."""
-        backend, episode, config = self.backend, jobs[0].episode, self.config
+    def _read(self, jobs: list[_Job]) -> tuple[np.ndarray, np.ndarray, float, str] | None:
+        """(delta, done, seconds, error) of one scorer call on `jobs`, NaN in rows it could not read; None
+        (its steps counted as errors) when the call failed as a whole."""
+        episode = jobs[0].episode
         previous = episode.previous if episode.previous is not None else episode.first
         started = time.perf_counter()
         error = ""
         try:
             try:
-                delta, done = backend.scorer.score({c: f[None] for c, f in episode.first.items()},
-                                                   _stacked([previous] + [job.frames for job in jobs[:-1]]),
-                                                   _stacked([job.frames for job in jobs]), episode.goal)
+                delta, done = self.backend.scorer.score({c: f[None] for c, f in episode.first.items()},
+                                                        _stacked([previous] + [job.frames for job in jobs[:-1]]),
+                                                        _stacked([job.frames for job in jobs]), episode.goal)
             except UnreadableScores as exc:
                 delta, done, error = exc.delta, exc.done, f"{type(exc).__name__}: {exc}"
             delta = np.asarray(delta, np.float64).reshape(-1)
@@ -403,15 +429,22 @@ class RewardStream:
                 raise ValueError(f"{len(delta)} deltas and {len(done)} done readings for {len(jobs)} steps")
         except Exception as exc:  # noqa: BLE001 - a bad frame or model hiccup must not end the worker
             self._count_errors(len(jobs), f"{type(exc).__name__}: {exc}")
-            return [], len(jobs)
-        score_s = time.perf_counter() - started
-        readable = np.isfinite(delta) & np.isfinite(done)
-        read = len(jobs) if readable.all() else int(np.argmin(readable))
-        if read < len(jobs):
-            self._count_errors(1, error or f"ValueError: non-finite score (delta {delta[read]}, done {done[read]})")
-        threshold = self.done_threshold
+            return None
+        seconds = time.perf_counter() - started
+        with self._lock:
+            self.counters.score_calls += 1
+            self._score_s.append(seconds)
+        return delta, done, seconds, error
+
+    def _accept(self, jobs: list[_Job], delta: np.ndarray, done: np.ndarray,
+                score_s: np.ndarray) -> list[RewardResult]:
+        """The results of read steps, in order: the episode's value, done count and previous frame move on."""
+        if not jobs:
+            return []
+        episode, config, threshold = jobs[0].episode, self.config, self.done_threshold
         results = []
-        for job, step_delta, step_done in zip(jobs[:read], np.clip(delta, -1.0, 1.0), np.clip(done, 0.0, 1.0)):
+        for job, step_delta, step_done, seconds in zip(jobs, np.clip(delta, -1.0, 1.0), np.clip(done, 0.0, 1.0),
+                                                       score_s):
             step_delta, step_done = float(step_delta), float(step_done)
             episode.previous = job.frames
             episode.value = episode.value + (1.0 - episode.value) * step_delta
@@ -421,17 +454,15 @@ class RewardStream:
             episode.done_sent |= done_now
             latency_s = (self.now_ns() - job.stamp_ns) / NS_PER_S
             results.append(RewardResult(job.stamp_ns, config.reward_scale * step_delta, step_delta, episode.value,
-                                        step_done, latency_s > config.max_latency_s, latency_s, score_s, done_now,
-                                        episode.index))
+                                        step_done, latency_s > config.max_latency_s, latency_s, float(seconds),
+                                        done_now, episode.index))
         with self._lock:
             c = self.counters
             c.scored += len(results)
-            c.score_calls += 1
             c.late += sum(r.late for r in results)
             c.dones += sum(r.done for r in results)
-            self._score_s.append(score_s)
             self._latency_s.extend(r.latency_s for r in results)
-        return results, int(read < len(jobs))
+        return results
 
     def _count_errors(self, steps: int, message: str) -> None:
         with self._lock:
