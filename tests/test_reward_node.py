@@ -18,7 +18,8 @@ import pytest
 from robot_rl.device import resolve_device
 from robot_rl.rewards.backends import (BACKENDS, BackendLoadError, LoadedBackend, SuccessScorer, check_model_path,
                                        load_backend)
-from robot_rl.rewards.scorer_input import FrameRejected, StampPairer, UnreadableScores, check_frame_shape
+from robot_rl.rewards.scorer_input import (FrameRejected, StampPairer, UnreadableScores, check_frame_shape,
+                                           processor_frames)
 from robot_rl.rewards.online import PendingSteps, RewardConfig, RewardStream, ScoringWorker
 from robot_rl.rewards.progress import accumulate_value, share_of_remaining
 from robot_rl.ros.reward_io import decode_image, feed_image
@@ -158,6 +159,16 @@ def test_frame_shape_rejections():
         assert info.value.reason == reason, info.value.detail
     check_frame_shape(np.zeros((8, 6, 3), np.uint8))  # any shape when the model resizes freely
     check_frame_shape(np.zeros((16, 16, 3), np.uint8), square=True, size=16)
+
+
+def test_frames_reach_an_image_processor_writable_and_copied_only_where_needed():
+    decoded = np.frombuffer(bytes(8 * 8 * 3), np.uint8).reshape(8, 8, 3)  # a view of read-only bytes
+    first = np.broadcast_to(np.zeros((1, 8, 8, 3), np.uint8), (3, 8, 8, 3))  # the first frame over a batch
+    own = np.zeros((8, 8, 3), np.uint8)
+    assert not decoded.flags.writeable and not first[0].flags.writeable
+    out = processor_frames([decoded, first[0], own])
+    assert all(f.flags.writeable and f.flags.c_contiguous for f in out)
+    assert out[2] is own and np.array_equal(out[0], decoded)
 
 
 def test_stream_counts_rejected_images_and_goes_on():

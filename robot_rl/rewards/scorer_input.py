@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["FrameRejected", "StampPairer", "UnreadableScores", "check_frame_shape"]
+__all__ = ["FrameRejected", "StampPairer", "UnreadableScores", "check_frame_shape", "processor_frames"]
 
 
 class FrameRejected(ValueError):
@@ -106,3 +106,10 @@ class UnreadableScores(ValueError):
     def __init__(self, message: str, delta: np.ndarray, done: np.ndarray):
         super().__init__(message)
         self.delta, self.done = delta, done
+
+
+def processor_frames(frames: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Frames as a `transformers` image processor takes them: C-contiguous and writable, copied only where they
+    are not. A first frame broadcast over a batch, or a frame decoded from read-only bytes, is a read-only view,
+    and the processors' `torch.from_numpy` on one warns that writing to it is undefined."""
+    return [np.require(frame, requirements=["C", "W"]) for frame in frames]

@@ -49,7 +49,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from robot_rl.rewards.scorer_input import UnreadableScores
+from robot_rl.rewards.scorer_input import UnreadableScores, processor_frames
 
 __all__ = ["PROMPTS_FILE", "REFERENCE_FILE", "VlacPrompts", "VlacScorer", "checkpoint_kind", "read_number",
            "reference_labels", "pick_reference"]
@@ -301,7 +301,8 @@ class _NativeEngine(_InternVLEngine):
 
     def pixels(self, frames: Sequence[np.ndarray]):
         # one tile per frame, as VLAC feeds its 448 x 448 frames
-        return self.image_processor(images=list(frames), crop_to_patches=False, return_tensors="pt")["pixel_values"]
+        return self.image_processor(images=processor_frames(frames), crop_to_patches=False,
+                                    return_tensors="pt")["pixel_values"]
 
 
 class _RemoteEngine(_InternVLEngine):

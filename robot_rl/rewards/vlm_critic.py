@@ -54,6 +54,7 @@ import numpy as np
 
 from robot_rl.device import resolve_device
 from robot_rl.rewards.progress import share_of_remaining
+from robot_rl.rewards.scorer_input import processor_frames
 
 __all__ = ["CriticQuestion", "EPISODE_SCORE", "QUESTIONS", "TRUE_FALSE", "VlmCritic", "expected_score_reward"]
 
@@ -241,7 +242,7 @@ class VlmCritic:
             if len(start) not in (1, n):
                 raise ValueError(f"give one first frame or one per step ({n}) for camera {c!r}, got {len(start)}")
             starts[c] = np.broadcast_to(start, current[c].shape) if len(start) == 1 else start
-        images = [image for i in range(n) for c in cameras for image in (starts[c][i], current[c][i])]
+        images = processor_frames([image for i in range(n) for c in cameras for image in (starts[c][i], current[c][i])])
         vision = self.image_processor(images=images, return_tensors="pt", input_data_format="channels_last")
         merge = int(self.image_processor.merge_size) ** 2
         counts = iter((vision["image_grid_thw"].prod(-1) // merge).tolist())
