@@ -95,22 +95,24 @@ class RewardConfig:
             raise ValueError(f"cameras {list(self.cameras)} name a camera twice")
         if self.goal and not _WORDS.search(self.goal):
             raise ValueError(f"goal {self.goal!r} has no words")
-        if isinstance(self.frame_skip, bool) or int(self.frame_skip) != self.frame_skip or self.frame_skip < 1:
-            raise ValueError(f"frame_skip must be an integer >= 1, got {self.frame_skip}")
-        if isinstance(self.max_batch, bool) or int(self.max_batch) != self.max_batch or not 1 <= self.max_batch <= 256:
-            raise ValueError(f"max_batch must be an integer in [1, 256], got {self.max_batch}")
+        _check_count("frame_skip", self.frame_skip)
+        _check_count("max_batch", self.max_batch, high=256)
         if not (math.isfinite(self.reward_scale) and self.reward_scale > 0):
             raise ValueError(f"reward_scale must be > 0, got {self.reward_scale}")
         if not (self.done_threshold == 0.0 or 0.0 < self.done_threshold < 1.0):
             raise ValueError(f"done_threshold must be 0 (the model's own) or in (0, 1), got {self.done_threshold}")
-        if isinstance(self.done_consecutive, bool) or int(self.done_consecutive) != self.done_consecutive \
-                or self.done_consecutive < 1:
-            raise ValueError(f"done_consecutive must be an integer >= 1, got {self.done_consecutive}")
+        _check_count("done_consecutive", self.done_consecutive)
         if not (math.isfinite(self.max_latency_s) and self.max_latency_s > 0):
             raise ValueError(f"max_latency_s must be > 0, got {self.max_latency_s}")
         if not (math.isfinite(self.stamp_tolerance_s) and self.stamp_tolerance_s >= 0):
             raise ValueError(f"stamp_tolerance_s must be >= 0, got {self.stamp_tolerance_s}")
         check_device_name(self.device)
+
+
+def _check_count(name: str, value: Any, high: int | None = None) -> None:
+    """Refuses a count setting that is not an integer >= 1 (and <= `high`), naming it."""
+    if isinstance(value, bool) or int(value) != value or value < 1 or (high is not None and value > high):
+        raise ValueError(f"{name} must be an integer " + (f"in [1, {high}]" if high else ">= 1") + f", got {value}")
 
 
 class PendingSteps:
