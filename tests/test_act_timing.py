@@ -4,6 +4,7 @@ live line's columns for them; the learner's training thread, which gives way to 
 
 import gc
 import time
+from pathlib import Path
 
 import pytest
 
@@ -113,3 +114,18 @@ def test_the_learners_training_thread_yields_the_cpu_and_leaves_the_rest_of_the_
     thread.join()
     assert seen == {"failed": None, "niceness": max(7, before), "again": None, "kept": max(7, before)}
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before  # the executor's thread: as it was
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no autogroup scheduling on this kernel")
+@pytest.mark.parametrize("own_session", [True, False])
+def test_a_learner_leading_its_own_session_lowers_its_scheduling_group_and_one_sharing_it_leaves_it(own_session):
+    import subprocess
+    import sys
+
+    probe = ("from pathlib import Path; from robot_rl.nodes.learner import lower_session_priority; "
+             "print(lower_session_priority(7)); print(Path('/proc/self/autogroup').read_text().split()[-1])")
+    ours = int(Path("/proc/self/autogroup").read_text().split()[-1])
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         start_new_session=own_session).stdout.split()
+    # a new session starts a group at niceness 0; one sharing the test's session sees the test's group, untouched
+    assert out == ["None", "7" if own_session else str(ours)]

@@ -81,6 +81,23 @@ def lower_thread_priority(niceness: int) -> str | None:
     return None
 
 
+def lower_session_priority(niceness: int) -> str | None:
+    """Gives this process's scheduling group (Linux autogroup: one per session) at least `niceness` when the
+    process leads its session, and returns why it could not, or None. Under autogroup scheduling a thread's niceness
+    weighs only against threads of its own session, so a learner in a session of its own (robot-rl train's
+    supervisor starts each node so) competes with the actors' sessions as an equal however nice its training thread
+    is; a learner sharing its session (ros2 launch) leaves the group alone, as the control loops are in it too."""
+    group = Path("/proc/self/autogroup")
+    if os.getsid(0) != os.getpid() or not group.exists():  # shares its group, or no autogroup scheduling
+        return None
+    try:
+        current = int(group.read_text().split("nice")[1])
+        group.write_text(str(max(niceness, current)))
+    except (OSError, IndexError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def demonstration_arrays(path: str, task, reward_model: str = "", reward_goal: str = "") -> dict:
     """Transitions (wire layout) from a zarr dataset (scripted-demo transitions or recorded episodes) or a bag of
     the task's topics (.mcap); with `reward_model`, an episode dataset's rewards and ends come from that progress
@@ -221,9 +238,11 @@ class LearnerNode(Node):
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(str(Path(self.params["run_dir"]) / "tensorboard"))
-        failed = lower_thread_priority(self.params["train_niceness"])
+        niceness = self.params["train_niceness"]
+        failed = [why for why in (lower_thread_priority(niceness), lower_session_priority(niceness)) if why]
         if failed:
-            self.get_logger().warning(f"training at normal priority ({failed}): it competes with control loops")
+            self.get_logger().warning(f"training at normal priority ({'; '.join(failed)}): it competes with "
+                                      "control loops")
         last_publish = last_checkpoint = last_rate = last_snapshot = time.monotonic()
         every = self.params["snapshot_every_transitions"]
 
