@@ -336,33 +336,62 @@ def summarize(rows: list[dict]) -> dict:
     return summary
 
 
+def curve_points(row: dict) -> list[dict]:
+    """A timed row's points for the plot, in order: each snapshot, then the budget's policy on all 50 episodes. A
+    snapshot judged in full is its success; one stopped at its sixth failure is the rate over the episodes it
+    played, with what the unplayed ones could make it (all failing, all succeeding) as its range. The budget's
+    result takes the place of a snapshot taken at the budget, which it judged again in full."""
+    points = []
+    for s in row["snapshots"]:
+        if s["success"] is not None:
+            points.append({"steps": s["transitions"], "minutes": s["minutes"], "success": s["success"],
+                           "low": s["success"], "high": s["success"], "kind": "full"})
+        else:
+            points.append({"steps": s["transitions"], "minutes": s["minutes"],
+                           "success": s["successes"] / s["stopped_after"], "low": s["successes"] / EPISODES,
+                           "high": s["success_at_most"], "kind": "stopped"})
+    budget_minutes = row["wall_s"] / 60 if row["system"] == "ours" else row["snapshots"][-1]["minutes"]
+    if points and points[-1]["steps"] >= row["steps_budget"]:
+        budget_minutes = points.pop()["minutes"]
+    points.append({"steps": row["steps_budget"], "minutes": budget_minutes, "success": row["success_at_budget"],
+                   "low": row["success_at_budget"], "high": row["success_at_budget"], "kind": "budget"})
+    return points
+
+
 def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     colours = {"ours": "tab:blue", "lerobot": "tab:orange"}
+    markers = {"full": "o", "stopped": "v", "budget": "s"}
     for row in rows:
         if row.get("kill_learner_at_steps") is not None:
             continue
-        for axis, key in zip(axes, ("transitions", "minutes")):
-            known = [s for s in row["snapshots"] if s["success"] is not None]
-            stopped = [s for s in row["snapshots"] if s["success"] is None]
-            axis.plot([s[key] for s in known], [s["success"] for s in known], marker="o",
-                      color=colours[row["system"]], alpha=0.5 + 0.2 * (row["seed"] % 3),
-                      label=f"{row['system']} seed {row['seed']}")
-            axis.scatter([s[key] for s in stopped], [s["success_at_most"] for s in stopped], marker="v",
-                         color=colours[row["system"]])
+        points = curve_points(row)
+        style = {"color": colours[row["system"]], "alpha": 0.45 + 0.25 * (row["seed"] % 3)}
+        for axis, key in zip(axes, ("steps", "minutes")):
+            axis.plot([p[key] for p in points], [p["success"] for p in points], linewidth=1,
+                      label=f"{row['system']} seed {row['seed']}", **style)
+            for kind, marker in markers.items():
+                these = [p for p in points if p["kind"] == kind]
+                axis.errorbar([p[key] for p in these], [p["success"] for p in these], fmt=marker, markersize=4,
+                              yerr=[[p["success"] - p["low"] for p in these],
+                                    [p["high"] - p["success"] for p in these]],
+                              elinewidth=0.6, capsize=0, **style)
     for axis, label in zip(axes, ("env steps", "wall-clock minutes since the run's start")):
         axis.axhline(TARGET, color="grey", linestyle="--", linewidth=1)
+        axis.set_ylim(-0.02, 1.02)
         axis.set_xlabel(label)
-        axis.set_ylabel("success, 50 seeded episodes (v: stopped early, at most)")
-        axis.legend(fontsize=6)
-    axes[0].set_title("gym-hil pick-cube, pixels, random cube: robot_rl vs LeRobot HIL-SERL")
-    fig.tight_layout()
-    fig.savefig(path)
+        axis.set_ylabel(f"success on {EPISODES} seeded episodes")
+        axis.legend(fontsize=6, loc="center right")
+    axes[0].set_title("gym-hil pick-cube, pixels, random cube: robot_rl vs LeRobot HIL-SERL", fontsize=10)
+    fig.text(0.01, 0.01, "o: all 50 judged.  v: stopped at its sixth failure; the rate over the episodes played, the "
+             "bar what the unplayed ones could make it.  s: the budget's policy on all 50.", fontsize=7)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path, dpi=110)
 
 
 # ---- command line ------------------------------------------------------------------------------------------------

@@ -77,6 +77,27 @@ def test_a_lerobot_that_never_learned_gives_no_ratio_and_shows_its_logs():
     assert summary["lerobot_steps_to_90"] == BUDGET and summary["lerobot_success_at_budget"] == 0.0
 
 
+def test_the_plotted_curve_shows_stopped_snapshots_as_their_played_episodes_and_ends_at_the_budget(tmp_path):
+    stopped = {"transitions": 2000, "minutes": 10.0, "success": None, "success_at_most": 0.88, "stopped_after": 8,
+               "successes": 2}
+    full = {"transitions": 4000, "minutes": 20.0, "success": 0.92, "success_at_most": None, "stopped_after": None,
+            "successes": 46}
+    at_budget = {**stopped, "transitions": BUDGET, "minutes": 150.0, "stopped_after": 14, "successes": 8}
+    ours = {"system": "ours", "seed": 0, "steps_budget": BUDGET, "wall_s": 3000.0, "snapshots": [stopped, full],
+            "success_at_budget": 0.98}
+    assert peer_lerobot.curve_points(ours) == [
+        {"steps": 2000, "minutes": 10.0, "success": 0.25, "low": 0.04, "high": 0.88, "kind": "stopped"},  # 2 of 8
+        {"steps": 4000, "minutes": 20.0, "success": 0.92, "low": 0.92, "high": 0.92, "kind": "full"},
+        {"steps": BUDGET, "minutes": 50.0, "success": 0.98, "low": 0.98, "high": 0.98, "kind": "budget"}]
+    # LeRobot's last snapshot is its budget's policy, judged again on all 50: the full result takes its place
+    theirs = {**ours, "system": "lerobot", "snapshots": [stopped, at_budget], "success_at_budget": 0.3}
+    points = peer_lerobot.curve_points(theirs)
+    assert [(p["steps"], p["minutes"], p["success"], p["kind"]) for p in points] == [
+        (2000, 10.0, 0.25, "stopped"), (BUDGET, 150.0, 0.3, "budget")]
+    peer_lerobot.plot([ours, theirs], tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
 def test_restart_checks_stay_out_of_the_medians():
     killed = _row("ours", 0, [0.0, 0.0], 0.0, kill=10_000)
     killed["restart"] = {"continued": True, "env_steps_lost": 0, "updates_lost_at_least": 12}
