@@ -58,3 +58,23 @@ after them."""
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(SLOWEST_MODULES)}
     items.sort(key=lambda item: rank.get(Path(item.nodeid.split("::")[0]).stem, len(rank)))
+
+
+def pytest_sessionstart(session):
+    """Refuses to test the nodes on other code than the tests'. Nodes start as `python -P -m robot_rl.nodes.X` (and
+    the `robot-rl` command from the venv's script), so they import the environment's install of robot_rl, while
+    `python -m pytest` puts the working directory first: an editable install made from another clone would run that
+    clone's nodes beside this checkout's tests."""
+    import subprocess
+    import sys
+    import tempfile
+
+    import robot_rl
+
+    ours = Path(robot_rl.__file__).resolve()
+    found = subprocess.run([sys.executable, "-P", "-c", "import robot_rl; print(robot_rl.__file__)"],
+                           capture_output=True, text=True, cwd=tempfile.gettempdir()).stdout.strip()
+    if not found or Path(found).resolve() != ours:
+        pytest.exit(f"the tests import robot_rl from {ours.parent}, but its nodes ({sys.executable} -P) would import "
+                    f"it from {Path(found).parent if found else 'nowhere'}: they would run other code. Install the "
+                    f"tests' copy: {sys.executable} -m pip install --no-deps -e {ours.parents[1]}", returncode=4)
