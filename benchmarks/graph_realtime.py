@@ -44,7 +44,8 @@ graph_realtime.png (success against wall-clock minutes and steps, the car's clea
 minutes) and prints the summary as the last line.
 Every row names the recipe it ran (`RECIPE_SETTINGS` of the shipped task config's learner, settings and
 code changes (`PERSON_CHANGES`) that act on a person's corrections only in the hil arm's, code changes
-(`FLEET_CHANGES`) that act on a fleet only in the two_actors arm's, and the task's `TASK_SETTINGS`); the summary's
+(`FLEET_CHANGES`) that act on a fleet only in the two_actors arm's, code changes (`LEARNER_CHANGES`) that act on
+the wall clock only in the real-time arms', and the task's `TASK_SETTINGS`); the summary's
 figures are the
 current recipe's, and each earlier recipe's stay beside them under `earlier_recipes`.
 """
@@ -86,6 +87,12 @@ FLEET_CHANGES = ("ticks_staggered",)
 """Changes to how a fleet's robots share the machine (code), named "fleet.<name>": True in the code now, False for
 rows that do not name them. ticks_staggered (2026-11-30): a fleet's realtime simulators tick index/N of a period
 apart (`tick_phase`); before, their phases fell where their processes' start put them."""
+LEARNER_CHANGES = ("group_niced",)
+"""Changes to the learner's code that act on the wall clock only, named "learner.<name>": True in the code now,
+False for rows that do not name them. group_niced (2026-11-30, 7fe893b): a learner leading its own session (as
+robot-rl train's supervisor starts it) gives its session's scheduling group `train_niceness` too; before, only
+its training thread had it, which under the kernel's autogroup scheduling weighed against the learner's own
+threads alone, so the learner took the CPU from the simulator and the actor as an equal."""
 PERSON_SETTINGS = ("bc_weight", *PERSON_CHANGES)
 """Settings that act on a person's corrections only: part of the hil arm's recipe alone."""
 WALL_CLOCK_SETTINGS = ("max_update_ratio",)
@@ -246,13 +253,14 @@ def shipped_learner() -> dict:
 
 
 def shipped_settings() -> dict:
-    """The shipped task config's values of RECIPE_SETTINGS, the task's of TASK_SETTINGS, PERSON_CHANGES and
-    FLEET_CHANGES."""
+    """The shipped task config's values of RECIPE_SETTINGS, the task's of TASK_SETTINGS, PERSON_CHANGES,
+    FLEET_CHANGES and LEARNER_CHANGES."""
     from robot_rl.tasks import get_task
 
     learner, task = shipped_learner(), get_task(TASK)
     return {**{k: learner.get(k, v) for k, v in RECIPE_SETTINGS.items()},
-            **{k: getattr(task, k) for k in TASK_SETTINGS}, **dict.fromkeys((*PERSON_CHANGES, *FLEET_CHANGES), True)}
+            **{k: getattr(task, k) for k in TASK_SETTINGS},
+            **dict.fromkeys((*PERSON_CHANGES, *FLEET_CHANGES, *LEARNER_CHANGES), True)}
 
 
 def recipe_name(settings: dict) -> str:
@@ -268,7 +276,7 @@ def arm_recipe(arm: str, settings: dict) -> str:
         return ",".join(CAR_LEARNER[1::2])
     return recipe_name({k: v for k, v in settings.items() if (arm == "hil" or k not in PERSON_SETTINGS)
                         and (arm == "two_actors" or k not in FLEET_CHANGES)
-                        and (arm not in STEP_ARMS or k not in WALL_CLOCK_SETTINGS)})
+                        and (arm not in STEP_ARMS or k not in (*WALL_CLOCK_SETTINGS, *LEARNER_CHANGES))})
 
 
 def row_recipe(row: dict) -> str:
@@ -276,7 +284,8 @@ def row_recipe(row: dict) -> str:
         return row.get("recipe", "")
     named = dict(item.split(".", 1)[1].split("=", 1) for item in row.get("recipe", "").split(",") if item)
     return arm_recipe(row["arm"], {**RECIPE_SETTINGS, **TASK_SETTINGS,
-                                   **dict.fromkeys((*PERSON_CHANGES, *FLEET_CHANGES), False), **named})
+                                   **dict.fromkeys((*PERSON_CHANGES, *FLEET_CHANGES, *LEARNER_CHANGES), False),
+                                   **named})
 
 
 def car_snapshot(run_dir: Path, path: Path, started: float, laps: int) -> dict:
