@@ -65,6 +65,8 @@ def pytest_sessionstart(session):
     the `robot-rl` command from the venv's script), so they import the environment's install of robot_rl, while
     `python -m pytest` puts the working directory first: an editable install made from another clone would run that
     clone's nodes beside this checkout's tests."""
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller has checked the same venv
+        return
     import subprocess
     import sys
     import tempfile
