@@ -93,6 +93,8 @@ False for rows that do not name them. group_niced (2026-11-30, 7fe893b): a learn
 robot-rl train's supervisor starts it) gives its session's scheduling group `train_niceness` too; before, only
 its training thread had it, which under the kernel's autogroup scheduling weighed against the learner's own
 threads alone, so the learner took the CPU from the simulator and the actor as an equal."""
+CODE_CHANGES = (*PERSON_CHANGES, *FLEET_CHANGES, *LEARNER_CHANGES)
+"""Every named code change: True in the code now, False for a row that does not name it."""
 PERSON_SETTINGS = ("bc_weight", *PERSON_CHANGES)
 """Settings that act on a person's corrections only: part of the hil arm's recipe alone."""
 WALL_CLOCK_SETTINGS = ("max_update_ratio",)
@@ -260,7 +262,7 @@ def shipped_settings() -> dict:
     learner, task = shipped_learner(), get_task(TASK)
     return {**{k: learner.get(k, v) for k, v in RECIPE_SETTINGS.items()},
             **{k: getattr(task, k) for k in TASK_SETTINGS},
-            **dict.fromkeys((*PERSON_CHANGES, *FLEET_CHANGES, *LEARNER_CHANGES), True)}
+            **dict.fromkeys(CODE_CHANGES, True)}
 
 
 def recipe_name(settings: dict) -> str:
@@ -284,8 +286,7 @@ def row_recipe(row: dict) -> str:
         return row.get("recipe", "")
     named = dict(item.split(".", 1)[1].split("=", 1) for item in row.get("recipe", "").split(",") if item)
     return arm_recipe(row["arm"], {**RECIPE_SETTINGS, **TASK_SETTINGS,
-                                   **dict.fromkeys((*PERSON_CHANGES, *FLEET_CHANGES, *LEARNER_CHANGES), False),
-                                   **named})
+                                   **dict.fromkeys(CODE_CHANGES, False), **named})
 
 
 def car_snapshot(run_dir: Path, path: Path, started: float, laps: int) -> dict:
