@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("rclpy")
 
 from robot_rl.ros.act_timing import TIMING_LOG_COLUMNS, ActTiming  # noqa: E402
+from robot_rl.nodes.learner import autogroup_scheduling  # noqa: E402
 from robot_rl.ros.session import _latency_columns  # noqa: E402
 
 
@@ -116,7 +117,17 @@ def test_the_learners_training_thread_yields_the_cpu_and_leaves_the_rest_of_the_
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before  # the executor's thread: as it was
 
 
-@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no autogroup scheduling on this kernel")
+def test_autogroup_applies_only_where_the_kernel_names_the_group(tmp_path):
+    # an empty file: the process sits in a cgroup of its own (CI's container), where autogroup does not apply
+    (tmp_path / "in_group").write_text("/autogroup-1052 nice 0\n")
+    (tmp_path / "own_cgroup").write_text("")
+    assert autogroup_scheduling(tmp_path / "in_group")
+    assert not autogroup_scheduling(tmp_path / "own_cgroup")
+    assert not autogroup_scheduling(tmp_path / "no_autogroup_kernel")
+
+
+@pytest.mark.skipif(not autogroup_scheduling(), reason="no autogroup scheduling here (kernel without it, or a cgroup "
+                    "of its own)")
 @pytest.mark.parametrize("own_session", [True, False])
 def test_a_learner_leading_its_own_session_lowers_its_scheduling_group_and_one_sharing_it_leaves_it(own_session):
     import subprocess

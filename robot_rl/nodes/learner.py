@@ -81,6 +81,15 @@ def lower_thread_priority(niceness: int) -> str | None:
     return None
 
 
+def autogroup_scheduling(group: Path = Path("/proc/self/autogroup")) -> bool:
+    """Whether Linux autogroup scheduling applies to this process: the kernel leaves its autogroup file empty for a
+    process in a cgroup of its own (most containers), where the cgroup, not the session, shares the CPU."""
+    try:
+        return bool(group.read_text().strip())
+    except OSError:
+        return False
+
+
 def lower_session_priority(niceness: int) -> str | None:
     """Gives this process's scheduling group (Linux autogroup: one per session) at least `niceness` when the
     process leads its session, and returns why it could not, or None. Under autogroup scheduling a thread's niceness
@@ -88,7 +97,7 @@ def lower_session_priority(niceness: int) -> str | None:
     supervisor starts each node so) competes with the actors' sessions as an equal however nice its training thread
     is; a learner sharing its session (ros2 launch) leaves the group alone, as the control loops are in it too."""
     group = Path("/proc/self/autogroup")
-    if os.getsid(0) != os.getpid() or not group.exists():  # shares its group, or no autogroup scheduling
+    if os.getsid(0) != os.getpid() or not autogroup_scheduling():  # shares its group, or no autogroup applies
         return None
     try:
         current = int(group.read_text().split("nice")[1])
