@@ -118,16 +118,16 @@ def test_the_learners_training_thread_yields_the_cpu_and_leaves_the_rest_of_the_
 
 
 def test_autogroup_applies_only_where_the_kernel_names_the_group(tmp_path):
-    # an empty file: the process sits in a cgroup of its own (CI's container), where autogroup does not apply
+    # an empty file: the process is in the kernel's default group (CI's container, under its init's session)
     (tmp_path / "in_group").write_text("/autogroup-1052 nice 0\n")
-    (tmp_path / "own_cgroup").write_text("")
+    (tmp_path / "default_group").write_text("")
     assert autogroup_scheduling(tmp_path / "in_group")
-    assert not autogroup_scheduling(tmp_path / "own_cgroup")
+    assert not autogroup_scheduling(tmp_path / "default_group")
     assert not autogroup_scheduling(tmp_path / "no_autogroup_kernel")
 
 
-@pytest.mark.skipif(not autogroup_scheduling(), reason="no autogroup scheduling here (kernel without it, or a cgroup "
-                    "of its own)")
+@pytest.mark.skipif(not autogroup_scheduling(), reason="no scheduling group of the test's session here (a kernel "
+                    "without autogroup, or its default group)")
 @pytest.mark.parametrize("own_session", [True, False])
 def test_a_learner_leading_its_own_session_lowers_its_scheduling_group_and_one_sharing_it_leaves_it(own_session):
     import subprocess

@@ -81,9 +81,13 @@ def lower_thread_priority(niceness: int) -> str | None:
     return None
 
 
-def autogroup_scheduling(group: Path = Path("/proc/self/autogroup")) -> bool:
-    """Whether Linux autogroup scheduling applies to this process: the kernel leaves its autogroup file empty for a
-    process in a cgroup of its own (most containers), where the cgroup, not the session, shares the CPU."""
+AUTOGROUP = Path("/proc/self/autogroup")
+
+
+def autogroup_scheduling(group: Path = AUTOGROUP) -> bool:
+    """Whether this process has a scheduling group of its session's (Linux autogroup): the kernel leaves the file
+    empty for a process in its default group, the root one (a session under a container's init, which never made a
+    group), whose niceness cannot be set."""
     try:
         return bool(group.read_text().strip())
     except OSError:
@@ -96,12 +100,11 @@ def lower_session_priority(niceness: int) -> str | None:
     weighs only against threads of its own session, so a learner in a session of its own (robot-rl train's
     supervisor starts each node so) competes with the actors' sessions as an equal however nice its training thread
     is; a learner sharing its session (ros2 launch) leaves the group alone, as the control loops are in it too."""
-    group = Path("/proc/self/autogroup")
-    if os.getsid(0) != os.getpid() or not autogroup_scheduling():  # shares its group, or no autogroup applies
+    if os.getsid(0) != os.getpid() or not autogroup_scheduling():  # shares its group, or has none of its own
         return None
     try:
-        current = int(group.read_text().split("nice")[1])
-        group.write_text(str(max(niceness, current)))
+        current = int(AUTOGROUP.read_text().split("nice")[1])
+        AUTOGROUP.write_text(str(max(niceness, current)))
     except (OSError, IndexError, ValueError) as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
