@@ -196,12 +196,14 @@ def test_forged_and_replayed_payloads_never_reach_the_replay_buffer(tmp_path):
     overrides = {"robot_rl.demos": {"episodes": 0}, "arm_actor.total_steps": 150, "arm_actor.eval_episodes": 1,
                  "arm_actor.batch_transitions": 25, "arm_actor.sync_updates_per_step": 0.0,
                  "learner.warmup_transitions": 100, "learner.batch_size": 32, "learner.hidden_dims": [32, 32]}
-    supervisor = start_graph("arm_lift", overrides, tmp_path, domain_id)
     probe = RosProbe(domain_id, "intruder")  # a separate process from every node of the graph
     captured: list[bytes] = []
+    # subscribed before the graph starts: the whole run can take 2 s, and a subscription matched after the actor's
+    # last batch captures nothing (CI, 2026-12-01)
     probe.node.create_subscription(UInt8MultiArray, "rl/transitions",
                                    lambda m: captured.append(bytes(uint8_multiarray_view(m))), qos.TRANSITIONS)
     intruder = probe.node.create_publisher(UInt8MultiArray, "rl/transitions", qos.TRANSITIONS)
+    supervisor = start_graph("arm_lift", overrides, tmp_path, domain_id)
     try:
         probe.wait_for(lambda: probe.value("transitions_received", "learner") >= 150 and captured, 120,
                        "the actor's transitions stored")
