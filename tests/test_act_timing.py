@@ -4,14 +4,13 @@ live line's columns for them; the learner's training thread, which gives way to 
 
 import gc
 import time
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("rclpy")
 
 from robot_rl.ros.act_timing import TIMING_LOG_COLUMNS, ActTiming  # noqa: E402
-from robot_rl.nodes.learner import autogroup_scheduling  # noqa: E402
+from robot_rl.nodes.learner import autogroup_nice  # noqa: E402
 from robot_rl.ros.session import _latency_columns  # noqa: E402
 
 
@@ -119,23 +118,23 @@ def test_the_learners_training_thread_yields_the_cpu_and_leaves_the_rest_of_the_
 
 def test_autogroup_applies_only_where_the_kernel_names_the_group(tmp_path):
     # an empty file: the process is in the kernel's default group (CI's container, under its init's session)
-    (tmp_path / "in_group").write_text("/autogroup-1052 nice 0\n")
+    (tmp_path / "in_group").write_text("/autogroup-1052 nice 5\n")
     (tmp_path / "default_group").write_text("")
-    assert autogroup_scheduling(tmp_path / "in_group")
-    assert not autogroup_scheduling(tmp_path / "default_group")
-    assert not autogroup_scheduling(tmp_path / "no_autogroup_kernel")
+    assert autogroup_nice(tmp_path / "in_group") == 5
+    assert autogroup_nice(tmp_path / "default_group") is None
+    assert autogroup_nice(tmp_path / "no_autogroup_kernel") is None
 
 
-@pytest.mark.skipif(not autogroup_scheduling(), reason="no scheduling group of the test's session here (a kernel "
+@pytest.mark.skipif(autogroup_nice() is None, reason="no scheduling group of the test's session here (a kernel "
                     "without autogroup, or its default group)")
 @pytest.mark.parametrize("own_session", [True, False])
 def test_a_learner_leading_its_own_session_lowers_its_scheduling_group_and_one_sharing_it_leaves_it(own_session):
     import subprocess
     import sys
 
-    probe = ("from pathlib import Path; from robot_rl.nodes.learner import lower_session_priority; "
-             "print(lower_session_priority(7)); print(Path('/proc/self/autogroup').read_text().split()[-1])")
-    ours = int(Path("/proc/self/autogroup").read_text().split()[-1])
+    probe = ("from robot_rl.nodes.learner import autogroup_nice, lower_session_priority; "
+             "print(lower_session_priority(7)); print(autogroup_nice())")
+    ours = autogroup_nice()
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
                          start_new_session=own_session).stdout.split()
     # a new session starts a group at niceness 0; one sharing the test's session sees the test's group, untouched

@@ -84,14 +84,15 @@ def lower_thread_priority(niceness: int) -> str | None:
 AUTOGROUP = Path("/proc/self/autogroup")
 
 
-def autogroup_scheduling(group: Path = AUTOGROUP) -> bool:
-    """Whether this process has a scheduling group of its session's (Linux autogroup): the kernel leaves the file
-    empty for a process in its default group, the root one (a session under a container's init, which never made a
-    group), whose niceness cannot be set."""
+def autogroup_nice(group: Path = AUTOGROUP) -> int | None:
+    """The niceness of this process's scheduling group (Linux autogroup: one per session), or None where it has no
+    group of its own: a kernel without autogroup (no file), or the kernel's default group, the root one (an empty
+    file: a session under a container's init, which never made a group), whose niceness cannot be set."""
     try:
-        return bool(group.read_text().strip())
+        text = group.read_text()
     except OSError:
-        return False
+        return None
+    return int(text.split("nice")[1]) if text.strip() else None
 
 
 def lower_session_priority(niceness: int) -> str | None:
@@ -100,11 +101,12 @@ def lower_session_priority(niceness: int) -> str | None:
     weighs only against threads of its own session, so a learner in a session of its own (robot-rl train's
     supervisor starts each node so) competes with the actors' sessions as an equal however nice its training thread
     is; a learner sharing its session (ros2 launch) leaves the group alone, as the control loops are in it too."""
-    if os.getsid(0) != os.getpid() or not autogroup_scheduling():  # shares its group, or has none of its own
+    if os.getsid(0) != os.getpid():  # shares its session's group
         return None
     try:
-        current = int(AUTOGROUP.read_text().split("nice")[1])
-        AUTOGROUP.write_text(str(max(niceness, current)))
+        current = autogroup_nice()
+        if current is not None:  # None: no group of its own to nice
+            AUTOGROUP.write_text(str(max(niceness, current)))
     except (OSError, IndexError, ValueError) as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
