@@ -45,14 +45,15 @@ class Eyes(RosProbe):
         self.observations = 0
         self.status: SessionStatus | None = None
         self.person_driven_steps = 0
-        """Session statuses the person drove (the actor publishes one a step)."""
+        """Steps the person drove, as the session statuses show them (the actor publishes one a step, and more)."""
         self.node.create_subscription(PoseStamped, "arm/ee_pose", lambda m: setattr(self, "ee", _xyz(m)), qos.SENSOR)
         self.node.create_subscription(PoseStamped, "cube/pose", self._on_cube, qos.SENSOR)
         self.node.create_subscription(String, "session/status", self._on_status, qos.EVENTS)
 
     def _on_status(self, msg: String) -> None:
-        self.status = SessionStatus.from_json(msg.data)
-        self.person_driven_steps += self.status.driver == "person"
+        before, self.status = self.status, SessionStatus.from_json(msg.data)
+        stepped = before is None or (self.status.episode, self.status.step) != (before.episode, before.step)
+        self.person_driven_steps += self.status.driver == "person" and stepped
 
     def _on_cube(self, msg: PoseStamped) -> None:
         self.cube = _xyz(msg)

@@ -23,7 +23,8 @@ from robot_rl.teleop import (
     KeyDecoder, SpaceMouseReport, TeleopInput, backend_opener, load_mapping, parse_mapping, parse_spacemouse_report,
 )
 from robot_rl.teleop import devices, evdev_gamepad, spacemouse
-from robot_rl.teleop.session_status import KEY_LEGEND
+from robot_rl.ros.session import person_prompts
+from robot_rl.teleop.session_status import KEY_LEGEND, SessionClock, SessionStatus
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -817,3 +818,33 @@ def test_the_scripted_person_lets_go_when_the_robot_stops_following_and_takes_ov
     assert joy(1.0) and gamepad.takeovers == 2
     assert not gamepad.teleop_engaged(True, 1.5) and gamepad.intervening  # followed: nothing to notice
     sim.close()
+
+
+def test_the_reset_counts_as_countdown_so_go_waits_for_the_scene():
+    """Between an episode's end and its reset's end the person is counted down, never told GO: a recording whose
+    last episode was re-recorded then (CI) said GO at once, the person drove during the real countdown, and the
+    episode they meant to label ended after one step nobody drove."""
+    clock = SessionClock(reset_time_s=2.0)
+    clock.reset_done(10.0)
+    assert clock.shown(11.0, True, False) == ("countdown", 1.0)
+    assert clock.shown(12.5, True, False) == ("running", 0.0)
+    # The episode ended at 13.0 and the scene is being reset: the clock's own countdown ran out long ago.
+    assert clock.shown(13.1, False, False) == ("countdown", 2.0)
+    assert clock.shown(13.1, False, True) == ("review", 2.0)  # "re-record within 2 s", not 0
+    clock.reset_done(13.5)
+    assert clock.shown(14.0, True, True) == ("review", 1.5)
+    assert clock.shown(15.5, True, False) == ("running", 0.0)
+    clock.toggle_pause()
+    assert clock.shown(15.5, True, False) == ("paused", 0.0)
+
+    clock = SessionClock(reset_time_s=2.0)  # what the console says: the last episode re-recorded during the reset
+    said, before = [], None
+    for now, in_episode, last_in_review in [(13.1, False, True), (13.2, False, False), (13.5, True, False),
+                                            (15.5, True, False)]:
+        if now == 13.5:
+            clock.reset_done(now)
+        phase, countdown_s = clock.shown(now, in_episode, last_in_review)
+        status = SessionStatus(mode="record", phase=phase, episode=2, countdown_s=countdown_s)
+        said += person_prompts(before, status)
+        before = status
+    assert [line.split(":")[0] for line in said] == ["that was the last episode", "reset", "\a>>> episode 2"]

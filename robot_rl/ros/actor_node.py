@@ -293,11 +293,10 @@ class ActorNode(Node):
             self.invalid_messages += 1
             self.get_logger().warning(f"invalid observation: {exc}", throttle_duration_sec=5.0)
             return
-        phase = self.session.phase(time.monotonic())
-        if phase != "running" and self.core.in_episode:
+        if self.session.phase(time.monotonic()) != "running" and self.core.in_episode:
             self.acted_stamp = stamp
             self._hold(stamp)
-            self._publish_status(phase)
+            self._publish_status()
             return
         if self.core.reviewing == "last":  # its review is over: kept, and the session ends before another step
             self._commit_reviewed()
@@ -329,7 +328,7 @@ class ActorNode(Node):
             with self.core_lock:  # a batch taken in this step is packed (on its thread) now that the command is out
                 self.core.flush_if_due()
             self.driver = self._driver(human_action)
-            self._publish_status("running")
+            self._publish_status()
             if self.core.reviewing:
                 self._commit_reviewed()
             return
@@ -379,15 +378,18 @@ class ActorNode(Node):
             return time.monotonic() - self.latest_received
         return (self.get_clock().now().nanoseconds - stamp) * 1e-9
 
-    def _publish_status(self, phase: str) -> None:
+    def _publish_status(self, done: bool = False) -> None:
+        """The person's session status: the session's phase now (`SessionClock.shown`), or "done". Only a running
+        episode has a driver; otherwise the robot holds."""
         c, hz = self.core, self.control_hz
-        if phase == "countdown" and c.reviewing == "last":
-            phase = "review"
+        phase, countdown_s = self.session.shown(time.monotonic(), c.in_episode, c.reviewing == "last")
+        phase = "done" if done else phase
         status = SessionStatus(
-            mode="record" if c.config.record_only else "train", phase=phase, driver=self.driver,
+            mode="record" if c.config.record_only else "train", phase=phase,
+            driver=self.driver if phase == "running" else "holding",
             episode=max(0, c.episode_index - 1) if c.in_episode else c.episode_index, step=c.episode_steps,
-            elapsed_s=c.episode_steps / hz, episode_time_s=c.max_episode_steps / hz,
-            countdown_s=self.session.countdown_s(time.monotonic()), last_reward=c.last_reward,
+            elapsed_s=c.episode_steps / hz, episode_time_s=c.max_episode_steps / hz, countdown_s=countdown_s,
+            last_reward=c.last_reward,
             success=c.last_success, kept=c.episodes_recorded, discarded=c.episodes_discarded,
             message=self.status_message)
         self.status_pub.publish(String(data=status.to_json()))
@@ -418,7 +420,7 @@ class ActorNode(Node):
             paused = self.session.toggle_pause()
             self.status_message = ""  # the console and the view say PAUSED, and resumed, themselves
             self.get_logger().info(f"person {'paused' if paused else 'resumed'} the session")
-            self._publish_status(self.session.phase(time.monotonic()))
+            self._publish_status()
             return
         if msg.data not in LABELS:  # takeover/handback are carried by teleop/engaged
             return
@@ -430,7 +432,7 @@ class ActorNode(Node):
             self._log_discard(discarded, self.acted_stamp)
         if reviewing and not self.core.reviewing:
             self.status_message = f"episode {self.core.last_discard[0]} dropped: recording it again"
-            self._publish_status(self.session.phase(time.monotonic()))
+            self._publish_status()
 
     def _publish_command(self, action: np.ndarray, stamp: int) -> None:
         self.commanded = True
@@ -494,7 +496,7 @@ class ActorNode(Node):
         self.session.reset_done(time.monotonic())
         self.episode_start_stamp = stamp
         self.observation_index = 0
-        self._publish_status(self.session.phase(time.monotonic()))
+        self._publish_status()
         # The reward node's episode begins at the same observation (if the start announced before the
         # reset arrived late, frames up to this one may have been scored in the old episode).
         self.episode_pub.publish(Header(stamp=ns_to_stamp(stamp), frame_id="start"))
@@ -517,7 +519,7 @@ class ActorNode(Node):
     def _finish(self, drained: bool) -> None:
         if self.core.in_episode:  # begun but never to be recorded (the review after a recording's last episode)
             self.step_pub.publish(discard_msg(self.task.name, self.core.episode_index - 1, self.acted_stamp))
-        self._publish_status("done")
+        self._publish_status(done=True)
         if self.core.config.record_only:
             summary = {**self.core.record_summary(), "teleop_stale_steps": self.human.stale}
             (self.run_dir / "record.json").write_text(json.dumps(summary, indent=2))
@@ -559,7 +561,7 @@ class ActorNode(Node):
             **self.act_timing.summary(), "paused": self.session.paused,
         }
         # Late joiners (the view, the console) get the status between steps too.
-        self._publish_status(self.session.phase(time.monotonic()) if c.in_episode else "countdown")
+        self._publish_status()
         level, message = self.link.health()
         self.diag_pub.publish(diagnostics(self, values, level, message))
 

@@ -3,11 +3,12 @@
 person's view (`session_view` node) and the console (`robot-rl record`/`train`), so both show
 the same thing.
 
-Phases: "countdown" (the scene was reset; the next episode starts in `countdown_s`), "review" (a
+Phases: "countdown" (the scene is reset: the next episode starts in `countdown_s`, at least), "review" (a
 recording's last episode is done: re-record within `countdown_s` records it again, else it is kept and
 the session ends), "running", "paused" (a person's pause key: the robot holds, a simulator freezes,
 the episode clock stops), "done" (the session ended). Drivers: "person" (the person's commands reach
-the robot), "policy", or "holding" (a recording session with nobody driving: the robot holds still).
+the robot), "policy", or "holding" (the robot holds still: a recording session with nobody driving, and
+in every phase but "running").
 """
 
 from __future__ import annotations
@@ -142,3 +143,11 @@ class SessionClock:
         if self.countdown_s(now) > 0:
             return "countdown"
         return "paused" if self.paused else "running"
+
+    def shown(self, now: float, in_episode: bool, last_in_review: bool) -> tuple[str, float]:
+        """The phase the person is shown and its countdown's seconds. Between an episode's end and the reset's
+        end (`in_episode` false) the countdown is already on, with at least `reset_time_s` to go: this clock
+        starts it when the reset is done, and "running" there would say GO before the scene is reset. A
+        recording's last episode held for review (`last_in_review`) turns the countdown into "review"."""
+        phase, countdown = (self.phase(now), self.countdown_s(now)) if in_episode else ("countdown", self.reset_time_s)
+        return ("review" if phase == "countdown" and last_in_review else phase), countdown
