@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from typing import NoReturn
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped, TwistStamped
@@ -282,8 +283,8 @@ class ArmNode(HardwareNode):
         return values
 
 
-def main(args=None) -> int:
-    return run_node(ArmNode, args)
+def main(args=None) -> NoReturn:
+    run_node(ArmNode, args)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import math
 import os
 import threading
 import time
+from typing import NoReturn
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
@@ -251,8 +252,8 @@ class ArmSimNode(Node):
         self.sim.close()
 
 
-def main(args=None) -> int:
-    return run_node(ArmSimNode, args)
+def main(args=None) -> NoReturn:
+    run_node(ArmSimNode, args)
 
 
 if __name__ == "__main__":

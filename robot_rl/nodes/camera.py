@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import NoReturn
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
@@ -223,8 +224,8 @@ class CameraNode(Node):
         self._thread.join(timeout=5.0)
 
 
-def main(args=None) -> int:
-    return run_node(CameraNode, args)
+def main(args=None) -> NoReturn:
+    run_node(CameraNode, args)
 
 
 if __name__ == "__main__":

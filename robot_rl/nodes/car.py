@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from geometry_msgs.msg import Twist
@@ -195,8 +195,8 @@ class CarNode(HardwareNode):
         self.link.close()
 
 
-def main(args=None) -> int:
-    return run_node(CarNode, args)
+def main(args=None) -> NoReturn:
+    run_node(CarNode, args)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
@@ -327,8 +328,8 @@ class CarActorNode(Node):
         self.link.close()
 
 
-def main(args=None) -> int:
-    return run_node(CarActorNode, args)
+def main(args=None) -> NoReturn:
+    run_node(CarActorNode, args)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import json
 import math
 import time
 from collections import deque
+from typing import NoReturn
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
@@ -209,8 +210,8 @@ class CarSimNode(Node):
         self.sim.close()
 
 
-def main(args=None) -> int:
-    return run_node(CarSimNode, args)
+def main(args=None) -> NoReturn:
+    run_node(CarSimNode, args)
 
 
 if __name__ == "__main__":

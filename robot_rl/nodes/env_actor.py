@@ -3,6 +3,8 @@ environment's topics (`ros/env_io.py`), for the task of the run's env task file 
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from robot_rl.ros.actor_node import ActorNode, actor_params
 from robot_rl.ros.env_io import ACTOR_PARAMS, EnvActorIO
 from robot_rl.ros.node_utils import run_node
@@ -11,8 +13,8 @@ from robot_rl.tasks import ENV_TASK
 PARAMS = actor_params(ENV_TASK, "/env_sim/reset", ACTOR_PARAMS)
 
 
-def main(args=None) -> int:
-    return run_node(lambda: ActorNode("env_actor", PARAMS, EnvActorIO), args)
+def main(args=None) -> NoReturn:
+    run_node(lambda: ActorNode("env_actor", PARAMS, EnvActorIO), args)
 
 
 if __name__ == "__main__":

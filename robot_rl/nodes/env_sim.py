@@ -16,6 +16,7 @@ After the environment ends an episode (terminated or truncated) it is not steppe
 from __future__ import annotations
 
 import time
+from typing import NoReturn
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
@@ -152,8 +153,8 @@ class EnvSimNode(Node):
         self.env.close()
 
 
-def main(args=None) -> int:
-    return run_node(EnvSimNode, args)
+def main(args=None) -> NoReturn:
+    run_node(EnvSimNode, args)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
@@ -228,8 +229,8 @@ class JuggleActorNode(Node):
             "invalid_policies": self.invalid_policies}))
 
 
-def main(args=None) -> int:
-    return run_node(JuggleActorNode, args)
+def main(args=None) -> NoReturn:
+    run_node(JuggleActorNode, args)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Vector3Stamped
@@ -367,8 +368,8 @@ class LearnerNode(Node):
         (Path(self.params["run_dir"]) / "learner_summary.json").write_text(json.dumps(summary, indent=2, default=str))
 
 
-def main(args=None) -> int:
-    return run_node(LearnerNode, args)
+def main(args=None) -> NoReturn:
+    run_node(LearnerNode, args)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import dataclasses
 import threading
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
@@ -141,8 +142,8 @@ class PPOLearnerNode(Node):
         self.env.close()
 
 
-def main(args=None) -> int:
-    return run_node(PPOLearnerNode, args)
+def main(args=None) -> NoReturn:
+    run_node(PPOLearnerNode, args)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import NoReturn
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
@@ -159,8 +160,8 @@ class QuadSimNode(Node):
         self.counters["episode_hits"] = self.counters["episode_ended"] = 0
 
 
-def main(args=None) -> int:
-    return run_node(QuadSimNode, args)
+def main(args=None) -> NoReturn:
+    run_node(QuadSimNode, args)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from __future__ import annotations
 import copy
 import math
 import threading
+from typing import NoReturn
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped, TwistStamped
@@ -300,8 +301,8 @@ class QuadrotorNode(HardwareNode):
         return values
 
 
-def main(args=None) -> int:
-    return run_node(QuadrotorNode, args)
+def main(args=None) -> NoReturn:
+    run_node(QuadrotorNode, args)
 
 
 if __name__ == "__main__":

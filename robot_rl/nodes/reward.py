@@ -43,6 +43,7 @@ worker had no time for are counted as skipped. All logic lives in `robot_rl.rewa
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import Vector3Stamped
@@ -202,8 +203,8 @@ class RewardNode(Node):
         self.worker.stop()
 
 
-def main(args=None) -> int:
-    return run_node(RewardNode, args)
+def main(args=None) -> NoReturn:
+    run_node(RewardNode, args)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from functools import partial
+from typing import NoReturn
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
@@ -122,8 +123,8 @@ class ScriptedHumanNode(Node):
             "takeover_probability": round(g.intervener.takeover_probability, 4), "invalid": self.invalid}))
 
 
-def main(args=None) -> int:
-    return run_node(ScriptedHumanNode, args)
+def main(args=None) -> NoReturn:
+    run_node(ScriptedHumanNode, args)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
@@ -331,8 +332,8 @@ def _rgb(image: np.ndarray, encoding: str) -> np.ndarray:
     return np.ascontiguousarray(image[:, :, ::-1] if encoding == "bgr8" else image)
 
 
-def main(args=None) -> int:
-    return run_node(SessionViewNode, args)
+def main(args=None) -> NoReturn:
+    run_node(SessionViewNode, args)
 
 
 if __name__ == "__main__":

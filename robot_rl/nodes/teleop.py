@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from typing import NoReturn
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
@@ -205,8 +206,8 @@ class TeleopNode(Node):
                 pass
 
 
-def main(args=None) -> int:
-    return run_node(TeleopNode, args)
+def main(args=None) -> NoReturn:
+    run_node(TeleopNode, args)
 
 
 if __name__ == "__main__":

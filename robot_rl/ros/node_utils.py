@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import faulthandler
 import json
+import os
 import signal
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 import rclpy
@@ -202,9 +205,9 @@ class ResilientExecutor(SingleThreadedExecutor):
             return None
 
 
-def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> int:
-    """Initialises rclpy, spins the node until Ctrl-C/SIGTERM or until it calls `request_shutdown`,
-    and returns a process exit code (2 for refused parameters)."""
+def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> NoReturn:
+    """The node process's main: initialises rclpy, spins the node until Ctrl-C/SIGTERM or until it calls
+    `request_shutdown`, closes it and ends the process with its exit code (2 for refused parameters)."""
     rclpy.init(args=args if args is not None else sys.argv)
     node = None
     code = 0
@@ -243,4 +246,17 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> int:
             node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
-    return code
+    exit_without_teardown(code)
+
+
+def exit_without_teardown(code: int) -> NoReturn:
+    """Ends a node's process once the node is closed (its checkpoints saved, its threads stopped: every thread a
+    node starts is a daemon its `close` stops) and rclpy is shut down: the exit handlers run and every output is
+    flushed, but the interpreter does not tear down its ~1,800 modules (torch, mujoco, rclpy): 0.8 s of CPU at
+    rest, 1.8 s beside three busy processes and 5.4 s in a loaded CI, past the 5 s after which `ros2 launch`
+    sends SIGTERM, then SIGKILL."""
+    atexit._run_exitfuncs()  # noqa: SLF001 - what the interpreter's exit runs first (logging's flush among them)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ctypes.CDLL(None).fflush(None)  # the C libraries' buffered output (os._exit skips C's exit too)
+    os._exit(code)
