@@ -252,9 +252,9 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> NoRe
 def exit_without_teardown(code: int) -> NoReturn:
     """Ends a node's process once the node is closed (its checkpoints saved, its threads stopped: every thread a
     node starts is a daemon its `close` stops) and rclpy is shut down: the exit handlers run and every output is
-    flushed, but the interpreter does not tear down its ~1,800 modules (torch, mujoco, rclpy): 0.8 s of CPU at
-    rest, 1.8 s beside three busy processes and 5.4 s in a loaded CI, past the 5 s after which `ros2 launch`
-    sends SIGTERM, then SIGKILL."""
+    flushed, but the interpreter does not tear down its ~1,800 modules (torch, mujoco, rclpy). That teardown is
+    0.8 s of CPU; beside three busy processes it made an actor's stop on SIGINT take 1.8-1.9 s (0.2-0.3 s without
+    it), and in a loaded CI 5.4 s, past the 5 s after which `ros2 launch` sends SIGTERM, then SIGKILL."""
     atexit._run_exitfuncs()  # noqa: SLF001 - what the interpreter's exit runs first (logging's flush among them)
     sys.stdout.flush()
     sys.stderr.flush()
