@@ -55,8 +55,8 @@ train: setup
 # to one thread (two workers with two threads each on 2 cores stalled each other: one training fixture took 177 s
 # instead of 19). Then the tests marked wall_clock run alone: they time a person or a node closely enough that the
 # other worker's load failed them (a recorded person handed back mid-episode, a keyboard person's corrections that
-# never arrived, the arm's stale-command hold). On this 2-core machine: about 16 minutes (14.8 and 1.2 in a fresh
-# clone's CI, 2026-11-30), against 24-25 in one process.
+# never arrived, the arm's stale-command hold). On this 2-core machine: about 15-16 minutes (14.3 and 1.3 in a
+# fresh clone's CI, 2026-12-01; 14.8 and 1.2 on 2026-11-30), against 24-25 in one process.
 # TEST_WORKERS=0: everything in this one process.
 TEST_WORKERS ?= 2
 test: setup
