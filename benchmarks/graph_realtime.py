@@ -71,7 +71,8 @@ WIDE_TASK = "arm_pick_cube_wide"
 """Its config (config/arm_pick_cube_wide.yaml) is arm_pick_cube's but for the cube's range and the encoder
 (tests/test_graph_realtime_summary.py), so both run the same learner recipe."""
 CONTROL_HZ = 10.0
-RECIPE_SETTINGS = {"feature_views": 1, "bc_weight": 1.0, "max_update_ratio": 1.0, "warmup_transitions": 500}
+RECIPE_SETTINGS = {"feature_views": 1, "bc_weight": 1.0, "max_update_ratio": 1.0, "warmup_transitions": 500,
+                   "compile": False}
 """Learner settings that changed the recipe between recorded rows, with the value rows that do not
 name them ran (they predate the setting)."""
 TASK_SETTINGS = {"action_history": 0}
@@ -87,19 +88,22 @@ FLEET_CHANGES = ("ticks_staggered",)
 """Changes to how a fleet's robots share the machine (code), named "fleet.<name>": True in the code now, False for
 rows that do not name them. ticks_staggered (2026-11-30): a fleet's realtime simulators tick index/N of a period
 apart (`tick_phase`); before, their phases fell where their processes' start put them."""
-LEARNER_CHANGES = ("group_niced",)
+LEARNER_CHANGES = ("group_niced", "acks_beside_updates")
 """Changes to the learner's code that act on the wall clock only, named "learner.<name>": True in the code now,
 False for rows that do not name them. group_niced (2026-11-30, 7fe893b): a learner leading its own session (as
 robot-rl train's supervisor starts it) gives its session's scheduling group `train_niceness` too; before, only
 its training thread had it, which under the kernel's autogroup scheduling weighed against the learner's own
-threads alone, so the learner took the CPU from the simulator and the actor as an equal."""
+threads alone, so the learner took the CPU from the simulator and the actor as an equal. acks_beside_updates
+(2026-12-01): the learner node stores and acknowledges payloads on a thread of its own, beside the training thread's
+updates; before, between updates, so an update that took seconds (a compiled step's first call) held acknowledgements
+back until actors resent them (counted as duplicate transitions)."""
 CODE_CHANGES = (*PERSON_CHANGES, *FLEET_CHANGES, *LEARNER_CHANGES)
 """Every named code change: True in the code now, False for a row that does not name it."""
 PERSON_SETTINGS = ("bc_weight", *PERSON_CHANGES)
 """Settings that act on a person's corrections only: part of the hil arm's recipe alone."""
-WALL_CLOCK_SETTINGS = ("max_update_ratio",)
-"""Settings that act on the wall clock only: a lockstep graph holds its learner to the actor's
-sync_updates_per_step (robot_rl/ros/graph.py), and the in-process loop to its updates_per_step."""
+WALL_CLOCK_SETTINGS = ("max_update_ratio", "compile")
+"""Settings that act on the wall clock only: a lockstep graph holds its learner to the actor's sync_updates_per_step
+(robot_rl/ros/graph.py), and the in-process loop to its updates_per_step; compile is the same math, faster."""
 SNAPSHOT_TRANSITIONS = 1_000
 """Steps between the lockstep graph's snapshots and the in-process loop's evaluations."""
 

@@ -1,8 +1,10 @@
 """Learner node: transitions in, SAC updates, policy weights out, checkpoints and logs.
 
-All learning state is owned by one training thread; the executor thread only copies
-received payload bytes into a queue, so decoding, journaling and updates never block
-ROS callbacks.
+The executor thread only copies received payload bytes into a queue, so decoding, journaling and
+updates never block ROS callbacks. An ingest thread decodes, journals, stores and acknowledges them
+as they come; the training thread updates, publishes and checkpoints. They share only the replay
+memories (`LearnerCore.memory_lock`, held to store or to draw a batch), so a long update (a compiled
+step's first call compiles for seconds) never delays an acknowledgement into an actor's resend.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import NoReturn
+from typing import Iterator, NoReturn
 
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Vector3Stamped
@@ -42,6 +44,8 @@ from robot_rl.transport import codec
 from robot_rl.transport.secret import SECRET_FILE, ensure_run_secret
 
 UPDATE_RATE_WINDOW_S = 10.0
+INGEST_WAIT_S = 0.05
+"""How long the ingest thread waits for a payload before it looks at learned rewards and the stop flag again."""
 """Seconds over which updates/s is measured: transitions arrive in batches (the car's 50 steps every
 2.5 s) and the learner catches up in bursts, so a 1 s window mostly read 0 or a burst."""
 
@@ -221,14 +225,30 @@ class LearnerNode(Node):
                 self.get_logger().warning(f"rejected reward: {exc}", throttle_duration_sec=5.0)
         self.core.expire_late()
 
-    def _drain_inbox(self) -> None:
-        self._drain_rewards()
-        acks: dict[str, list[int]] = {}
+    def _ingest_loop(self) -> None:
+        """Stores and acknowledges payloads as they come, beside the training thread's updates: an update that
+        takes long (the first one compiles for seconds) holds no acknowledgement back, so actors never resend."""
+        while not self._stop.is_set():
+            try:
+                first = self.inbox.get(timeout=INGEST_WAIT_S)
+            except queue.Empty:
+                first = None
+            self._drain_inbox(first)
+
+    def _queued(self, first: bytes | None) -> Iterator[bytes]:
+        """`first` (if any), then every payload waiting in the inbox."""
+        if first is not None:
+            yield first
         while True:
             try:
-                data = self.inbox.get_nowait()
+                yield self.inbox.get_nowait()
             except queue.Empty:
-                break
+                return
+
+    def _drain_inbox(self, first: bytes | None) -> None:
+        self._drain_rewards()
+        acks: dict[str, list[int]] = {}
+        for data in self._queued(first):
             try:
                 result = self.core.ingest(data)
             except (codec.PayloadError, ValueError) as exc:
@@ -247,7 +267,7 @@ class LearnerNode(Node):
                 self._log_episode(episode)
             self.core.episode_stats.clear()
         for actor_id, seqs in acks.items():
-            self.ack_pub.publish(bytes_to_uint8_multiarray(self.core.ack_payload(actor_id, seqs)))
+            self._publish(self.ack_pub, self.core.ack_payload(actor_id, seqs))
 
     def _train_loop(self) -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -268,8 +288,10 @@ class LearnerNode(Node):
         updates_at_last_rate = self.core.agent.num_updates
         if self.core.agent.num_updates:
             self._publish_policy()
+        # Started here: it inherits this thread's niceness and finds the writer made.
+        ingest = threading.Thread(target=self._ingest_loop, name="learner-ingest", daemon=True)
+        ingest.start()
         while not self._stop.is_set():
-            self._drain_inbox()
             if self.core.ready():
                 metrics = self.core.train_step()
                 n = self.core.agent.num_updates
@@ -302,6 +324,7 @@ class LearnerNode(Node):
                 self.writer.add_scalar("learner/policy_version", self.core.policy_version, step)
                 self.writer.add_scalar("buffer/online", len(self.core.online), step)
                 self.writer.add_scalar("buffer/demos", len(self.core.demos), step)
+        ingest.join()  # what it acknowledged is journaled; the final checkpoint comes after its last store
         self._save_checkpoint()
 
     def _save_checkpoint(self) -> None:
@@ -314,15 +337,18 @@ class LearnerNode(Node):
     def _publish_policy(self) -> bytes:
         payload = self.core.policy_payload()
         self.last_payload = payload
+        self._publish(self.policy_pub, payload)
+        return payload
+
+    def _publish(self, publisher, payload: bytes) -> None:
         try:
-            self.policy_pub.publish(bytes_to_uint8_multiarray(payload))
+            publisher.publish(bytes_to_uint8_multiarray(payload))
         except RuntimeError:  # rclpy's RCLError
             if self.context.ok():
                 raise
-            # A Ctrl-C took the context down before close() stopped this thread: stop here, so the
-            # loop's final checkpoint is still written (an exception would end the thread without it).
+            # A Ctrl-C took the context down before close() stopped the threads: stop here, so the
+            # training loop's final checkpoint is still written (an exception would end a thread without it).
             self._stop.set()
-        return payload
 
     def _write_snapshot(self, payload: bytes) -> None:
         """The policy just published, pinned: snapshots/<wall time ns>-v<version>.policy (a signed codec

@@ -17,6 +17,7 @@ without its reward).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -127,6 +128,9 @@ class LearnerCore:
                                   warmup=config.warmup_transitions, max_update_ratio=config.max_update_ratio,
                                   feature_views=config.feature_views, feature_jitter=config.feature_jitter)
         self.online, self.demos = self.core.online, self.core.demos
+        self.memory_lock = threading.Lock()
+        """Held while the memories are written or sampled: the learner node ingests on one thread (acknowledging
+        payloads as they come) while it trains on another."""
         self.tracker = SequenceTracker()
         # Sequence numbers of journal segments that pruning may delete: a replay of one stays a replay.
         self.sequences_path = self.run_dir / "sequences.json"
@@ -161,7 +165,9 @@ class LearnerCore:
 
     def load_demonstrations(self, arrays: dict[str, np.ndarray]) -> int:
         count = validate_transitions(self.wire_layout, arrays)
-        self.core.store(self._featurize(arrays), stream="demonstrations", demonstration=True)
+        features = self._featurize(arrays)
+        with self.memory_lock:
+            self.core.store(features, stream="demonstrations", demonstration=True)
         return count
 
     def _featurize(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -212,7 +218,9 @@ class LearnerCore:
         if late.any():
             self._hold_late(batch, late)
             batch = {k: np.asarray(v)[~late] for k, v in batch.items()}
-        self.core.store(self._featurize(batch), stream=actor_id)
+        features = self._featurize(batch)  # outside the lock: a frozen encoder's pass runs beside an update
+        with self.memory_lock:
+            self.core.store(features, stream=actor_id)
         for episode in payload.meta.get("episodes", []):
             self.episode_stats.append({**episode, "robot": actor_id})  # a fleet's episodes told apart
         return IngestResult(actor_id, seq, n, duplicate=False)
@@ -254,7 +262,9 @@ class LearnerCore:
                 row = {**row, "reward": np.array([self.recent_rewards[stamp]], np.float32)}
                 if stamp in self.recent_dones:
                     row["terminated"], row["truncated"] = np.array([True]), np.array([False])
-                self.core.store(self._featurize(row), stream="late rewards")
+                features = self._featurize(row)
+                with self.memory_lock:
+                    self.core.store(features, stream="late rewards")
                 self.late_rewards_filled += 1
             elif now > deadline:
                 self.late_rewards_dropped += 1
@@ -284,7 +294,10 @@ class LearnerCore:
         return round(online_updates / self.transitions_received, 3) if self.transitions_received else 0.0
 
     def train_step(self) -> dict[str, float]:
-        return self.core.update()
+        """One update; payloads may be ingested meanwhile (on another thread) but not while its batch is drawn."""
+        with self.memory_lock:
+            batch = self.core.batch()
+        return self.agent.update(batch)
 
     # ---- data out -----------------------------------------------------------------------------
 
