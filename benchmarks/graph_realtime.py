@@ -94,9 +94,10 @@ False for rows that do not name them. group_niced (2026-11-30, 7fe893b): a learn
 robot-rl train's supervisor starts it) gives its session's scheduling group `train_niceness` too; before, only
 its training thread had it, which under the kernel's autogroup scheduling weighed against the learner's own
 threads alone, so the learner took the CPU from the simulator and the actor as an equal. acks_beside_updates
-(2026-12-01): the learner node stores and acknowledges payloads on a thread of its own, beside the training thread's
-updates; before, between updates, so an update that took seconds (a compiled step's first call) held acknowledgements
-back until actors resent them (counted as duplicate transitions)."""
+(2026-12-01): the learner node stores payloads on a thread of its own, beside the training thread's updates, and
+acknowledges each as soon as it is stored; before, between updates, and a drain's acknowledgements together after its
+last payload, so an update that took seconds (a compiled step's first call) held acknowledgements back until actors
+resent them (counted as duplicate transitions)."""
 CODE_CHANGES = (*PERSON_CHANGES, *FLEET_CHANGES, *LEARNER_CHANGES)
 """Every named code change: True in the code now, False for a row that does not name it."""
 PERSON_SETTINGS = ("bc_weight", *PERSON_CHANGES)

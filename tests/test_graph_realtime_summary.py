@@ -10,11 +10,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import graph_realtime  # noqa: E402
 
-SHIPPED = {"feature_views": 4, "bc_weight": 0.0, "max_update_ratio": 8.0, "warmup_transitions": 100,
-           "action_history": 2, "corrections_end_at_reset": True, "ticks_staggered": True, "group_niced": True}
+SHIPPED = {"feature_views": 4, "bc_weight": 0.0, "max_update_ratio": 8.0, "warmup_transitions": 100, "compile": False,
+           "action_history": 2, "corrections_end_at_reset": True, "ticks_staggered": True, "group_niced": True,
+           "acks_beside_updates": False}
+"""A shipped recipe of before 2026-12-01 (eager, acknowledged between updates): what the hand-made rows ran."""
 BEFORE_NICED = ("learner.feature_views=4,learner.max_update_ratio=8.0,learner.warmup_transitions=100,"
-                "task.action_history=2")
-"""What rows before the learner's session was niced (7fe893b) name."""
+                "learner.compile=False,task.action_history=2")
+"""What rows before the learner's session was niced (7fe893b) name (compile unnamed then: False)."""
 NEW = f"{BEFORE_NICED},learner.group_niced=True"
 """The shipped recipe as a real-time pick-cube row names it (bc_weight acts on a person's corrections only)."""
 HIL = f"{NEW},learner.bc_weight=0.0,person.corrections_end_at_reset=True"
@@ -48,15 +50,15 @@ def test_summary_reports_the_current_recipe_and_keeps_earlier_ones_beside_it():
             _row("realtime", 0, [0.7, 0.8, 0.86], wall_s=1200.0, lost=1)]  # no recipe: feature_views=1, 1 update each
     summary = graph_realtime.summarize(rows, SHIPPED)
     assert summary["recipe"] == ("learner.feature_views=4,learner.bc_weight=0.0,learner.max_update_ratio=8.0,"
-                                 "learner.warmup_transitions=100,task.action_history=2,"
+                                 "learner.warmup_transitions=100,learner.compile=False,task.action_history=2,"
                                  "person.corrections_end_at_reset=True,fleet.ticks_staggered=True,"
-                                 "learner.group_niced=True")
+                                 "learner.group_niced=True,learner.acks_beside_updates=False")
     assert summary["rows"] == 4
     assert summary["wall_min_to_90"] == 4.0 and summary["realtime_seeds_reaching_90"] == "2/3"
     assert summary["two_actor_time_ratio"] == 0.5 and summary["lost_transitions"] == 0
     earlier = summary["earlier_recipes"][
-        "learner.feature_views=1,learner.max_update_ratio=1.0,learner.warmup_transitions=500,task.action_history=0,"
-        "learner.group_niced=False"]
+        "learner.feature_views=1,learner.max_update_ratio=1.0,learner.warmup_transitions=500,learner.compile=False,"
+        "task.action_history=0,learner.group_niced=False,learner.acks_beside_updates=False"]
     assert earlier["wall_min_to_90"] == 20.0 and earlier["realtime_seeds_reaching_90"] == "0/1"
     assert earlier["lost_transitions"] == 1
 
@@ -100,8 +102,8 @@ def test_a_person_setting_splits_the_hil_rows_only():
     assert summary["hil_seeds_reaching_90"] == "1/1"
     earlier = summary["earlier_recipes"]
     before_bc = ("learner.feature_views=4,learner.bc_weight=1.0,learner.max_update_ratio=8.0,"
-                 "learner.warmup_transitions=100,task.action_history=2,person.corrections_end_at_reset=False,"
-                 "learner.group_niced=True")
+                 "learner.warmup_transitions=100,learner.compile=False,task.action_history=2,person.corrections_end_at_reset=False,"
+                 "learner.group_niced=True,learner.acks_beside_updates=False")
     assert earlier[before_bc]["hil_seeds_reaching_90"] == "0/1" and earlier[before_bc]["rows"] == 1
     before_fix = before_bc.replace("bc_weight=1.0", "bc_weight=0.0")
     assert earlier[before_fix]["hil_wall_min_to_90"] == 4.0 and earlier[before_fix]["rows"] == 1
@@ -118,8 +120,8 @@ def test_the_wall_clock_update_cap_splits_real_time_rows_but_not_lockstep_ones()
                                        SHIPPED)
     assert summary["wall_min_to_90"] == 2.0 and summary["lockstep_steps_to_90"] == 1200  # lockstep: same recipe
     earlier = summary["earlier_recipes"][
-        "learner.feature_views=4,learner.max_update_ratio=1.0,learner.warmup_transitions=100,task.action_history=2,"
-        "learner.group_niced=False"]
+        "learner.feature_views=4,learner.max_update_ratio=1.0,learner.warmup_transitions=100,learner.compile=False,task.action_history=2,"
+        "learner.group_niced=False,learner.acks_beside_updates=False"]
     assert earlier["rows"] == 1 and earlier["wall_min_to_90"] == 4.0
     assert graph_realtime.arm_recipe("lockstep", SHIPPED) == before_cap
 
@@ -129,7 +131,8 @@ def test_rows_from_before_the_task_observed_its_last_actions_are_an_earlier_reci
     summary = graph_realtime.summarize([_row("realtime", 0, [0.9, 0.9], recipe=before),
                                         _row("realtime", 1, [0.5, 0.9, 0.9], recipe=NEW)], SHIPPED)
     assert summary["wall_min_to_90"] == 4.0 and summary["rows"] == 1
-    earlier = f"{before},learner.warmup_transitions=500,task.action_history=0,learner.group_niced=False"
+    earlier = (f"{before},learner.warmup_transitions=500,learner.compile=False,task.action_history=0,"
+               "learner.group_niced=False,learner.acks_beside_updates=False")
     assert summary["earlier_recipes"][earlier]["wall_min_to_90"] == 2.0
     assert graph_realtime.shipped_settings()["action_history"] == 2  # the pick-cube task's own
 
@@ -142,7 +145,8 @@ def test_rows_from_before_the_learners_session_was_niced_are_an_earlier_recipe_o
                                         _row("realtime", 1, [0.5, 0.9, 0.9], recipe=NEW), old_lockstep], SHIPPED)
     assert summary["wall_min_to_90"] == 4.0 and summary["realtime_seeds_reaching_90"] == "1/1"
     assert summary["lockstep_steps_to_90"] == 1200  # lockstep is judged against steps: the same recipe
-    assert summary["earlier_recipes"][f"{BEFORE_NICED},learner.group_niced=False"]["wall_min_to_90"] == 2.0
+    earlier = summary["earlier_recipes"][f"{BEFORE_NICED},learner.group_niced=False,learner.acks_beside_updates=False"]
+    assert earlier["wall_min_to_90"] == 2.0
     assert graph_realtime.shipped_settings()["group_niced"] is True  # the learner's own code
 
 
@@ -228,7 +232,7 @@ def test_rows_from_before_the_learner_started_at_100_transitions_are_an_earlier_
                                         _row("realtime", 1, [0.5, 0.9, 0.9], recipe=NEW)], SHIPPED)
     assert summary["wall_min_to_90"] == 4.0 and summary["rows"] == 1
     earlier = ("learner.feature_views=4,learner.max_update_ratio=8.0,learner.warmup_transitions=500,"
-               "task.action_history=2,learner.group_niced=False")
+               "learner.compile=False,task.action_history=2,learner.group_niced=False,learner.acks_beside_updates=False")
     assert summary["earlier_recipes"][earlier]["wall_min_to_90"] == 2.0
     assert graph_realtime.shipped_settings()["warmup_transitions"] == 100  # config/arm_pick_cube.yaml's
 
@@ -240,7 +244,8 @@ def test_staggering_a_fleets_ticks_splits_the_two_actors_rows_only():
     summary = graph_realtime.summarize(rows, SHIPPED)
     assert summary["wall_min_to_90"] == 2.0 and summary["two_actors_wall_min_to_90"] == 2.0
     assert summary["two_actors_seeds_reaching_90"] == "1/1" and summary["rows"] == 2
-    earlier = summary["earlier_recipes"][f"{BEFORE_NICED},fleet.ticks_staggered=False,learner.group_niced=True"]
+    earlier = summary["earlier_recipes"][
+        f"{BEFORE_NICED},fleet.ticks_staggered=False,learner.group_niced=True,learner.acks_beside_updates=False"]
     assert earlier["two_actors_wall_min_to_90"] == 4.0 and earlier["rows"] == 1
     assert graph_realtime.shipped_settings()["ticks_staggered"] is True  # the code's own
     assert graph_realtime.row_recipe(rows[0]) == graph_realtime.arm_recipe("realtime", SHIPPED)
@@ -276,3 +281,17 @@ def test_an_interrupted_run_stops_its_graph(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         graph_realtime.run_arm("realtime", 0, 100, 60.0, tmp_path / "run")
     assert len(graphs) == 1 and graphs[0].returncode == 130  # stopped by the SIGINT, not left training
+
+
+def test_the_compiled_training_step_splits_real_time_rows_but_not_lockstep_ones():
+    shipped = {**SHIPPED, "compile": True, "acks_beside_updates": True}
+    eager = _row("realtime", 0, [0.5, 0.9, 0.9], recipe=NEW)
+    old_lockstep = _row("lockstep", 0, [0.9, 0.9], recipe=NEW)  # lockstep: the same math, judged against steps
+    old_lockstep.update(env_steps=10_000, steps_to_90=1200)
+    compiled = _row("realtime", 1, [0.9, 0.9], recipe=f"{NEW},learner.compile=True,learner.acks_beside_updates=True")
+    summary = graph_realtime.summarize([eager, old_lockstep, compiled], shipped)
+    assert summary["wall_min_to_90"] == 2.0 and summary["lockstep_steps_to_90"] == 1200 and summary["rows"] == 2
+    earlier = summary["earlier_recipes"][f"{NEW},learner.acks_beside_updates=False"]
+    assert earlier["wall_min_to_90"] == 4.0 and earlier["rows"] == 1
+    assert graph_realtime.shipped_settings()["compile"] is True  # config/arm_pick_cube.yaml's
+    assert graph_realtime.shipped_settings()["acks_beside_updates"] is True  # the learner node's own code

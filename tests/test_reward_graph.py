@@ -45,6 +45,7 @@ def test_actor_trains_on_the_reward_nodes_rewards(tmp_path, progress_model):
         "learner.warmup_transitions": 50,
         "learner.batch_size": 32,
         "learner.publish_period_s": 0.5,
+        "learner.compile": False,  # the same math (tests/test_sac.py), without 10-50 s of compiling
         "learner.demos": str(progress_model / "demos.zarr"),  # relabelled with the same model
         "learner.reward_model": str(model),
         "learner.reward_goal": GOAL,

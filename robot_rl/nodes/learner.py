@@ -15,7 +15,7 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, NoReturn
+from typing import NoReturn
 
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Vector3Stamped
@@ -181,6 +181,11 @@ class LearnerNode(Node):
                 raise ParameterError(str(exc)) from None
             self.get_logger().info(f"loaded {self.core.load_demonstrations(arrays)} demonstration transitions")
 
+        from torch.utils.tensorboard import SummaryWriter
+
+        # Made before anything can arrive: its import takes seconds on a busy machine, time the ingest thread
+        # would otherwise spend not acknowledging.
+        self.writer = SummaryWriter(str(Path(p["run_dir"]) / "tensorboard"))
         self.inbox: queue.Queue[bytes] = queue.Queue()
         self.ack_pub = self.create_publisher(UInt8MultiArray, "rl/acks", qos.EVENTS)
         self.policy_pub = self.create_publisher(UInt8MultiArray, "rl/policy", qos.POLICY)
@@ -195,12 +200,13 @@ class LearnerNode(Node):
         self.stats = {"updates_per_s": 0.0, "last_metrics": {}}
         self.last_payload: bytes | None = None
         """The policy payload last published (written beside each checkpoint)."""
-        self.writer = None
         self.actors_heard: set[str] = set()
         if not self.core.transitions_received:  # said once: a learner started alone is waiting, not hung
             self.get_logger().info(f"waiting for the first transitions on {self.resolve_topic_name('rl/transitions')} "
                                    "(from the actors of this run)")
         self._stop = threading.Event()
+        self._ingest_thread = threading.Thread(target=self._ingest_loop, name="learner-ingest", daemon=True)
+        self._ingest_thread.start()
         self._thread = threading.Thread(target=self._train_loop, name="learner-train", daemon=True)
         self._thread.start()
         self.create_timer(1.0, self._publish_diagnostics)
@@ -228,51 +234,37 @@ class LearnerNode(Node):
     def _ingest_loop(self) -> None:
         """Stores and acknowledges payloads as they come, beside the training thread's updates: an update that
         takes long (the first one compiles for seconds) holds no acknowledgement back, so actors never resend."""
+        lower_thread_priority(self.params["train_niceness"])  # learner work too (the training thread says if not)
         while not self._stop.is_set():
+            self._drain_rewards()
             try:
-                first = self.inbox.get(timeout=INGEST_WAIT_S)
+                data = self.inbox.get(timeout=INGEST_WAIT_S)
             except queue.Empty:
-                first = None
-            self._drain_inbox(first)
-
-    def _queued(self, first: bytes | None) -> Iterator[bytes]:
-        """`first` (if any), then every payload waiting in the inbox."""
-        if first is not None:
-            yield first
-        while True:
-            try:
-                yield self.inbox.get_nowait()
-            except queue.Empty:
-                return
-
-    def _drain_inbox(self, first: bytes | None) -> None:
-        self._drain_rewards()
-        acks: dict[str, list[int]] = {}
-        for data in self._queued(first):
-            try:
-                result = self.core.ingest(data)
-            except (codec.PayloadError, ValueError) as exc:
-                if getattr(exc, "reason", None) in codec.FORGED_REASONS:
-                    exc = f"{exc} (an actor on another machine needs a copy of {SECRET_FILE}: its key_file parameter)"
-                self.get_logger().warning(f"rejected transition payload ({len(data)} bytes): {exc}",
-                                          throttle_duration_sec=5.0)
                 continue
-            if result.actor_id not in self.actors_heard:
-                self.actors_heard.add(result.actor_id)
-                self.get_logger().info(f"transitions arriving from {result.actor_id} ({len(self.actors_heard)} "
-                                       f"actor(s) so far); updates start after {self.core.config.warmup_transitions} "
-                                       "stored")
-            acks.setdefault(result.actor_id, []).append(result.seq)
-            for episode in self.core.episode_stats:
-                self._log_episode(episode)
-            self.core.episode_stats.clear()
-        for actor_id, seqs in acks.items():
-            self._publish(self.ack_pub, self.core.ack_payload(actor_id, seqs))
+            self._ingest(data)
+
+    def _ingest(self, data: bytes) -> None:
+        """Stores one payload and acknowledges it at once (not after those queued behind it: a pixel payload's
+        features take 0.1-1 s to compute)."""
+        try:
+            result = self.core.ingest(data)
+        except (codec.PayloadError, ValueError) as exc:
+            if getattr(exc, "reason", None) in codec.FORGED_REASONS:
+                exc = f"{exc} (an actor on another machine needs a copy of {SECRET_FILE}: its key_file parameter)"
+            self.get_logger().warning(f"rejected transition payload ({len(data)} bytes): {exc}",
+                                      throttle_duration_sec=5.0)
+            return
+        if result.actor_id not in self.actors_heard:
+            self.actors_heard.add(result.actor_id)
+            self.get_logger().info(f"transitions arriving from {result.actor_id} ({len(self.actors_heard)} "
+                                   f"actor(s) so far); updates start after {self.core.config.warmup_transitions} "
+                                   "stored")
+        self._publish(self.ack_pub, self.core.ack_payload(result.actor_id, [result.seq]))
+        for episode in self.core.episode_stats:
+            self._log_episode(episode)
+        self.core.episode_stats.clear()
 
     def _train_loop(self) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.writer = SummaryWriter(str(Path(self.params["run_dir"]) / "tensorboard"))
         niceness = self.params["train_niceness"]
         failed = [why for why in (lower_thread_priority(niceness), lower_session_priority(niceness)) if why]
         if failed:
@@ -288,9 +280,6 @@ class LearnerNode(Node):
         updates_at_last_rate = self.core.agent.num_updates
         if self.core.agent.num_updates:
             self._publish_policy()
-        # Started here: it inherits this thread's niceness and finds the writer made.
-        ingest = threading.Thread(target=self._ingest_loop, name="learner-ingest", daemon=True)
-        ingest.start()
         while not self._stop.is_set():
             if self.core.ready():
                 metrics = self.core.train_step()
@@ -324,7 +313,7 @@ class LearnerNode(Node):
                 self.writer.add_scalar("learner/policy_version", self.core.policy_version, step)
                 self.writer.add_scalar("buffer/online", len(self.core.online), step)
                 self.writer.add_scalar("buffer/demos", len(self.core.demos), step)
-        ingest.join()  # what it acknowledged is journaled; the final checkpoint comes after its last store
+        self._ingest_thread.join()  # what it acknowledged is journaled; the final checkpoint comes after its last store
         self._save_checkpoint()
 
     def _save_checkpoint(self) -> None:
@@ -387,8 +376,7 @@ class LearnerNode(Node):
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
-        if self.writer is not None:
-            self.writer.close()
+        self.writer.close()
         self.core.close()
         summary = self.core.summary() | {"rejected_by_reason": self.core.rejected}
         (Path(self.params["run_dir"]) / "learner_summary.json").write_text(json.dumps(summary, indent=2, default=str))
