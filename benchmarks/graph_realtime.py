@@ -88,7 +88,7 @@ FLEET_CHANGES = ("ticks_staggered",)
 """Changes to how a fleet's robots share the machine (code), named "fleet.<name>": True in the code now, False for
 rows that do not name them. ticks_staggered (2026-11-30): a fleet's realtime simulators tick index/N of a period
 apart (`tick_phase`); before, their phases fell where their processes' start put them."""
-LEARNER_CHANGES = ("group_niced", "acks_beside_updates")
+LEARNER_CHANGES = ("group_niced", "acks_beside_updates", "acks_on_arrival")
 """Changes to the learner's code that act on the wall clock only, named "learner.<name>": True in the code now,
 False for rows that do not name them. group_niced (2026-11-30, 7fe893b): a learner leading its own session (as
 robot-rl train's supervisor starts it) gives its session's scheduling group `train_niceness` too; before, only
@@ -97,7 +97,10 @@ threads alone, so the learner took the CPU from the simulator and the actor as a
 (2026-12-01): the learner node stores payloads on a thread of its own, beside the training thread's updates, and
 acknowledges each as soon as it is stored; before, between updates, and a drain's acknowledgements together after its
 last payload, so an update that took seconds (a compiled step's first call) held acknowledgements back until actors
-resent them (counted as duplicate transitions)."""
+resent them (counted as duplicate transitions). acks_on_arrival (2026-12-01, after 265e304): the node's ROS callback
+verifies, journals and acknowledges each payload as it arrives, and the ingest thread only computes features and
+stores; before, a payload's acknowledgement waited for the features of those queued before it (1 s each while the
+first compiled update compiled: one resend in two_actors seed 0 at 265e304)."""
 CODE_CHANGES = (*PERSON_CHANGES, *FLEET_CHANGES, *LEARNER_CHANGES)
 """Every named code change: True in the code now, False for a row that does not name it."""
 PERSON_SETTINGS = ("bc_weight", *PERSON_CHANGES)

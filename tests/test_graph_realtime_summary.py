@@ -12,8 +12,10 @@ import graph_realtime  # noqa: E402
 
 SHIPPED = {"feature_views": 4, "bc_weight": 0.0, "max_update_ratio": 8.0, "warmup_transitions": 100, "compile": False,
            "action_history": 2, "corrections_end_at_reset": True, "ticks_staggered": True, "group_niced": True,
-           "acks_beside_updates": False}
+           "acks_beside_updates": False, "acks_on_arrival": False}
 """A shipped recipe of before 2026-12-01 (eager, acknowledged between updates): what the hand-made rows ran."""
+EAGER_ACKS = "learner.acks_beside_updates=False,learner.acks_on_arrival=False"
+"""How those recipes' names end: acknowledgements sent between updates (unnamed then)."""
 BEFORE_NICED = ("learner.feature_views=4,learner.max_update_ratio=8.0,learner.warmup_transitions=100,"
                 "learner.compile=False,task.action_history=2")
 """What rows before the learner's session was niced (7fe893b) name (compile unnamed then: False)."""
@@ -52,13 +54,13 @@ def test_summary_reports_the_current_recipe_and_keeps_earlier_ones_beside_it():
     assert summary["recipe"] == ("learner.feature_views=4,learner.bc_weight=0.0,learner.max_update_ratio=8.0,"
                                  "learner.warmup_transitions=100,learner.compile=False,task.action_history=2,"
                                  "person.corrections_end_at_reset=True,fleet.ticks_staggered=True,"
-                                 "learner.group_niced=True,learner.acks_beside_updates=False")
+                                 f"learner.group_niced=True,{EAGER_ACKS}")
     assert summary["rows"] == 4
     assert summary["wall_min_to_90"] == 4.0 and summary["realtime_seeds_reaching_90"] == "2/3"
     assert summary["two_actor_time_ratio"] == 0.5 and summary["lost_transitions"] == 0
     earlier = summary["earlier_recipes"][
         "learner.feature_views=1,learner.max_update_ratio=1.0,learner.warmup_transitions=500,learner.compile=False,"
-        "task.action_history=0,learner.group_niced=False,learner.acks_beside_updates=False"]
+        f"task.action_history=0,learner.group_niced=False,{EAGER_ACKS}"]
     assert earlier["wall_min_to_90"] == 20.0 and earlier["realtime_seeds_reaching_90"] == "0/1"
     assert earlier["lost_transitions"] == 1
 
@@ -103,7 +105,7 @@ def test_a_person_setting_splits_the_hil_rows_only():
     earlier = summary["earlier_recipes"]
     before_bc = ("learner.feature_views=4,learner.bc_weight=1.0,learner.max_update_ratio=8.0,"
                  "learner.warmup_transitions=100,learner.compile=False,task.action_history=2,person.corrections_end_at_reset=False,"
-                 "learner.group_niced=True,learner.acks_beside_updates=False")
+                 f"learner.group_niced=True,{EAGER_ACKS}")
     assert earlier[before_bc]["hil_seeds_reaching_90"] == "0/1" and earlier[before_bc]["rows"] == 1
     before_fix = before_bc.replace("bc_weight=1.0", "bc_weight=0.0")
     assert earlier[before_fix]["hil_wall_min_to_90"] == 4.0 and earlier[before_fix]["rows"] == 1
@@ -121,7 +123,7 @@ def test_the_wall_clock_update_cap_splits_real_time_rows_but_not_lockstep_ones()
     assert summary["wall_min_to_90"] == 2.0 and summary["lockstep_steps_to_90"] == 1200  # lockstep: same recipe
     earlier = summary["earlier_recipes"][
         "learner.feature_views=4,learner.max_update_ratio=1.0,learner.warmup_transitions=100,learner.compile=False,task.action_history=2,"
-        "learner.group_niced=False,learner.acks_beside_updates=False"]
+        f"learner.group_niced=False,{EAGER_ACKS}"]
     assert earlier["rows"] == 1 and earlier["wall_min_to_90"] == 4.0
     assert graph_realtime.arm_recipe("lockstep", SHIPPED) == before_cap
 
@@ -132,7 +134,7 @@ def test_rows_from_before_the_task_observed_its_last_actions_are_an_earlier_reci
                                         _row("realtime", 1, [0.5, 0.9, 0.9], recipe=NEW)], SHIPPED)
     assert summary["wall_min_to_90"] == 4.0 and summary["rows"] == 1
     earlier = (f"{before},learner.warmup_transitions=500,learner.compile=False,task.action_history=0,"
-               "learner.group_niced=False,learner.acks_beside_updates=False")
+               f"learner.group_niced=False,{EAGER_ACKS}")
     assert summary["earlier_recipes"][earlier]["wall_min_to_90"] == 2.0
     assert graph_realtime.shipped_settings()["action_history"] == 2  # the pick-cube task's own
 
@@ -145,7 +147,7 @@ def test_rows_from_before_the_learners_session_was_niced_are_an_earlier_recipe_o
                                         _row("realtime", 1, [0.5, 0.9, 0.9], recipe=NEW), old_lockstep], SHIPPED)
     assert summary["wall_min_to_90"] == 4.0 and summary["realtime_seeds_reaching_90"] == "1/1"
     assert summary["lockstep_steps_to_90"] == 1200  # lockstep is judged against steps: the same recipe
-    earlier = summary["earlier_recipes"][f"{BEFORE_NICED},learner.group_niced=False,learner.acks_beside_updates=False"]
+    earlier = summary["earlier_recipes"][f"{BEFORE_NICED},learner.group_niced=False,{EAGER_ACKS}"]
     assert earlier["wall_min_to_90"] == 2.0
     assert graph_realtime.shipped_settings()["group_niced"] is True  # the learner's own code
 
@@ -232,7 +234,7 @@ def test_rows_from_before_the_learner_started_at_100_transitions_are_an_earlier_
                                         _row("realtime", 1, [0.5, 0.9, 0.9], recipe=NEW)], SHIPPED)
     assert summary["wall_min_to_90"] == 4.0 and summary["rows"] == 1
     earlier = ("learner.feature_views=4,learner.max_update_ratio=8.0,learner.warmup_transitions=500,"
-               "learner.compile=False,task.action_history=2,learner.group_niced=False,learner.acks_beside_updates=False")
+               f"learner.compile=False,task.action_history=2,learner.group_niced=False,{EAGER_ACKS}")
     assert summary["earlier_recipes"][earlier]["wall_min_to_90"] == 2.0
     assert graph_realtime.shipped_settings()["warmup_transitions"] == 100  # config/arm_pick_cube.yaml's
 
@@ -245,7 +247,7 @@ def test_staggering_a_fleets_ticks_splits_the_two_actors_rows_only():
     assert summary["wall_min_to_90"] == 2.0 and summary["two_actors_wall_min_to_90"] == 2.0
     assert summary["two_actors_seeds_reaching_90"] == "1/1" and summary["rows"] == 2
     earlier = summary["earlier_recipes"][
-        f"{BEFORE_NICED},fleet.ticks_staggered=False,learner.group_niced=True,learner.acks_beside_updates=False"]
+        f"{BEFORE_NICED},fleet.ticks_staggered=False,learner.group_niced=True,{EAGER_ACKS}"]
     assert earlier["two_actors_wall_min_to_90"] == 4.0 and earlier["rows"] == 1
     assert graph_realtime.shipped_settings()["ticks_staggered"] is True  # the code's own
     assert graph_realtime.row_recipe(rows[0]) == graph_realtime.arm_recipe("realtime", SHIPPED)
@@ -283,15 +285,20 @@ def test_an_interrupted_run_stops_its_graph(tmp_path, monkeypatch):
     assert len(graphs) == 1 and graphs[0].returncode == 130  # stopped by the SIGINT, not left training
 
 
-def test_the_compiled_training_step_splits_real_time_rows_but_not_lockstep_ones():
-    shipped = {**SHIPPED, "compile": True, "acks_beside_updates": True}
+def test_the_compiled_training_step_and_the_acknowledgements_split_real_time_rows_but_not_lockstep_ones():
+    shipped = {**SHIPPED, "compile": True, "acks_beside_updates": True, "acks_on_arrival": True}
     eager = _row("realtime", 0, [0.5, 0.9, 0.9], recipe=NEW)
     old_lockstep = _row("lockstep", 0, [0.9, 0.9], recipe=NEW)  # lockstep: the same math, judged against steps
     old_lockstep.update(env_steps=10_000, steps_to_90=1200)
-    compiled = _row("realtime", 1, [0.9, 0.9], recipe=f"{NEW},learner.compile=True,learner.acks_beside_updates=True")
-    summary = graph_realtime.summarize([eager, old_lockstep, compiled], shipped)
+    compiled_first = f"{NEW},learner.compile=True,learner.acks_beside_updates=True"  # 265e304's rows
+    queued_acks = _row("realtime", 2, [0.5, 0.5, 0.9, 0.9], recipe=compiled_first)
+    compiled = _row("realtime", 1, [0.9, 0.9], recipe=f"{compiled_first},learner.acks_on_arrival=True")
+    summary = graph_realtime.summarize([eager, old_lockstep, queued_acks, compiled], shipped)
     assert summary["wall_min_to_90"] == 2.0 and summary["lockstep_steps_to_90"] == 1200 and summary["rows"] == 2
-    earlier = summary["earlier_recipes"][f"{NEW},learner.acks_beside_updates=False"]
-    assert earlier["wall_min_to_90"] == 4.0 and earlier["rows"] == 1
+    earlier = summary["earlier_recipes"]
+    assert earlier[f"{NEW},{EAGER_ACKS}"]["wall_min_to_90"] == 4.0
+    compiled_first_key = (f"{BEFORE_NICED.replace('compile=False', 'compile=True')},learner.group_niced=True,"
+                          "learner.acks_beside_updates=True,learner.acks_on_arrival=False")
+    assert earlier[compiled_first_key]["wall_min_to_90"] == 6.0
     assert graph_realtime.shipped_settings()["compile"] is True  # config/arm_pick_cube.yaml's
-    assert graph_realtime.shipped_settings()["acks_beside_updates"] is True  # the learner node's own code
+    assert graph_realtime.shipped_settings()["acks_on_arrival"] is True  # the learner node's own code

@@ -72,6 +72,24 @@ def test_learner_drops_forged_and_replayed_payloads_and_resumes_from_its_journal
     assert len(again.online) == 4
 
 
+def test_an_accepted_payload_is_journaled_before_its_acknowledgement_and_stored_after_a_crash(tmp_path):
+    """The learner node acknowledges a payload once `accept` has journaled it and stores it on another thread; a
+    learner that died in between stores it from its journal. A payload refused leaves no trace to replay."""
+    learner = _learner(tmp_path)
+    accepted = learner.accept(_payload(0))
+    assert not accepted.duplicate and accepted.transitions == 4 and len(learner.online) == 0
+    late_without_stamps = codec.encode("transitions", {**_batch(), "reward_late": np.ones(4, bool)},
+                                       {"actor_id": "a", "seq": 1}, key=KEY)
+    with pytest.raises(ValueError, match="stamp"):
+        learner.accept(late_without_stamps)
+    assert learner.accept(_payload(0)).duplicate  # a resend before it was stored: recognised, nothing to store
+    learner.close()  # killed before `store` ran
+
+    again = _learner(tmp_path)
+    assert again.restore() and len(again.online) == 4  # seq 0 from the journal; the refused seq 1 is not there
+    assert again.accept(_payload(0)).duplicate and not again.accept(_payload(1)).duplicate
+
+
 def test_sequences_survive_journal_pruning(tmp_path):
     learner = LearnerCore(LearnerConfig(obs_dim=2, action_dim=1, buffer_capacity=8), tmp_path, key=KEY)
     learner.journal.segment_records = 1  # a segment per payload: the oldest are pruned at once

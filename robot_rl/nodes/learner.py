@@ -1,10 +1,11 @@
 """Learner node: transitions in, SAC updates, policy weights out, checkpoints and logs.
 
-The executor thread only copies received payload bytes into a queue, so decoding, journaling and
-updates never block ROS callbacks. An ingest thread decodes, journals, stores and acknowledges them
-as they come; the training thread updates, publishes and checkpoints. They share only the replay
-memories (`LearnerCore.memory_lock`, held to store or to draw a batch), so a long update (a compiled
-step's first call compiles for seconds) never delays an acknowledgement into an actor's resend.
+Three threads. The executor's callback accepts each transition payload (verifies, deduplicates and
+journals it: milliseconds) and acknowledges it at once; an ingest thread computes its features and
+stores it; the training thread updates, publishes and checkpoints. Storing and training share only the
+replay memories (`LearnerCore.memory_lock`, held to store or to draw a batch). So neither a long update
+(a compiled step's first call compiles for 10-50 s) nor features computed slowly beside it (a pixel
+payload's took ~1 s then) delay an acknowledgement into an actor's resend.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from robot_rl.ros.node_utils import (
     set_torch_threads,
 )
 from robot_rl.tasks import get_task, task_names
-from robot_rl.training.learner import LearnerConfig, LearnerCore
+from robot_rl.training.learner import IngestResult, LearnerConfig, LearnerCore
 from robot_rl.transport import codec
 from robot_rl.transport.secret import SECRET_FILE, ensure_run_secret
 
@@ -183,10 +184,10 @@ class LearnerNode(Node):
 
         from torch.utils.tensorboard import SummaryWriter
 
-        # Made before anything can arrive: its import takes seconds on a busy machine, time the ingest thread
-        # would otherwise spend not acknowledging.
+        # Made before anything can arrive: the ingest thread logs the episodes that payloads report to it.
         self.writer = SummaryWriter(str(Path(p["run_dir"]) / "tensorboard"))
-        self.inbox: queue.Queue[bytes] = queue.Queue()
+        self.inbox: queue.Queue[IngestResult] = queue.Queue()
+        """Accepted (journaled, acknowledged) payloads waiting to be stored."""
         self.ack_pub = self.create_publisher(UInt8MultiArray, "rl/acks", qos.EVENTS)
         self.policy_pub = self.create_publisher(UInt8MultiArray, "rl/policy", qos.POLICY)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
@@ -212,7 +213,23 @@ class LearnerNode(Node):
         self.create_timer(1.0, self._publish_diagnostics)
 
     def _on_transitions(self, msg: UInt8MultiArray) -> None:
-        self.inbox.put(bytes(uint8_multiarray_view(msg)))
+        data = bytes(uint8_multiarray_view(msg))
+        try:
+            result = self.core.accept(data)
+        except (codec.PayloadError, ValueError) as exc:
+            if getattr(exc, "reason", None) in codec.FORGED_REASONS:
+                exc = f"{exc} (an actor on another machine needs a copy of {SECRET_FILE}: its key_file parameter)"
+            self.get_logger().warning(f"rejected transition payload ({len(data)} bytes): {exc}",
+                                      throttle_duration_sec=5.0)
+            return
+        if result.actor_id not in self.actors_heard:
+            self.actors_heard.add(result.actor_id)
+            self.get_logger().info(f"transitions arriving from {result.actor_id} ({len(self.actors_heard)} "
+                                   f"actor(s) so far); updates start after {self.core.config.warmup_transitions} "
+                                   "stored")
+        self.ack_pub.publish(bytes_to_uint8_multiarray(self.core.ack_payload(result.actor_id, [result.seq])))
+        if not result.duplicate:
+            self.inbox.put(result)
 
     # ---- training thread ----------------------------------------------------------------------
 
@@ -232,37 +249,18 @@ class LearnerNode(Node):
         self.core.expire_late()
 
     def _ingest_loop(self) -> None:
-        """Stores and acknowledges payloads as they come, beside the training thread's updates: an update that
-        takes long (the first one compiles for seconds) holds no acknowledgement back, so actors never resend."""
+        """Stores the accepted payloads (and learned rewards that came late) beside the training thread's updates."""
         lower_thread_priority(self.params["train_niceness"])  # learner work too (the training thread says if not)
         while not self._stop.is_set():
             self._drain_rewards()
             try:
-                data = self.inbox.get(timeout=INGEST_WAIT_S)
+                result = self.inbox.get(timeout=INGEST_WAIT_S)
             except queue.Empty:
                 continue
-            self._ingest(data)
-
-    def _ingest(self, data: bytes) -> None:
-        """Stores one payload and acknowledges it at once (not after those queued behind it: a pixel payload's
-        features take 0.1-1 s to compute)."""
-        try:
-            result = self.core.ingest(data)
-        except (codec.PayloadError, ValueError) as exc:
-            if getattr(exc, "reason", None) in codec.FORGED_REASONS:
-                exc = f"{exc} (an actor on another machine needs a copy of {SECRET_FILE}: its key_file parameter)"
-            self.get_logger().warning(f"rejected transition payload ({len(data)} bytes): {exc}",
-                                      throttle_duration_sec=5.0)
-            return
-        if result.actor_id not in self.actors_heard:
-            self.actors_heard.add(result.actor_id)
-            self.get_logger().info(f"transitions arriving from {result.actor_id} ({len(self.actors_heard)} "
-                                   f"actor(s) so far); updates start after {self.core.config.warmup_transitions} "
-                                   "stored")
-        self._publish(self.ack_pub, self.core.ack_payload(result.actor_id, [result.seq]))
-        for episode in self.core.episode_stats:
-            self._log_episode(episode)
-        self.core.episode_stats.clear()
+            self.core.store(result)
+            for episode in self.core.episode_stats:
+                self._log_episode(episode)
+            self.core.episode_stats.clear()
 
     def _train_loop(self) -> None:
         niceness = self.params["train_niceness"]
@@ -326,18 +324,15 @@ class LearnerNode(Node):
     def _publish_policy(self) -> bytes:
         payload = self.core.policy_payload()
         self.last_payload = payload
-        self._publish(self.policy_pub, payload)
-        return payload
-
-    def _publish(self, publisher, payload: bytes) -> None:
         try:
-            publisher.publish(bytes_to_uint8_multiarray(payload))
+            self.policy_pub.publish(bytes_to_uint8_multiarray(payload))
         except RuntimeError:  # rclpy's RCLError
             if self.context.ok():
                 raise
-            # A Ctrl-C took the context down before close() stopped the threads: stop here, so the
-            # training loop's final checkpoint is still written (an exception would end a thread without it).
+            # A Ctrl-C took the context down before close() stopped this thread: stop here, so the
+            # loop's final checkpoint is still written (an exception would end the thread without it).
             self._stop.set()
+        return payload
 
     def _write_snapshot(self, payload: bytes) -> None:
         """The policy just published, pinned: snapshots/<wall time ns>-v<version>.policy (a signed codec

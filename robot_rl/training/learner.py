@@ -89,6 +89,10 @@ class IngestResult:
     seq: int
     transitions: int
     duplicate: bool
+    batch: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    """What `store` puts in the memories (empty for a duplicate)."""
+    episodes: list[dict[str, Any]] = field(default_factory=list)
+    """The actor's summaries of the episodes that ended in this payload."""
 
 
 class LearnerCore:
@@ -184,17 +188,24 @@ class LearnerCore:
         return out
 
     def ingest(self, data: bytes | memoryview) -> IngestResult:
-        """Validates, journals and stores one transition payload. Raises codec.PayloadError or
-        ValueError (counted in `rejected`) and then leaves every structure unchanged."""
+        """Accepts one transition payload and stores it (`accept`, then `store`). Raises as `accept` does."""
+        result = self.accept(data)
+        self.store(result)
+        return result
+
+    def accept(self, data: bytes | memoryview) -> IngestResult:
+        """Validates and journals one transition payload, after which it may be acknowledged: a restarted learner
+        replays its journal, so it is stored even if `store` never runs. Raises codec.PayloadError or ValueError
+        (counted in `rejected`) and then leaves every structure unchanged. A resend is recognised (`duplicate`)."""
         try:
-            return self._ingest(data, journal=True)
+            return self._accept(data, journal=True)
         except (codec.PayloadError, ValueError) as exc:
             reason = getattr(exc, "reason", "bad_transitions")
             self.forged += reason in codec.FORGED_REASONS
             self.rejected[reason] = self.rejected.get(reason, 0) + 1
             raise
 
-    def _ingest(self, data: bytes | memoryview, journal: bool) -> IngestResult:
+    def _accept(self, data: bytes | memoryview, journal: bool) -> IngestResult:
         # The journal holds only payloads verified before they were written.
         payload = codec.decode(data, expect_kind=TRANSITIONS, key=self.key if journal else None)
         actor_id, seq = payload.meta.get("actor_id"), payload.meta.get("seq")
@@ -202,6 +213,9 @@ class LearnerCore:
             raise codec.PayloadError("missing_field", "transition payload needs meta actor_id (str) and seq (int >= 0)")
         batch = payload.arrays
         n = validate_transitions(self.wire_layout, batch)
+        late = np.asarray(batch.get("reward_late", np.zeros(n, bool)), bool)
+        if late.shape != (n,) or (late.any() and np.asarray(batch.get("stamp", ())).shape != (n,)):
+            raise ValueError("reward_late and stamp must have one entry per transition")
         if self.tracker.seen(actor_id, seq):
             self.duplicates += 1
             return IngestResult(actor_id, seq, n, duplicate=True)
@@ -212,18 +226,24 @@ class LearnerCore:
                 self.tracker.save(self.sequences_path)
             self.journal.prune(self.config.buffer_capacity)
         self.tracker.add(actor_id, seq)
-        late = np.asarray(batch.get("reward_late", np.zeros(n, bool)), bool)
-        if late.shape != (n,) or (late.any() and np.asarray(batch.get("stamp", ())).shape != (n,)):
-            raise ValueError("reward_late and stamp must have one entry per transition")
+        return IngestResult(actor_id, seq, n, duplicate=False, batch=batch,
+                            episodes=list(payload.meta.get("episodes", [])))
+
+    def store(self, result: IngestResult) -> None:
+        """Puts an accepted payload's transitions in the memories (features computed here, outside the memories'
+        lock: a frozen encoder's pass runs beside an update); rows whose learned reward came late wait for it."""
+        batch = result.batch
+        if result.duplicate or not batch:
+            return
+        late = np.asarray(batch.get("reward_late", np.zeros(result.transitions, bool)), bool)
         if late.any():
             self._hold_late(batch, late)
             batch = {k: np.asarray(v)[~late] for k, v in batch.items()}
-        features = self._featurize(batch)  # outside the lock: a frozen encoder's pass runs beside an update
+        features = self._featurize(batch)
         with self.memory_lock:
-            self.core.store(features, stream=actor_id)
-        for episode in payload.meta.get("episodes", []):
-            self.episode_stats.append({**episode, "robot": actor_id})  # a fleet's episodes told apart
-        return IngestResult(actor_id, seq, n, duplicate=False)
+            self.core.store(features, stream=result.actor_id)
+        for episode in result.episodes:
+            self.episode_stats.append({**episode, "robot": result.actor_id})  # a fleet's episodes told apart
 
     # ---- learned rewards that came late ---------------------------------------------------------
 
@@ -347,7 +367,8 @@ class LearnerCore:
             restored = True
         for segment, data in self.journal.replay():
             try:
-                result = self._ingest(data, journal=False)
+                result = self._accept(data, journal=False)
+                self.store(result)
             except (codec.PayloadError, ValueError):
                 continue  # written by an incompatible version: skip, never crash on old data
             if not result.duplicate:
