@@ -45,10 +45,10 @@ from robot_rl.transport import codec
 from robot_rl.transport.secret import SECRET_FILE, ensure_run_secret
 
 UPDATE_RATE_WINDOW_S = 10.0
-INGEST_WAIT_S = 0.05
-"""How long the ingest thread waits for a payload before it looks at learned rewards and the stop flag again."""
 """Seconds over which updates/s is measured: transitions arrive in batches (the car's 50 steps every
 2.5 s) and the learner catches up in bursts, so a 1 s window mostly read 0 or a burst."""
+INGEST_WAIT_S = 0.05
+"""How long the ingest thread waits for a payload before it looks at learned rewards and the stop flag again."""
 
 PARAMS = [
     Param("task", "arm_lift", "Task name (decides observation and action sizes).", choices=task_names()),
@@ -311,7 +311,7 @@ class LearnerNode(Node):
                 self.writer.add_scalar("learner/policy_version", self.core.policy_version, step)
                 self.writer.add_scalar("buffer/online", len(self.core.online), step)
                 self.writer.add_scalar("buffer/demos", len(self.core.demos), step)
-        self._ingest_thread.join()  # what it acknowledged is journaled; the final checkpoint comes after its last store
+        self._ingest_thread.join()  # the final checkpoint after its last store (what it left is journaled)
         self._save_checkpoint()
 
     def _save_checkpoint(self) -> None:

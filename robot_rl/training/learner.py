@@ -133,8 +133,8 @@ class LearnerCore:
                                   feature_views=config.feature_views, feature_jitter=config.feature_jitter)
         self.online, self.demos = self.core.online, self.core.demos
         self.memory_lock = threading.Lock()
-        """Held while the memories are written or sampled: the learner node ingests on one thread (acknowledging
-        payloads as they come) while it trains on another."""
+        """Held while the memories are written or sampled: the learner node stores on one thread while it trains on
+        another."""
         self.tracker = SequenceTracker()
         # Sequence numbers of journal segments that pruning may delete: a replay of one stays a replay.
         self.sequences_path = self.run_dir / "sequences.json"
@@ -169,10 +169,14 @@ class LearnerCore:
 
     def load_demonstrations(self, arrays: dict[str, np.ndarray]) -> int:
         count = validate_transitions(self.wire_layout, arrays)
-        features = self._featurize(arrays)
-        with self.memory_lock:
-            self.core.store(features, stream="demonstrations", demonstration=True)
+        self._store_featurized(arrays, stream="demonstrations", demonstration=True)
         return count
+
+    def _store_featurized(self, batch: dict[str, np.ndarray], stream: str, demonstration: bool = False) -> None:
+        # Features outside the lock: a frozen encoder's pass runs beside an update.
+        features = self._featurize(batch)
+        with self.memory_lock:
+            self.core.store(features, stream=stream, demonstration=demonstration)
 
     def _featurize(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
         """Pixel tasks: frames + proprioception -> the frozen encoder's features, or (an encoder trained here)
@@ -230,18 +234,15 @@ class LearnerCore:
                             episodes=list(payload.meta.get("episodes", [])))
 
     def store(self, result: IngestResult) -> None:
-        """Puts an accepted payload's transitions in the memories (features computed here, outside the memories'
-        lock: a frozen encoder's pass runs beside an update); rows whose learned reward came late wait for it."""
+        """Puts an accepted payload's transitions in the memories; rows whose learned reward came late wait for it."""
         batch = result.batch
-        if result.duplicate or not batch:
+        if result.duplicate:
             return
         late = np.asarray(batch.get("reward_late", np.zeros(result.transitions, bool)), bool)
         if late.any():
             self._hold_late(batch, late)
             batch = {k: np.asarray(v)[~late] for k, v in batch.items()}
-        features = self._featurize(batch)
-        with self.memory_lock:
-            self.core.store(features, stream=result.actor_id)
+        self._store_featurized(batch, stream=result.actor_id)
         for episode in result.episodes:
             self.episode_stats.append({**episode, "robot": result.actor_id})  # a fleet's episodes told apart
 
@@ -282,9 +283,7 @@ class LearnerCore:
                 row = {**row, "reward": np.array([self.recent_rewards[stamp]], np.float32)}
                 if stamp in self.recent_dones:
                     row["terminated"], row["truncated"] = np.array([True]), np.array([False])
-                features = self._featurize(row)
-                with self.memory_lock:
-                    self.core.store(features, stream="late rewards")
+                self._store_featurized(row, stream="late rewards")
                 self.late_rewards_filled += 1
             elif now > deadline:
                 self.late_rewards_dropped += 1
