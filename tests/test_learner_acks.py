@@ -79,3 +79,41 @@ def test_every_payload_is_acknowledged_once_and_promptly_while_a_slow_update_run
     assert all(len(times) == 1 for times in acked.values()), acked
     summary = json.loads((run_dir / "learner_summary.json").read_text())
     assert summary["transitions_received"] == PAYLOADS * ROWS and summary["duplicates"] == 0
+
+
+def test_a_learner_stopped_with_payloads_waiting_stores_every_acknowledged_one_first(tmp_path, monkeypatch):
+    """A run's end (the actors done, the learner stopped) can come while acknowledged payloads still wait for
+    the ingest thread (a pixel learner featurizes each): the summary and the final checkpoint must count them."""
+    import rclpy
+    from rclpy.parameter import Parameter
+
+    from robot_rl.training.learner import LearnerCore
+    from robot_rl.nodes.learner import LearnerNode
+    from robot_rl.ros.probe import fresh_domain_id
+
+    real_store = LearnerCore.store
+
+    def slow_store(core, result):  # a store as slow as a pixel payload's featurizing on this machine
+        time.sleep(0.05)
+        return real_store(core, result)
+
+    monkeypatch.setattr(LearnerCore, "store", slow_store)
+    task = get_task("arm_lift")
+    run_dir = tmp_path / "run"
+    key = ensure_run_secret(run_dir)
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=fresh_domain_id())
+    try:
+        node = LearnerNode(context=context, parameter_overrides=[
+            Parameter("task", value="arm_lift"), Parameter("run_dir", value=str(run_dir)),
+            Parameter("warmup_transitions", value=10_000)])
+        for seq in range(20):  # straight into the subscription's callback: accepted and acknowledged at once
+            node._on_transitions(bytes_to_uint8_multiarray(_payload(seq, key, task.obs_dim, task.action_dim)))
+        waiting = node.inbox.qsize()
+        node.close()
+        node.destroy_node()
+    finally:
+        rclpy.shutdown(context=context)
+    assert waiting > 10  # the premise: most were still waiting when the learner was stopped
+    summary = json.loads((run_dir / "learner_summary.json").read_text())
+    assert summary["transitions_received"] == 20 * ROWS and summary["duplicates"] == 0, summary

@@ -157,8 +157,8 @@ def demonstration_arrays(path: str, task, reward_model: str = "", reward_goal: s
 
 
 class LearnerNode(Node):
-    def __init__(self):
-        super().__init__("learner")
+    def __init__(self, **node_options):
+        super().__init__("learner", **node_options)
         p = declare_params(self, PARAMS)
         set_torch_threads(p["torch_threads"])
         try:
@@ -249,13 +249,17 @@ class LearnerNode(Node):
         self.core.expire_late()
 
     def _ingest_loop(self) -> None:
-        """Stores the accepted payloads (and learned rewards that came late) beside the training thread's updates."""
+        """Stores the accepted payloads (and learned rewards that came late) beside the training thread's updates;
+        asked to stop, it first stores every payload still waiting (each was acknowledged: the summary and the
+        final checkpoint count it)."""
         lower_thread_priority(self.params["train_niceness"])  # learner work too (the training thread says if not)
-        while not self._stop.is_set():
+        while True:
             self._drain_rewards()
             try:
                 result = self.inbox.get(timeout=INGEST_WAIT_S)
             except queue.Empty:
+                if self._stop.is_set():  # stopping only with nothing left: what was acknowledged is stored
+                    break
                 continue
             self.core.store(result)
             for episode in self.core.episode_stats:
@@ -311,7 +315,7 @@ class LearnerNode(Node):
                 self.writer.add_scalar("learner/policy_version", self.core.policy_version, step)
                 self.writer.add_scalar("buffer/online", len(self.core.online), step)
                 self.writer.add_scalar("buffer/demos", len(self.core.demos), step)
-        self._ingest_thread.join()  # the final checkpoint after its last store (what it left is journaled)
+        self._ingest_thread.join()  # the final checkpoint after the last acknowledged payload is stored
         self._save_checkpoint()
 
     def _save_checkpoint(self) -> None:
