@@ -186,10 +186,14 @@ def test_realtime_sim_publishes_images_on_wall_clock_and_holds_on_stale_commands
     cmd = observer.node.create_publisher(TwistStamped, "arm/cmd", qos.COMMAND)
     try:
         observer.wait_for(lambda: len(got["joints"]) >= 5, 60, "realtime observations")
-        start = len(got["joints"])
-        observer.spin(2.0)
-        rate = (len(got["joints"]) - start) / 2.0
-        assert 7.0 <= rate <= 12.0  # 10 Hz on the wall clock, without any command
+        # 10 Hz on the wall clock, without any command, in one of up to four 2 s windows: one window can fall in
+        # the CPU starvation of CI's busiest minute (2.5 Hz seen once, two test workers on two cores).
+        rates = []
+        while len(rates) < 4 and not any(7.0 <= r <= 12.0 for r in rates):
+            start = len(got["joints"])
+            observer.spin(2.0)
+            rates.append((len(got["joints"]) - start) / 2.0)
+        assert any(7.0 <= r <= 12.0 for r in rates), rates
         image = msg_to_image(got["images"][-1])
         assert image.shape == (64, 64, 3) and image.std() > 5
         assert got["info"][-1].width == 64 and got["info"][-1].k[0] > 0
