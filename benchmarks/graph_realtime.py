@@ -99,8 +99,9 @@ acknowledges each as soon as it is stored; before, between updates, and a drain'
 last payload, so an update that took seconds (a compiled step's first call) held acknowledgements back until actors
 resent them (counted as duplicate transitions). acks_on_arrival (2026-12-01, after 265e304): the node's ROS callback
 verifies, journals and acknowledges each payload as it arrives, and the ingest thread only computes features and
-stores; before, a payload's acknowledgement waited for the features of those queued before it (1 s each while the
-first compiled update compiled: one resend in two_actors seed 0 at 265e304)."""
+stores (and, stopped, stores what still waits before the learner's summary counts it); before, a payload's
+acknowledgement waited for the features of those queued before it (1 s each while the first compiled update compiled:
+one resend in two_actors seed 0 at 265e304)."""
 CODE_CHANGES = (*PERSON_CHANGES, *FLEET_CHANGES, *LEARNER_CHANGES)
 """Every named code change: True in the code now, False for a row that does not name it."""
 PERSON_SETTINGS = ("bc_weight", *PERSON_CHANGES)
