@@ -108,6 +108,7 @@ class FakeRealSense:
         self.color[:, : W // 2, 0] = 220
         self.color[:, W // 2:, 2] = 180
         self.paused = threading.Event()
+        self.idle = threading.Event()  # set by the feeder once it has seen `paused`: no frame is on its way
         self.stopped = threading.Event()
         self.stamps_ms: list[float] = []
         self.number = 0
@@ -136,8 +137,10 @@ class FakeRealSense:
     def _run(self):
         while not self.stopped.is_set():
             if self.paused.is_set():
+                self.idle.set()
                 time.sleep(0.01)
                 continue
+            self.idle.clear()
             self.number += 1
             if self.skip_every and self.number % self.skip_every == 0:
                 self.number += 1
@@ -153,6 +156,13 @@ class FakeRealSense:
             self.color_sensor.on_video_frame(self._frame(color, 3, self.color_profile, stamp_ms, self.number))
             self.stamps_ms.append(stamp_ms)
             time.sleep(1.0 / FPS)
+
+    def pause(self):
+        """Stops the frames and returns once the feeder has (a frame made just before `paused` was set
+        would otherwise arrive after it: CI saw a loaded machine's read get one)."""
+        self.idle.clear()
+        self.paused.set()
+        assert self.idle.wait(5.0), "the fake camera's feeder never paused"
 
     def close(self):
         self.stopped.set()
@@ -227,9 +237,10 @@ def test_realsense_reconnects_after_the_stream_stops_and_after_removal(rs):
                              backoff=Backoff(0.05, 0.2))
     try:
         source.read()
-        fake.paused.set()  # "unplugged": nothing arrives any more
+        fake.pause()  # "unplugged": nothing arrives any more
         with pytest.raises(CameraError, match="no frames"):
-            source.read()
+            for _ in range(8):  # frames that came before the pause may still wait in the pipeline's queue
+                source.read()
         assert not source.is_open and source.disconnects == 1
         fake.paused.clear()
         frame = source.read()  # reopens the pipeline after the backoff
