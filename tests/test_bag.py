@@ -124,6 +124,54 @@ def test_record_bag_round_trips_known_messages(tmp_path):
     assert all(a.log_time_ns <= b.log_time_ns for a, b in zip(texts, texts[1:]))
 
 
+# A topic that has a subscriber for a while before its best-effort publisher appears (a loaded machine's
+# discovery: the session's actor was seen on /joint_states before the simulator's sensor-QoS publisher).
+LATE_BEST_EFFORT_PUBLISHER = textwrap.dedent(f"""
+    import sys, time
+    import rclpy
+    from rclpy.qos import qos_profile_sensor_data
+    from std_msgs.msg import String
+
+    rclpy.init()
+    node = rclpy.create_node("bag_test_late_publisher")
+    node.create_subscription(String, "/test/sensor", lambda msg: None, qos_profile_sensor_data)
+    end = time.monotonic() + 3.0  # the recorder polls the graph every 0.5 s meanwhile
+    while time.monotonic() < end:
+        rclpy.spin_once(node, timeout_sec=0.05)
+    pub = node.create_publisher(String, "/test/sensor", qos_profile_sensor_data)
+    end = time.monotonic() + 60
+    while pub.get_subscription_count() < 2:  # ours and the recorder's
+        rclpy.spin_once(node, timeout_sec=0.05)
+        if time.monotonic() > end:
+            sys.exit("the recorder never subscribed with a QoS this publisher can deliver to")
+    time.sleep(0.3)
+    for i in range({N}):
+        pub.publish(String(data=f"sample {{i}}"))
+        time.sleep(0.05)
+    time.sleep(1.0)
+    node.destroy_node()
+    rclpy.shutdown()
+""")
+
+
+def test_record_bag_waits_for_a_publisher_to_match_its_qos(tmp_path):
+    domain_id = fresh_domain_id()
+    out = tmp_path / "late.mcap"
+    recorder, log = _record(tmp_path, domain_id, "--topics", "/test/sensor", "--out", str(out))
+    publisher = subprocess.Popen([sys.executable, "-c", LATE_BEST_EFFORT_PUBLISHER],
+                                 env=loopback_environment(domain_id), stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
+    try:
+        pub_out, _ = publisher.communicate(timeout=90)
+        assert publisher.returncode == 0, pub_out + log.read_text()
+    finally:
+        recorder.send_signal(signal.SIGINT)
+        code = recorder.wait(timeout=30)
+        publisher.kill()
+    assert code == 0, log.read_text()
+    assert [m.ros_msg.data for m in read_ros2_messages(str(out))] == [f"sample {i}" for i in range(N)]
+
+
 def test_record_bag_stops_after_duration_and_refuses_to_overwrite(tmp_path):
     domain_id = fresh_domain_id()
     out = tmp_path / "empty.mcap"

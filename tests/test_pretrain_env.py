@@ -85,8 +85,11 @@ def test_a_pixel_environment_trains_through_the_graph_on_an_encoder_pretrained_o
     assert again.returncode == 2 and "exists" in again.stderr  # an encoder is never overwritten unasked
 
     run = tmp_path / "run"
+    # The actor runs at most 50 steps ahead of the learner's updates (lockstep's slack, 500 by default, would
+    # let all 150 go before a learner slowed by a loaded machine had made its first update: CI saw 0 updates).
     trained = robot_rl("train", "--env", PIXEL_ENV, "--graph", "--max-episode-steps", "30", "--set",
-                       f"learner.encoder={encoder}", "--set", "learner.warmup_transitions=50", "--steps", "150",
+                       f"learner.encoder={encoder}", "--set", "learner.warmup_transitions=50", "--set",
+                       "env_actor.sync_slack_steps=50", "--steps", "150",
                        "--eval-episodes", "2", "--run-dir", str(run), "--plain")
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
     summary = json.loads(trained.stdout.strip().splitlines()[-1])

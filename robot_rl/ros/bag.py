@@ -11,8 +11,10 @@ directories; where a package ships none, the text is built from the generated me
 only, constants are then left out, which does not affect decoding).
 
 Topics may appear after the start: the graph is polled and each named topic is subscribed as soon as
-it is seen, with a QoS matching its publishers (best effort if any publisher is, transient-local
-durability if all are, so latched messages are recorded too).
+it has a publisher, with a QoS matching its publishers (best effort if any publisher is, transient-local
+durability if all are, so latched messages are recorded too). A topic with only subscribers so far
+waits: its publishers' QoS is not known yet (a reliable guess misses a best-effort camera or joint
+state publisher for good). Publishers that appear after the subscription are not matched again.
 """
 
 from __future__ import annotations
@@ -165,13 +167,12 @@ def _absolute(topic: str) -> str:
     return topic if topic.startswith("/") else "/" + topic
 
 
-def _matching_qos(node: Any, topic: str):
+def _matching_qos(publishers: list[Any]):
+    """A subscription's QoS that every one of `publishers` (rclpy TopicEndpointInfo) can deliver to."""
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-    publishers = node.get_publishers_info_by_topic(topic)
     reliable = all(p.qos_profile.reliability == ReliabilityPolicy.RELIABLE for p in publishers)
-    latched = bool(publishers) and all(p.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
-                                       for p in publishers)
+    latched = all(p.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for p in publishers)
     return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100,
                       reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
                       durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
@@ -210,6 +211,9 @@ class BagRecorder:
         for topic in self.wanted:
             if topic in self.topics or topic not in graph or not graph[topic]:
                 continue
+            publishers = self.node.get_publishers_info_by_topic(topic)
+            if not publishers:  # only subscribers so far: the QoS to match is not known yet
+                continue
             type_name = graph[topic][0]
             try:
                 msg_cls = message_class(type_name)
@@ -224,7 +228,7 @@ class BagRecorder:
                                                        schema_id=schema_id)
             self.topics[topic] = TopicStats(type_name, channel_id)
             self.node.create_subscription(msg_cls, topic, functools.partial(self._on_message, topic),
-                                          _matching_qos(self.node, topic), raw=True)
+                                          _matching_qos(publishers), raw=True)
             new.append(topic)
         return new
 
