@@ -284,7 +284,7 @@ def test_a_person_takes_over_during_training_from_the_keyboard(tmp_path):
 
 
 # wall_clock: in lockstep the first 30 s episode takes a few wall-clock seconds, and under a second test process's load
-# the console's status subscription matched after it had ended (CI: no ">>> episode 0: GO", episode 1's was there).
+# the console's status subscription matched after it had ended (CI: no ">>> episode 0: GO" in the terminal).
 @pytest.mark.wall_clock
 def test_train_at_the_keyboard_takes_a_persons_episode_length(tmp_path):
     """`train --teleop --episode-time-s 30`: 30 s episodes (300 steps at 10 Hz; the simulator runs in lockstep
