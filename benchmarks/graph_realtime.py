@@ -47,7 +47,10 @@ code changes (`PERSON_CHANGES`) that act on a person's corrections only in the h
 (`FLEET_CHANGES`) that act on a fleet only in the two_actors arm's, code changes (`LEARNER_CHANGES`) that act on
 the wall clock only in the real-time arms', and the task's `TASK_SETTINGS`); the summary's
 figures are the
-current recipe's, and each earlier recipe's stay beside them under `earlier_recipes`.
+current recipe's on this machine, and each earlier recipe's stay beside them under `earlier_recipes`.
+Every row names its machine too (`machine()`: a real-time row's minutes depend on its learner's updates per
+second): the shipped recipe's rows from another machine are summarized apart, under `earlier_recipes` as
+"<recipe> on <machine>"; rows from before rows named their machine count as this one's.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import signal
 import statistics
 import subprocess
@@ -207,7 +211,8 @@ def run_arm(arm: str, seed: int, steps: int, snapshot_s: float, run_dir: Path, e
             "node_restarts": restarts,
             "snapshots": snapshots, "minutes_to_90": first_reached(snapshots, 0.9, "minutes"),
             "steps_to_90": first_reached(snapshots, 0.9, "transitions"),
-            "recipe": arm_recipe(arm, shipped_settings()), "date": time.strftime("%Y-%m-%d"), "commit": commit}
+            "recipe": arm_recipe(arm, shipped_settings()), "machine": machine(), "date": time.strftime("%Y-%m-%d"),
+            "commit": commit}
 
 
 def kill_node(run_dir: Path, node: str = "arm_actor") -> int:
@@ -252,7 +257,7 @@ def run_in_process(seed: int, steps: int, eval_episodes: int = 50) -> dict:
     return {"arm": "in_process", "seed": seed, "steps_budget": steps, "wall_s": round(time.time() - started, 1),
             "env_steps": steps, "snapshots": snapshots, "minutes_to_90": first_reached(snapshots, 0.9, "minutes"),
             "steps_to_90": first_reached(snapshots, 0.9, "transitions"),
-            "recipe": arm_recipe("in_process", shipped_settings()),
+            "recipe": arm_recipe("in_process", shipped_settings()), "machine": machine(),
             "date": time.strftime("%Y-%m-%d"), "commit": commit}
 
 
@@ -369,20 +374,36 @@ def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def machine() -> str:
+    """This machine's CPU model and core count, e.g. "Intel(R) Xeon(R) Processor, 2 cores"."""
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                 platform.processor() or "unknown CPU")
+    return f"{model}, {os.cpu_count()} cores"
+
+
 def _commit() -> str:
     done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return done.stdout.strip()
 
 
-def summarize(rows: list[dict], shipped: dict) -> dict:
-    """The figures of the rows that ran the `shipped` settings, then each earlier recipe's under
-    `earlier_recipes`."""
-    current = [r for r in rows if row_recipe(r) == arm_recipe(r["arm"], shipped)]
+def summarize(rows: list[dict], shipped: dict, here: str | None = None) -> dict:
+    """The figures of the rows that ran the `shipped` settings on this machine (`here`, default `machine()`),
+    then each earlier recipe's, and any recipe's from another machine ("<recipe> on <machine>"), under
+    `earlier_recipes`. A row without a machine (recorded before rows named one) counts as this machine's."""
+    here = here or machine()
+
+    def group(row: dict) -> str:
+        return row_recipe(row) if row.get("machine", here) == here else f"{row_recipe(row)} on {row['machine']}"
+
+    current = [r for r in rows if group(r) == arm_recipe(r["arm"], shipped)]
     summary = summarize_recipe(current)
     summary["recipe"] = recipe_name(shipped)
+    summary["machine"] = here
     earlier = [r for r in rows if r not in current]
-    summary["earlier_recipes"] = {name: summarize_recipe([r for r in earlier if row_recipe(r) == name])
-                                  for name in dict.fromkeys(map(row_recipe, earlier))}
+    summary["earlier_recipes"] = {name: summarize_recipe([r for r in earlier if group(r) == name])
+                                  for name in dict.fromkeys(map(group, earlier))}
     return summary
 
 

@@ -302,3 +302,15 @@ def test_the_compiled_training_step_and_the_acknowledgements_split_real_time_row
     assert earlier[compiled_first_key]["wall_min_to_90"] == 6.0
     assert graph_realtime.shipped_settings()["compile"] is True  # config/arm_pick_cube.yaml's
     assert graph_realtime.shipped_settings()["acks_on_arrival"] is True  # the learner node's own code
+
+
+def test_the_shipped_recipes_rows_from_another_machine_are_summarized_apart():
+    here, there = "Intel(R) Xeon(R) Processor, 2 cores", "AMD EPYC 7B13, 2 cores"
+    rows = [dict(_row("realtime", 0, [0.5, 0.9, 0.92], recipe=NEW), machine=here),  # 4 min
+            dict(_row("realtime", 1, [0.9, 0.95], recipe=NEW), machine=there),  # 2 min, elsewhere
+            _row("realtime", 2, [0.9, 0.9], recipe=NEW)]  # 2 min, from before rows named their machine
+    summary = graph_realtime.summarize(rows, SHIPPED, here=here)
+    assert summary["machine"] == here and summary["rows"] == 2 and summary["wall_min_to_90"] == 3.0
+    elsewhere = summary["earlier_recipes"][f"{NEW},{EAGER_ACKS} on {there}"]
+    assert elsewhere["rows"] == 1 and elsewhere["wall_min_to_90"] == 2.0
+    assert "," in graph_realtime.machine() and graph_realtime.machine().endswith(" cores")
