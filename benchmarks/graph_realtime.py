@@ -58,7 +58,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -66,6 +65,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from robot_rl.device import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -376,11 +377,7 @@ def read_rows(path: Path) -> list[dict]:
 
 def machine() -> str:
     """This machine's CPU model and core count, e.g. "Intel(R) Xeon(R) Processor, 2 cores"."""
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
-                 platform.processor() or "unknown CPU")
-    return f"{model}, {os.cpu_count()} cores"
+    return f"{cpu_model()}, {os.cpu_count()} cores"
 
 
 def _commit() -> str:

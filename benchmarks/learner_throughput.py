@@ -69,7 +69,7 @@ from torch._dynamo.utils import counters
 
 from robot_rl.agents.encoders import EncoderConfig
 from robot_rl.agents.sac import SAC, SACConfig, native_bf16
-from robot_rl.device import reuse_freed_cpu_memory
+from robot_rl.device import cpu_model, reuse_freed_cpu_memory
 
 OBS_DIM, ACTION_DIM, BATCH, CRITICS, SUBSAMPLE = 33, 4, 256, 10, 2
 IMAGE, PROPRIO = 64, 12
@@ -414,13 +414,6 @@ def ppo_figures(device: torch.device, seconds: float) -> dict:
             "ppo_errors": errors}
 
 
-def cpu_name() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return "unknown"
-
-
 def finite(result: dict) -> dict:
     """`result` with every non-finite float (a diverged contender) as None, named under `non_finite`."""
     bad = [k for k, v in result.items() if isinstance(v, float) and not math.isfinite(v)]
@@ -448,7 +441,7 @@ def main() -> None:
     precision = "bfloat16" if native_bf16(device) else "float32"  # what precision: auto picks
     torch.manual_seed(0)
     result: dict = {"device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
-                    "device_type": device.type, "torch": torch.__version__, "cpu": cpu_name(), "precision": precision,
+                    "device_type": device.type, "torch": torch.__version__, "cpu": cpu_model(), "precision": precision,
                     "compile": compile, "seconds": seconds}
 
     def emit() -> None:

@@ -54,7 +54,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -63,6 +62,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+from robot_rl.device import cpu_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from camera_rate import append_result as append_keyed_result, read_timing, run_in_workdir  # noqa: E402
@@ -109,13 +110,7 @@ def ratios_to_reference(score: dict[str, dict[str, dict]], key: str = "p50_ms") 
 
 def hardware(device: str) -> dict[str, Any]:
     """The CPU's model name and core count, and the GPU's name on CUDA."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    out: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count()}
+    out: dict[str, Any] = {"cpu": cpu_model(), "cores": os.cpu_count()}
     if device.startswith("cuda"):
         import torch
 

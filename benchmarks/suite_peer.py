@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from robot_rl.device import cpu_model
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 ENV_ID = "gymnasium_robotics:PointMaze_UMaze-v3"
@@ -59,13 +61,6 @@ def versions() -> dict[str, str | None]:
     done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     out["robot_rl"] = done.stdout.strip() or None
     return out
-
-
-def cpu_name() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return "unknown"
 
 
 def run_ours(seed: int, steps: int, eval_every: int, episodes: int, run_dir: Path) -> list[dict]:
@@ -201,7 +196,7 @@ def main() -> None:
                 print(json.dumps({"library": library, "seed": seed, "curve": rows}), flush=True)
     summary = {**summarize(curves, failures), "env_id": ENV_ID, "env_kwargs": ENV_KWARGS, "steps": steps,
                "eval_every": eval_every, "eval_episodes": episodes, "seeds": seeds, "peer": PEER,
-               "versions": versions(), "cpu": cpu_name(), "wall_s": round(time.perf_counter() - start, 1)}
+               "versions": versions(), "cpu": cpu_model(), "wall_s": round(time.perf_counter() - start, 1)}
     if not args.quick:
         RESULTS.mkdir(parents=True, exist_ok=True)
         plot(curves, RESULTS / "suite_peer.png", steps)

@@ -70,6 +70,18 @@ def reuse_freed_cpu_memory() -> bool:
     return bool(mallopt(_GLIBC_M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(_GLIBC_M_TRIM_THRESHOLD, 128 << 20))
 
 
+def cpu_model() -> str:
+    """This machine's CPU model name, e.g. "Intel(R) Xeon(R) Processor" (for benchmark rows: a figure measured on
+    one CPU is compared with another's only when named so)."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+    except (OSError, StopIteration):  # not Linux, or a CPU whose kernel names no model
+        return platform.processor() or "unknown CPU"
+
+
 _ELF_MAGIC = b"\x7fELF"
 
 
