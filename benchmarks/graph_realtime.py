@@ -48,9 +48,10 @@ code changes (`PERSON_CHANGES`) that act on a person's corrections only in the h
 the wall clock only in the real-time arms', and the task's `TASK_SETTINGS`); the summary's
 figures are the
 current recipe's on this machine, and each earlier recipe's stay beside them under `earlier_recipes`.
-Every row names its machine too (`machine()`: a real-time row's minutes depend on its learner's updates per
-second): the shipped recipe's rows from another machine are summarized apart, under `earlier_recipes` as
-"<recipe> on <machine>"; rows from before rows named their machine count as this one's.
+Every row names its machine too (`machine()`: CPU model, cores and native bfloat16 or not; a real-time row's
+minutes depend on its learner's updates per second): the shipped recipe's rows from another machine are
+summarized apart, under `earlier_recipes` as "<recipe> on <machine>"; rows from before rows named their machine
+count as this one's.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from robot_rl.device import cpu_model
+from robot_rl.device import cpu_has_native_bf16, cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -376,8 +377,11 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def machine() -> str:
-    """This machine's CPU model and core count, e.g. "Intel(R) Xeon(R) Processor, 2 cores"."""
-    return f"{cpu_model()}, {os.cpu_count()} cores"
+    """This machine's CPU model, core count and whether it has native bfloat16 matmuls (where the learner's
+    `precision: auto` trains in bfloat16), e.g. "Intel(R) Xeon(R) Processor, 2 cores, native bfloat16": a virtual
+    machine's model name can be the same for hosts whose learners differ twofold."""
+    bf16 = "native bfloat16" if cpu_has_native_bf16() else "no native bfloat16"
+    return f"{cpu_model()}, {os.cpu_count()} cores, {bf16}"
 
 
 def _commit() -> str:

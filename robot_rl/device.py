@@ -82,6 +82,21 @@ def cpu_model() -> str:
         return platform.processor() or "unknown CPU"
 
 
+def cpu_flags() -> frozenset[str]:
+    """The instruction-set flags the kernel lists for this machine's CPU (empty where it lists none)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return frozenset(next((line for line in cpuinfo if line.startswith("flags")), ":").split(":", 1)[1].split())
+    except OSError:  # not Linux
+        return frozenset()
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU runs bfloat16 matmuls natively (AVX512-BF16 or AMX), where `precision: auto` trains in
+    bfloat16: such a CPU's learner is about twice as fast, so a benchmark row says which kind it ran on."""
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
 _ELF_MAGIC = b"\x7fELF"
 
 

@@ -164,6 +164,10 @@ class FakeRealSense:
         self.paused.set()
         assert self.idle.wait(5.0), "the fake camera's feeder never paused"
 
+    def resume(self):
+        """Frames flow again ("plugged back in")."""
+        self.paused.clear()
+
     def close(self):
         self.stopped.set()
         self.thread.join(timeout=2)
@@ -242,7 +246,7 @@ def test_realsense_reconnects_after_the_stream_stops_and_after_removal(rs):
             for _ in range(8):  # frames that came before the pause may still wait in the pipeline's queue
                 source.read()
         assert not source.is_open and source.disconnects == 1
-        fake.paused.clear()
+        fake.resume()
         frame = source.read()  # reopens the pipeline after the backoff
         assert frame.color.shape == (H, W, 3)
         assert source.reconnects == 1 and source.is_open

@@ -1,10 +1,13 @@
 """benchmarks/graph_realtime.py's summary: the acceptance rules on hand-made rows, and earlier recipes kept apart."""
 
+import os
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from robot_rl.device import cpu_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -313,4 +316,5 @@ def test_the_shipped_recipes_rows_from_another_machine_are_summarized_apart():
     assert summary["machine"] == here and summary["rows"] == 2 and summary["wall_min_to_90"] == 3.0
     elsewhere = summary["earlier_recipes"][f"{NEW},{EAGER_ACKS} on {there}"]
     assert elsewhere["rows"] == 1 and elsewhere["wall_min_to_90"] == 2.0
-    assert "," in graph_realtime.machine() and graph_realtime.machine().endswith(" cores")
+    assert graph_realtime.machine().startswith(f"{cpu_model()}, {os.cpu_count()} cores, ")
+    assert graph_realtime.machine().endswith(" native bfloat16")

@@ -24,7 +24,7 @@ from robot_rl.agents.encoders import EncoderConfig, ImageEncoder
 from robot_rl.agents.networks import CriticEnsemble, mlp
 from robot_rl.agents.policy import GRIPPER_COMMANDS, Policy, PolicySpec, gripper_index
 from robot_rl.config_fields import setting
-from robot_rl.device import reuse_freed_cpu_memory
+from robot_rl.device import cpu_has_native_bf16, reuse_freed_cpu_memory
 
 
 @dataclass
@@ -116,14 +116,7 @@ def native_bf16(device: torch.device) -> bool:
     """True where bfloat16 matmuls run natively: CUDA with bf16, or a CPU with AVX512-BF16 / AMX."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
-    if device.type != "cpu":
-        return False
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "").split()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return device.type == "cpu" and cpu_has_native_bf16()
 
 
 def _fused_adam(device: torch.device) -> bool:
