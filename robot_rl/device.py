@@ -70,30 +70,33 @@ def reuse_freed_cpu_memory() -> bool:
     return bool(mallopt(_GLIBC_M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(_GLIBC_M_TRIM_THRESHOLD, 128 << 20))
 
 
+def _cpuinfo_field(name: str) -> str | None:
+    """The value of the first `name` line of /proc/cpuinfo, or None where there is none (not Linux, or a kernel that
+    does not list it)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith(name)), None)
+    except OSError:
+        return None
+
+
 def cpu_model() -> str:
     """This machine's CPU model name, e.g. "Intel(R) Xeon(R) Processor" (for benchmark rows: a figure measured on
     one CPU is compared with another's only when named so)."""
     import platform
 
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            return next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
-    except (OSError, StopIteration):  # not Linux, or a CPU whose kernel names no model
-        return platform.processor() or "unknown CPU"
+    return _cpuinfo_field("model name") or platform.processor() or "unknown CPU"
 
 
 def cpu_flags() -> frozenset[str]:
     """The instruction-set flags the kernel lists for this machine's CPU (empty where it lists none)."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            return frozenset(next((line for line in cpuinfo if line.startswith("flags")), ":").split(":", 1)[1].split())
-    except OSError:  # not Linux
-        return frozenset()
+    return frozenset((_cpuinfo_field("flags") or "").split())
 
 
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU runs bfloat16 matmuls natively (AVX512-BF16 or AMX), where `precision: auto` trains in
-    bfloat16: such a CPU's learner is about twice as fast, so a benchmark row says which kind it ran on."""
+    bfloat16: two VMs of the same model name ran the learner 29-41 and 62-74 updates/s (the faster one has it), so
+    a benchmark row says which kind it ran on."""
     return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
 
 
