@@ -50,8 +50,8 @@ figures are the
 current recipe's on this machine, and each earlier recipe's stay beside them under `earlier_recipes`.
 Every row names its machine too (`machine()`: CPU model, cores and native bfloat16 or not; a real-time row's
 minutes depend on its learner's updates per second): the shipped recipe's rows from another machine are
-summarized apart, under `earlier_recipes` as "<recipe> on <machine>"; rows from before rows named their machine
-count as this one's.
+summarized apart, under `earlier_recipes` as "<recipe> on <machine>", and rows from before rows named their machine
+as "<recipe> on a machine not recorded" (most ran on another machine, the car's for one).
 """
 
 from __future__ import annotations
@@ -376,6 +376,10 @@ def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+UNRECORDED_MACHINE = "a machine not recorded"
+"""Where a row from before rows named their machine ran, in the summary."""
+
+
 def machine() -> str:
     """This machine's CPU model, core count and whether it has native bfloat16 matmuls (where the learner's
     `precision: auto` trains in bfloat16), e.g. "Intel(R) Xeon(R) Processor, 2 cores, native bfloat16": a virtual
@@ -392,11 +396,13 @@ def _commit() -> str:
 def summarize(rows: list[dict], shipped: dict, here: str | None = None) -> dict:
     """The figures of the rows that ran the `shipped` settings on this machine (`here`, default `machine()`),
     then each earlier recipe's, and any recipe's from another machine ("<recipe> on <machine>"), under
-    `earlier_recipes`. A row without a machine (recorded before rows named one) counts as this machine's."""
+    `earlier_recipes`; a row without a machine (recorded before rows named one) is under "<recipe> on a machine not
+    recorded", never taken for this machine's."""
     here = here or machine()
 
     def group(row: dict) -> str:
-        return row_recipe(row) if row.get("machine", here) == here else f"{row_recipe(row)} on {row['machine']}"
+        where = row.get("machine", UNRECORDED_MACHINE)
+        return row_recipe(row) if where == here else f"{row_recipe(row)} on {where}"
 
     current = [r for r in rows if group(r) == arm_recipe(r["arm"], shipped)]
     summary = summarize_recipe(current)

@@ -28,13 +28,18 @@ HIL = f"{NEW},learner.bc_weight=0.0,person.corrections_end_at_reset=True"
 """The shipped recipe as a hil row names it."""
 
 
-def _row(arm, seed, successes, recipe=None, wall_s=960.0, lost=0):
+HERE = graph_realtime.machine()
+
+
+def _row(arm, seed, successes, recipe=None, wall_s=960.0, lost=0, machine=HERE):
     snapshots = [{"minutes": 2.0 * (i + 1), "transitions": 1200 * (i + 1), "success": s}
                  for i, s in enumerate(successes)]
     row = {"arm": arm, "seed": seed, "wall_s": wall_s, "snapshots": snapshots,
            "minutes_to_90": graph_realtime.first_reached(snapshots, 0.9, "minutes"),
            "lost_transitions": lost, "duplicate_transitions": 0, "act_latency_ms_p99": 5.0,
            "learner_updates_per_s": 9.9, "intervention_steps": 0}
+    if machine:
+        row["machine"] = machine
     if recipe:
         row["recipe"] = recipe
     return row
@@ -309,12 +314,14 @@ def test_the_compiled_training_step_and_the_acknowledgements_split_real_time_row
 
 def test_the_shipped_recipes_rows_from_another_machine_are_summarized_apart():
     here, there = "Intel(R) Xeon(R) Processor, 2 cores", "AMD EPYC 7B13, 2 cores"
-    rows = [dict(_row("realtime", 0, [0.5, 0.9, 0.92], recipe=NEW), machine=here),  # 4 min
-            dict(_row("realtime", 1, [0.9, 0.95], recipe=NEW), machine=there),  # 2 min, elsewhere
-            _row("realtime", 2, [0.9, 0.9], recipe=NEW)]  # 2 min, from before rows named their machine
+    rows = [_row("realtime", 0, [0.5, 0.9, 0.92], recipe=NEW, machine=here),  # 4 min
+            _row("realtime", 1, [0.9, 0.95], recipe=NEW, machine=there),  # 2 min, elsewhere
+            _row("realtime", 2, [0.9, 0.9], recipe=NEW, machine=None)]  # 2 min, before rows named their machine
     summary = graph_realtime.summarize(rows, SHIPPED, here=here)
-    assert summary["machine"] == here and summary["rows"] == 2 and summary["wall_min_to_90"] == 3.0
+    assert summary["machine"] == here and summary["rows"] == 1 and summary["wall_min_to_90"] == 4.0
     elsewhere = summary["earlier_recipes"][f"{NEW},{EAGER_ACKS} on {there}"]
     assert elsewhere["rows"] == 1 and elsewhere["wall_min_to_90"] == 2.0
+    unrecorded = summary["earlier_recipes"][f"{NEW},{EAGER_ACKS} on a machine not recorded"]
+    assert unrecorded["rows"] == 1 and unrecorded["wall_min_to_90"] == 2.0
     assert graph_realtime.machine().startswith(f"{cpu_model()}, {os.cpu_count()} cores, ")
     assert graph_realtime.machine().endswith(" native bfloat16")
