@@ -10,11 +10,10 @@ policy (the learner's last published, `policy.policy`) judged on 50 eval-split e
   stepping at 10 Hz on a wall-clock timer (`clock_mode: realtime`; a command older than 0.3 s is replaced by "hold
   still"), each reset drawing the scene the in-process episode of the same index meets (`reset_seeds_from`), the
   actor flying the pinned policy (`policy_file`) with the cameras' frames, DDS and timing jitter between them;
-- in one process on the same plants: the same scenes with action latency 0 and no proprioception noise, the two
-  draws arm_sim does not simulate (the pipeline's own delay stands in for the first: a command computed from one
-  tick's observation is applied at the next tick, which latency 0 simulates; the robot's joint readings are
-  exact in simulation);
-- in one process as `robot-rl eval` judges it (the eval split as drawn, latency and noise included), reported;
+- in one process on the same plants, as `robot-rl eval` judges it: the same scenes, action latencies and
+  proprioception noise levels (arm_sim draws and simulates both since session 49, as ArmPickCube does; before,
+  it simulated neither, and this row fixed them at 0, the pipeline's own delay standing in for latency 0: a
+  command computed from one tick's observation is applied at the next tick);
 - in one process on each `dynamics_*` split of sim/arm/randomization.yaml (one dynamics shift alone, outside the
   training ranges, the rest from eval): cube mass 0.25 kg, cube friction 0.5, action latency 2 steps, controller
   gain 0.65x, joint damping 1.6x, proprioception noise 0.004.
@@ -48,8 +47,6 @@ RESULTS = ROOT / "benchmarks" / "results"
 TASK = "arm_pick_cube"
 EVAL_SEED = 10_000
 """`robot-rl eval`'s first seed: the episodes' reset seeds are drawn from it."""
-NOT_IN_ARM_SIM = {"action_latency_steps": 0, "observation_noise": 0.0}
-"""The eval split's draws arm_sim does not simulate (the actor side's), fixed in one process to what it meets."""
 DYNAMICS = tuple(split for split in Randomization.load(package_path("sim/arm/randomization.yaml")).splits
                  if split.startswith("dynamics_"))
 
@@ -76,14 +73,14 @@ def final_policy(run_dir: Path):
     return policy, payload.meta["version"]
 
 
-def in_process(run_dir: Path, policy, episodes: int, split: str, overrides: dict | None = None) -> dict:
+def in_process(run_dir: Path, policy, episodes: int, split: str) -> dict:
     """`policy` on `episodes` episodes of `split` in one process, as `robot-rl eval` judges a graph run's policy
     (robot_rl/robots/arm/evaluate.py: the run's scenes, each observation built as the graph's actor builds it)."""
     from robot_rl.robots.arm.evaluate import graph_episodes
     from robot_rl.tasks import get_task
 
-    result = graph_episodes(run_dir, policy, get_task(TASK), episodes, EVAL_SEED, split, None, None, overrides)
-    return {"split": split, "overrides": overrides or {}, "success_rate": result["success_rate"],
+    result = graph_episodes(run_dir, policy, get_task(TASK), episodes, EVAL_SEED, split, None, None)
+    return {"split": split, "success_rate": result["success_rate"],
             "successes": [r["success"] for r in result["results"]], "steps": [r["steps"] for r in result["results"]]}
 
 
@@ -112,17 +109,16 @@ def seed_row(seed: int, steps: int, episodes: int, runs: Path, commit: str) -> d
     run_dir = runs / f"seed{seed}"
     train_wall_s = train(seed, steps, run_dir)
     policy, version = final_policy(run_dir)
-    matched = in_process(run_dir, policy, episodes, "eval", NOT_IN_ARM_SIM)
+    matched = in_process(run_dir, policy, episodes, "eval")
     graph = through_graph(run_dir, episodes, runs / f"seed{seed}_graph_{time.strftime('%Y%m%d%H%M%S')}")
     if graph["policy_version"] != version or graph["train_steps"] != 0:
         raise SystemExit(f"arm_transfer: the graph flew policy version {graph['policy_version']} after "
                          f"{graph['train_steps']} training steps, not the pinned version {version}")
-    as_drawn = in_process(run_dir, policy, episodes, "eval")
     dynamics = {split: in_process(run_dir, policy, episodes, split)["success_rate"] for split in DYNAMICS}
     learner = json.loads((run_dir / "learner_summary.json").read_text())
     return {"seed": seed, "steps": steps, "episodes": episodes, "run_dir": str(run_dir), "train_wall_s": train_wall_s,
             "learner_updates": learner.get("updates"), "policy_version": version,
-            "in_process_same_plants": matched, "graph": graph, "in_process_as_drawn": as_drawn["success_rate"],
+            "in_process_same_plants": matched, "graph": graph, "in_process_as_drawn": matched["success_rate"],
             "dynamics": dynamics,
             "episodes_that_differ": [i for i, (a, b) in enumerate(zip(matched["successes"], graph["successes"]))
                                      if a != b],

@@ -45,7 +45,8 @@ minutes) and prints the summary as the last line.
 Every row names the recipe it ran (`RECIPE_SETTINGS` of the shipped task config's learner, settings and
 code changes (`PERSON_CHANGES`) that act on a person's corrections only in the hil arm's, code changes
 (`FLEET_CHANGES`) that act on a fleet only in the two_actors arm's, code changes (`LEARNER_CHANGES`) that act on
-the wall clock only in the real-time arms', and the task's `TASK_SETTINGS`); the summary's
+the wall clock only in the real-time arms', code changes to what the simulator trains on (`SIM_CHANGES`), and the
+task's `TASK_SETTINGS`); the summary's
 figures are the
 current recipe's on this machine, and each earlier recipe's stay beside them under `earlier_recipes`.
 Every row names its machine too (`machine()`: CPU model, cores and native bfloat16 or not; a real-time row's
@@ -108,7 +109,12 @@ verifies, journals and acknowledges each payload as it arrives, and the ingest t
 stores (and, stopped, stores what still waits before the learner's summary counts it); before, a payload's
 acknowledgement waited for the features of those queued before it (1 s each while the first compiled update compiled:
 one resend in two_actors seed 0 at 265e304)."""
-CODE_CHANGES = (*PERSON_CHANGES, *FLEET_CHANGES, *LEARNER_CHANGES)
+SIM_CHANGES = ("latency_and_noise",)
+"""Changes to what the graph's simulator trains on (code), named "sim.<name>": True in the code now, False for rows
+that do not name them. latency_and_noise (2026-12-02, session 49): arm_sim draws and simulates the randomization's
+action latency and proprioception noise as ArmPickCube does (the train split: 0, 0 or 1 steps, noise up to 0.002);
+before, it simulated neither, so the graph trained on latency 0 and exact joint readings."""
+CODE_CHANGES = (*PERSON_CHANGES, *FLEET_CHANGES, *LEARNER_CHANGES, *SIM_CHANGES)
 """Every named code change: True in the code now, False for a row that does not name it."""
 PERSON_SETTINGS = ("bc_weight", *PERSON_CHANGES)
 """Settings that act on a person's corrections only: part of the hil arm's recipe alone."""
@@ -271,8 +277,7 @@ def shipped_learner() -> dict:
 
 
 def shipped_settings() -> dict:
-    """The shipped task config's values of RECIPE_SETTINGS, the task's of TASK_SETTINGS, PERSON_CHANGES,
-    FLEET_CHANGES and LEARNER_CHANGES."""
+    """The shipped task config's values of RECIPE_SETTINGS, the task's of TASK_SETTINGS, and every CODE_CHANGES."""
     from robot_rl.tasks import get_task
 
     learner, task = shipped_learner(), get_task(TASK)
@@ -283,7 +288,7 @@ def shipped_settings() -> dict:
 
 def recipe_name(settings: dict) -> str:
     prefix = {**dict.fromkeys(TASK_SETTINGS, "task"), **dict.fromkeys(PERSON_CHANGES, "person"),
-              **dict.fromkeys(FLEET_CHANGES, "fleet")}
+              **dict.fromkeys(FLEET_CHANGES, "fleet"), **dict.fromkeys(SIM_CHANGES, "sim")}
     return ",".join(f"{prefix.get(k, 'learner')}.{k}={v}" for k, v in settings.items())
 
 

@@ -41,6 +41,21 @@ class ArmSimProbe:
         p = self.poses[-1].pose.position
         return np.array([p.x, p.y, p.z])
 
+    def steps(self, action, n: int) -> None:
+        """`n` lockstep steps of `action`, each answering the newest observation."""
+        for _ in range(n):
+            answered = stamp_to_ns(self.poses[-1].header.stamp)
+            twist, grip = action_to_msgs(np.asarray(action, np.float32), answered, 0.03, 10.0)
+            self.gripper.publish(grip)  # the actor's order: the gripper, then the command that completes the step
+            self.cmd.publish(twist)
+            # The next observation, not a repeat of this one (lockstep republishes an unanswered one).
+            self.probe.wait_for(lambda: stamp_to_ns(self.poses[-1].header.stamp) > answered, 10, "the next observation")
+
+    def reset(self) -> None:
+        """A new episode (drawn from the randomization), once its first observation is heard."""
+        stamp = json.loads(self.probe.call(Trigger, "/arm_sim/reset", Trigger.Request()).message)["stamp_ns"]
+        self.probe.wait_for(lambda: stamp_to_ns(self.poses[-1].header.stamp) == stamp, 10, "the new episode")
+
     def close(self) -> None:
         self.probe.close()
         stop_node(self.proc, self.log)
@@ -48,17 +63,8 @@ class ArmSimProbe:
 
 def test_arm_sim_moves_with_its_commands_holds_under_the_estop_and_resets(tmp_path):
     sim = ArmSimProbe(tmp_path)
-    probe, poses, cmd, gripper, position = sim.probe, sim.poses, sim.cmd, sim.gripper, sim.position
+    probe, poses, position, steps = sim.probe, sim.poses, sim.position, sim.steps
     estop = probe.node.create_publisher(Bool, "/estop", ESTOP_QOS)
-
-    def steps(action, n: int) -> None:
-        for _ in range(n):
-            answered = stamp_to_ns(poses[-1].header.stamp)
-            twist, grip = action_to_msgs(np.asarray(action, np.float32), answered, 0.03, 10.0)
-            gripper.publish(grip)  # the actor's order: the gripper, then the command that completes the step
-            cmd.publish(twist)
-            # The next observation, not a repeat of this one (lockstep republishes an unanswered one).
-            probe.wait_for(lambda: stamp_to_ns(poses[-1].header.stamp) > answered, 10, "the next observation")
 
     try:
         probe.wait_for(lambda: poses, 30, "the first observation")
@@ -83,6 +89,55 @@ def test_arm_sim_moves_with_its_commands_holds_under_the_estop_and_resets(tmp_pa
         probe.wait_for(lambda: stamp_to_ns(poses[-1].header.stamp) == first, 10, "the new episode's observation")
         probe.wait_for(lambda: probe.value("resets") == 1, 10, "the reset counted")
         assert probe.value("steps") == 13  # a reset is no step
+    finally:
+        sim.close()
+
+
+def test_a_drawn_action_latency_delays_commands_and_the_estop_cancels_those_in_flight(tmp_path):
+    """The randomization's action latency runs through the graph as in ArmPickCube: each command two ticks after it
+    arrived, holds until then; an e-stop drops what is in flight, so nothing sent before it runs after it."""
+    randomization = tmp_path / "latency.yaml"
+    randomization.write_text('train: {action_latency_steps: {constant: 2}}\neval: {}\n')
+    sim = ArmSimProbe(tmp_path, f"randomization:={randomization}")
+    estop = sim.probe.node.create_publisher(Bool, "/estop", ESTOP_QOS)
+    right, still = [1.0, 0.0, 0.0, -1.0], [0.0, 0.0, 0.0, -1.0]
+    try:
+        sim.probe.wait_for(lambda: sim.poses, 30, "the first observation")
+        sim.reset()
+        start = sim.position()
+        sim.steps(right, 2)
+        assert np.abs(sim.position() - start).max() < 0.002, "a command ran before its latency"
+        sim.steps(still, 2)
+        moved = sim.position()
+        assert moved[0] - start[0] > 0.015  # the two commands, two ticks late
+        sim.steps(right, 2)  # in flight when the stop comes
+        estop.publish(Bool(data=True))
+        sim.probe.wait_for(lambda: sim.probe.value("estops") == 1, 10, "the e-stop")
+        stopped = sim.position()
+        sim.steps(right, 1)
+        estop.publish(Bool(data=False))
+        assert sim.probe.call(Trigger, "/arm_sim/reset_estop", Trigger.Request()).success
+        sim.steps(still, 3)
+        assert np.abs(sim.position() - stopped).max() < 0.005, "a command sent before the e-stop ran after it"
+    finally:
+        sim.close()
+
+
+def test_a_drawn_proprioception_noise_reaches_the_published_pose_and_not_the_cube(tmp_path):
+    randomization = tmp_path / "noise.yaml"
+    randomization.write_text('train: {observation_noise: {constant: 0.01}}\neval: {}\n')
+    sim = ArmSimProbe(tmp_path, f"randomization:={randomization}")
+    cubes: list[PoseStamped] = []
+    sim.probe.node.create_subscription(PoseStamped, "cube/pose", cubes.append, qos.SENSOR)
+    try:
+        sim.probe.wait_for(lambda: sim.poses and cubes, 30, "the first observation")
+        sim.reset()
+        first = len(sim.poses)
+        sim.steps([0.0, 0.0, 0.0, -1.0], 8)  # held still: what moves is the sensors' noise
+        held = np.array([[p.pose.position.x, p.pose.position.y, p.pose.position.z] for p in sim.poses[first:]])
+        assert 0.004 < held.std(axis=0).mean() < 0.02, held
+        cube = np.array([[c.pose.position.x, c.pose.position.y, c.pose.position.z] for c in cubes[-5:]])
+        assert cube.std(axis=0).max() < 1e-4  # the cube's pose is the scene's, not a sensor of the arm's
     finally:
         sim.close()
 

@@ -15,10 +15,11 @@ import graph_realtime  # noqa: E402
 
 SHIPPED = {"feature_views": 4, "bc_weight": 0.0, "max_update_ratio": 8.0, "warmup_transitions": 100, "compile": False,
            "action_history": 2, "corrections_end_at_reset": True, "ticks_staggered": True, "group_niced": True,
-           "acks_beside_updates": False, "acks_on_arrival": False}
-"""A shipped recipe of before 2026-12-01 (eager, acknowledged between updates): what the hand-made rows ran."""
-EAGER_ACKS = "learner.acks_beside_updates=False,learner.acks_on_arrival=False"
-"""How those recipes' names end: acknowledgements sent between updates (unnamed then)."""
+           "acks_beside_updates": False, "acks_on_arrival": False, "latency_and_noise": False}
+"""A shipped recipe of before 2026-12-01 (eager, acknowledged between updates, arm_sim without latency and noise):
+what the hand-made rows ran."""
+EAGER_ACKS = "learner.acks_beside_updates=False,learner.acks_on_arrival=False,sim.latency_and_noise=False"
+"""How those recipes' names end: acknowledgements sent between updates, no simulated latency (unnamed then)."""
 BEFORE_NICED = ("learner.feature_views=4,learner.max_update_ratio=8.0,learner.warmup_transitions=100,"
                 "learner.compile=False,task.action_history=2")
 """What rows before the learner's session was niced (7fe893b) name (compile unnamed then: False)."""
@@ -133,7 +134,7 @@ def test_the_wall_clock_update_cap_splits_real_time_rows_but_not_lockstep_ones()
         "learner.feature_views=4,learner.max_update_ratio=1.0,learner.warmup_transitions=100,learner.compile=False,task.action_history=2,"
         f"learner.group_niced=False,{EAGER_ACKS}"]
     assert earlier["rows"] == 1 and earlier["wall_min_to_90"] == 4.0
-    assert graph_realtime.arm_recipe("lockstep", SHIPPED) == before_cap
+    assert graph_realtime.arm_recipe("lockstep", SHIPPED) == f"{before_cap},sim.latency_and_noise=False"
 
 
 def test_rows_from_before_the_task_observed_its_last_actions_are_an_earlier_recipe():
@@ -306,7 +307,7 @@ def test_the_compiled_training_step_and_the_acknowledgements_split_real_time_row
     earlier = summary["earlier_recipes"]
     assert earlier[f"{NEW},{EAGER_ACKS}"]["wall_min_to_90"] == 4.0
     compiled_first_key = (f"{BEFORE_NICED.replace('compile=False', 'compile=True')},learner.group_niced=True,"
-                          "learner.acks_beside_updates=True,learner.acks_on_arrival=False")
+                          "learner.acks_beside_updates=True,learner.acks_on_arrival=False,sim.latency_and_noise=False")
     assert earlier[compiled_first_key]["wall_min_to_90"] == 6.0
     assert graph_realtime.shipped_settings()["compile"] is True  # config/arm_pick_cube.yaml's
     assert graph_realtime.shipped_settings()["acks_on_arrival"] is True  # the learner node's own code

@@ -6,7 +6,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import robot_rl.envs  # noqa: F401
-from robot_rl.robots.arm.pick_cube import ACTION_HISTORY, PROPRIO_DIM, STATE_DIM, ArmPickCubeEnv
+from robot_rl.robots.arm.pick_cube import (ACTION_HISTORY, HOLD_ACTION, PROPRIO_DIM, STATE_DIM, ArmPickCubeEnv,
+                                          CommandDelay, read_sensors)
 from robot_rl.envs.randomization import Randomization
 from robot_rl.tasks import get_task
 
@@ -101,6 +102,29 @@ def test_action_latency_delays_execution_by_exactly_k_steps():
     assert env.sim.target_pos[2] == pytest.approx(start[2] + env.sim.config.action_scale)
 
 
+def test_a_command_delay_keeps_its_commands_in_order_and_refuses_a_latency_it_cannot_hold():
+    delay = CommandDelay(2)
+    sent = [np.full(4, k, np.float32) for k in range(4)]
+    ran = [delay(a) for a in sent]
+    np.testing.assert_array_equal(ran, [HOLD_ACTION, HOLD_ACTION, sent[0], sent[1]])
+    delay.cancel(np.zeros(4))
+    np.testing.assert_array_equal(delay(sent[0]), np.zeros(4))  # cancelled: sent[2] never runs
+    assert len(delay.in_flight) == 2 and CommandDelay(0)(sent[3]) is not None
+    with pytest.raises(ValueError, match=">= 0"):
+        CommandDelay(-1)
+    with pytest.raises(ValueError, match="1 commands in flight for a latency of 2"):
+        CommandDelay(2, [HOLD_ACTION])
+
+
+def test_sensor_noise_is_one_draw_in_the_proprioceptions_units():
+    state = {"ee_pos": np.zeros(3), "gripper": np.zeros(1), "joint_vel": np.zeros(7), "cube_pos": np.ones(3)}
+    read = read_sensors(state, 0.01, np.random.default_rng(0))
+    draw = np.random.default_rng(0).normal(0.0, 0.01, 11)
+    np.testing.assert_allclose(read["ee_pos"], draw[:3])
+    np.testing.assert_allclose(read["joint_vel"], 10.0 * draw[4:])  # observed / 10: the noise is in those units
+    assert read["cube_pos"] is state["cube_pos"] and read_sensors(state, 0.0, None) is state
+
+
 def test_observation_noise_touches_only_the_proprioception():
     noisy = _env(randomization={"train": {"observation_noise": {"constant": 0.01}}, "eval": {}})
     clean = _env(randomization={"train": {"observation_noise": {"constant": 0.0}}, "eval": {}})
@@ -139,7 +163,7 @@ def test_snapshot_restores_scene_physics_and_actions_in_flight():
     other = ArmPickCubeEnv(observation="state", randomization={"train": {
         "cube_size": {"uniform": [0.036, 0.044]}, "action_latency_steps": {"constant": 1}}, "eval": {}})
     obs, _ = other.reset(seed=99, options={"snapshot": snap})
-    assert other.sample == snap["sample"] and len(other._pending) == 1
+    assert other.sample == snap["sample"] and len(other._delay.in_flight) == 1
     replayed = [other.step(a)[0] for a in actions[5:]]
     np.testing.assert_allclose(replayed, expected, atol=1e-9)
     with pytest.raises(ValueError, match="snapshot"):

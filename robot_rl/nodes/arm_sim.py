@@ -35,7 +35,7 @@ from std_msgs.msg import Float32
 
 from robot_rl.config_fields import config_from_params
 from robot_rl.robots.arm.sim import ArmSim, ArmSimConfig
-from robot_rl.robots.arm.pick_cube import ArmRandomizer
+from robot_rl.robots.arm.pick_cube import ArmRandomizer, CommandDelay, read_sensors
 from robot_rl.envs.randomization import Randomization
 from robot_rl.resources import package_path
 from robot_rl.ros import qos
@@ -60,7 +60,9 @@ PARAMS = [
     Param("stamp_clock", "simulated", "Realtime mode: stamp observations with simulated time or with the wall clock "
           "(as a robot does, to pair with real cameras' frames).", choices=["simulated", "wall"]),
     Param("randomization", "", "Domain randomization file drawn at every reset (e.g. sim/arm/randomization.yaml; "
-          "'' for none). Physics and appearance; latency and noise are the actor side's."),
+          "'' for none): physics, appearance, action latency (each command runs that many ticks after it arrives, "
+          "as in ArmPickCube) and proprioception noise (on the published end-effector pose, finger opening and "
+          "joint velocities)."),
     Param("randomization_split", "train", "Split (or shift) of the randomization file to draw from: train, eval, "
           "dynamics_cube_mass, ..."),
     Param("seed", 0, "Random seed of the cube placement.", 0, 2**31 - 1),
@@ -95,6 +97,8 @@ class ArmSimNode(Node):
                 raise ParameterError(f"randomization: {exc}") from None
         self.gripper_cmd = 0.0
         self.gripper_fresh = False
+        self.delay = CommandDelay(0)
+        self.sensor_noise = 0.0
         self.last_cmd: tuple[TwistStamped, float] | None = None  # message, wall time received
         self.counters = {"steps": 0, "resets": 0, "commands_received": 0, "rejected_commands": 0,
                          "stale_commands": 0, "republished": 0, "estopped_steps": 0}
@@ -191,7 +195,11 @@ class ArmSimNode(Node):
             self.counters["estopped_steps"] += 1
             twist = TwistStamped()  # zero velocity: hold the current target
         action = msgs_to_action(twist, self.gripper_cmd, self.params["action_scale"], self.params["control_hz"])
-        self.sim.step(action)
+        if self.estop.active:
+            self.delay.cancel(action)  # commands sent before the stop never run after it
+            self.sim.step(action)
+        else:
+            self.sim.step(self.delay(action))
         self.gripper_fresh = False
         self.time.advance()
         self.counters["steps"] += 1
@@ -207,7 +215,8 @@ class ArmSimNode(Node):
             info_pub.publish(info)
         if self.viewer is not None and self.viewer.is_running():
             self.viewer.sync()
-        joints, ee, cube = state_to_msgs(self.sim.state(), self.sim.joint_names, stamp_ns)
+        joints, ee, cube = state_to_msgs(read_sensors(self.sim.state(), self.sensor_noise, self.rng),
+                                         self.sim.joint_names, stamp_ns)
         self.ee_pub.publish(ee)
         self.cube_pub.publish(cube)
         self.joint_pub.publish(joints)  # last: the actor treats a repeat of this one as "command lost"
@@ -237,6 +246,8 @@ class ArmSimNode(Node):
         if self.randomization is not None:
             sample = self.randomization.sample(self.params["randomization_split"], self.rng)
             self.randomizer.apply({k: v for k, v in sample.items() if k in ArmRandomizer.SCENE_PARAMETERS})
+            self.delay = CommandDelay(int(sample.get("action_latency_steps", 0)))
+            self.sensor_noise = float(sample.get("observation_noise", 0.0))
         self.sim.reset(self.rng)
         self.last_cmd = None
         self.gripper_fresh = False

@@ -12,10 +12,9 @@ from robot_rl.training.evaluate import env_accepts, evaluate_policy, node_params
 
 
 def graph_episodes(run: Path, policy, task, episodes: int, seed: int, split: str, max_s: float | None,
-                   max_failures: int | None, overrides: Mapping[str, float] | None = None) -> dict[str, Any]:
+                   max_failures: int | None) -> dict[str, Any]:
     """Episodes whose reset seeds come from `seed`, in randomization split `split` and the scenes the run's
-    arm_sim trained in (its cube range); `max_s` does not apply (the task's horizon ends an episode).
-    `overrides`: randomization values fixed in every episode (ArmPickCube's `overrides`)."""
+    arm_sim trained in (its cube range); `max_s` does not apply (the task's horizon ends an episode)."""
     import gymnasium as gym
 
     import robot_rl.envs  # noqa: F401 - registers the environments
@@ -26,8 +25,6 @@ def graph_episodes(run: Path, policy, task, episodes: int, seed: int, split: str
     sim = node_params(run, "arm_sim")
     if "cube_xy_range" in sim and env_accepts(task.env_id, "cube_xy_range"):
         kwargs["cube_xy_range"] = float(sim["cube_xy_range"])
-    if overrides:
-        kwargs["overrides"] = dict(overrides)
     if env_accepts(task.env_id, "action_history"):
         kwargs["action_history"] = task.action_history
     result = evaluate_policy(lambda obs, info: policy.act(actor_view(obs, info, task), True),

@@ -134,6 +134,58 @@ class ArmRandomizer:
         mujoco.mj_setConst(m, self.arm_sim.data)
 
 
+class CommandDelay:
+    """Action latency: each command runs `steps` control steps after it was decided (0: at once); until the first
+    decision has travelled through, the arm holds still, gripper open (`HOLD_ACTION`). One queue for the env here
+    and the simulator node (robot_rl/nodes/arm_sim.py), so a drawn latency means the same in one process and
+    through the graph.
+
+    Args:
+        steps: control steps between a decision and its execution.
+        in_flight: the commands already under way, oldest first (a snapshot's); default `steps` holds.
+    """
+
+    def __init__(self, steps: int, in_flight: list | None = None) -> None:
+        if steps < 0:
+            raise ValueError(f"action latency must be >= 0 steps, got {steps}")
+        commands = [HOLD_ACTION] * steps if in_flight is None else in_flight
+        if len(commands) != steps:
+            raise ValueError(f"{len(commands)} commands in flight for a latency of {steps} steps")
+        self._queue = deque(np.array(a, np.float32) for a in commands)
+
+    def __call__(self, action: np.ndarray) -> np.ndarray:
+        """Sends `action`; returns the command due now."""
+        self._queue.append(np.array(action, np.float32))
+        return self._queue.popleft()
+
+    def cancel(self, hold: np.ndarray) -> None:
+        """Every command in flight becomes `hold` (an e-stop: nothing decided before it runs after it)."""
+        self._queue = deque(np.array(hold, np.float32) for _ in self._queue)
+
+    @property
+    def in_flight(self) -> list[np.ndarray]:
+        """The commands under way, oldest first."""
+        return [a.copy() for a in self._queue]
+
+
+PROPRIOCEPTION_SENSORS = (("ee_pos", 1.0), ("gripper", 1.0), ("joint_vel", 10.0))
+"""The proprioception's sensor readings, in its order, and how much of a reading one observation unit is (joint
+velocities are observed / 10)."""
+
+
+def read_sensors(state: dict[str, np.ndarray], noise: float, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """`state` with its proprioceptive sensors read through Gaussian noise of std `noise` in the observation's
+    units (one draw for all of them, in the proprioception's order); the commands and the cube are untouched."""
+    if noise <= 0:
+        return state
+    sizes = [np.asarray(state[key]).size for key, _ in PROPRIOCEPTION_SENSORS]
+    draws = np.split(rng.normal(0.0, noise, sum(sizes)), np.cumsum(sizes)[:-1])
+    read = dict(state)
+    for (key, unit), draw in zip(PROPRIOCEPTION_SENSORS, draws):
+        read[key] = np.asarray(state[key]) + unit * draw.reshape(np.shape(state[key]))
+    return read
+
+
 def proprioception(state: dict[str, np.ndarray], gripper_command: float,
                    last_actions: np.ndarray | None = None) -> np.ndarray:
     """`last_actions`: the k actions decided last, newest first ((k, 4); None: no history)."""
@@ -202,7 +254,7 @@ class ArmPickCubeEnv(gym.Env):
             self.observation_space = spaces.Box(-np.inf, np.inf, (STATE_DIM + history_dim,), np.float32)
         self.action_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
         self.sample: dict[str, Any] = {}
-        self._pending: deque[np.ndarray] = deque()
+        self._delay = CommandDelay(0)
         self._decided = ActionHistory(action_history, HOLD_ACTION)
         self._state: dict[str, np.ndarray] | None = None
 
@@ -226,14 +278,13 @@ class ArmPickCubeEnv(gym.Env):
         if self.observation == "state":
             vector = np.concatenate([lift_observation(state), history.reshape(-1),
                                      [self._gripper_command()]]).astype(np.float32)
-        else:
-            vector = proprioception(state, self._gripper_command(), history)
-        noise = float(self.sample.get("observation_noise", 0.0))
-        if noise > 0:  # sensors are noisy; the commands the robot was sent are not
-            sensors = vector.size - 1 - history.size
-            vector[:sensors] += self.np_random.normal(0.0, noise, sensors).astype(np.float32)
-        if self.observation == "state":
+            noise = float(self.sample.get("observation_noise", 0.0))
+            if noise > 0:  # sensors are noisy; the commands the robot was sent are not
+                sensors = vector.size - 1 - history.size
+                vector[:sensors] += self.np_random.normal(0.0, noise, sensors).astype(np.float32)
             return vector
+        vector = proprioception(read_sensors(state, float(self.sample.get("observation_noise", 0.0)), self.np_random),
+                                self._gripper_command(), history)
         return {**{c: self.sim.render(c) for c in self.cameras}, "state": vector}
 
     def _read_state(self) -> dict[str, np.ndarray]:
@@ -253,7 +304,7 @@ class ArmPickCubeEnv(gym.Env):
         (VLAC's return-and-explore starts exploring from demonstration states)."""
         if self._state is None:
             raise RuntimeError("call reset() before snapshot()")
-        return {"sample": dict(self.sample), "sim": self.sim.snapshot(), "pending": [a.copy() for a in self._pending],
+        return {"sample": dict(self.sample), "sim": self.sim.snapshot(), "pending": self._delay.in_flight,
                 "decided": self._decided.oldest_first()}
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -269,12 +320,10 @@ class ArmPickCubeEnv(gym.Env):
         self.randomizer.apply(self.sample)
         self.sim.reset(self.np_random)
         latency = int(self.sample.get("action_latency_steps", 0))
-        # Until the first decision has travelled through the latency, the arm holds still, gripper open.
-        self._pending = deque([HOLD_ACTION.copy() for _ in range(latency)])
+        self._delay = CommandDelay(latency, snapshot["pending"] if snapshot is not None else None)
         self._decided.reset()
         if snapshot is not None:
             self.sim.restore(snapshot["sim"])
-            self._pending = deque(np.asarray(a, np.float32) for a in snapshot["pending"])
             self._decided.reset(snapshot["decided"])
         self._steps = 0
         self._instabilities_at_reset = self._instabilities()
@@ -287,9 +336,8 @@ class ArmPickCubeEnv(gym.Env):
         action = np.asarray(action, np.float32)
         if action.shape != (4,) or not np.isfinite(action).all():
             raise ValueError(f"action must be 4 finite values, got {action}")
-        self._pending.append(action)
         self._decided.push(action)
-        self.sim.step(self._pending.popleft())
+        self.sim.step(self._delay(action))
         self._steps += 1
         self._state = self._read_state()
         info = self._info()
