@@ -193,13 +193,13 @@ class ArmSimNode(Node):
     def _step(self, twist: TwistStamped) -> None:
         if self.estop.active:
             self.counters["estopped_steps"] += 1
-            twist = TwistStamped()  # zero velocity: hold the current target
-        action = msgs_to_action(twist, self.gripper_cmd, self.params["action_scale"], self.params["control_hz"])
-        if self.estop.active:
-            self.delay.cancel(action)  # commands sent before the stop never run after it
-            self.sim.step(action)
+            hold = msgs_to_action(TwistStamped(), self.gripper_cmd, self.params["action_scale"],  # zero velocity
+                                  self.params["control_hz"])
+            self.delay.cancel(hold)  # commands sent before the stop never run after it
+            self.sim.step(hold)
         else:
-            self.sim.step(self.delay(action))
+            self.sim.step(self.delay(msgs_to_action(twist, self.gripper_cmd, self.params["action_scale"],
+                                                    self.params["control_hz"])))
         self.gripper_fresh = False
         self.time.advance()
         self.counters["steps"] += 1
