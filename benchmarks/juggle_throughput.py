@@ -35,32 +35,42 @@ from robot_rl.resources import package_path
 
 
 def load_policy(device: str):
-    """(obs tensor -> action tensor, description)."""
+    """(n -> a policy acting on n streams of observations, description). The shipped policy acts as it deploys:
+    a stream per quadrotor keeping its window of observations (a memory policy's), reset as its episode ends."""
     from robot_rl.agents.ppo import ActorCritic, DeployedPolicy, PPOConfig
 
     try:
         deployed = DeployedPolicy.load(package_path("policies/quad_juggle"), device=device)
-        return deployed, "shipped policies/quad_juggle"
+        return deployed.stream, f"shipped policies/quad_juggle ({deployed.history_steps}-step window)"
     except FileNotFoundError:
         net = ActorCritic(OBS_DIM, OBS_DIM + PRIVILEGED_DIM, 4, PPOConfig()).to(device).eval()
-        return (lambda obs: net.act_inference(obs).clamp(-1, 1)), "untrained PPOConfig() network"
+        return (lambda n: lambda obs: net.act_inference(obs).clamp(-1, 1)), "untrained PPOConfig() network"
 
 
-def measure_vector_env(policy, num_envs: int, steps: int, device: str, physics: str) -> dict:
+def step(env, act, obs):
+    """One step of `env` with `act`'s actions for `obs`; the streams whose episode ended start a new window."""
+    obs, _, terminated, truncated = env.step(act(obs))[:4]
+    if hasattr(act, "reset"):
+        act.reset(torch.as_tensor(terminated | truncated))
+    return obs
+
+
+def measure_vector_env(policy_for, num_envs: int, steps: int, device: str, physics: str) -> dict:
     """Policy steps/s of the vector env with the policy in the loop (and, on MJX, of its raw physics)."""
     env = make_vec_env(num_envs, device=device, seed=0, physics=physics)
+    act = policy_for(num_envs)
     backend = type(env.core.physics).__name__ if hasattr(env, "core") else "MJX (JAX, whole env on the device)"
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     started = time.perf_counter()
     obs, _ = env.reset()
     with torch.inference_mode():
         for _ in range(3):  # warm-up (MJX and torch compile here)
-            obs = env.step(policy(obs["policy"]))[0]
+            obs = step(env, lambda o: act(o["policy"]), obs)
         sync()
         warmup_s = time.perf_counter() - started
         started = time.perf_counter()
         for _ in range(steps):
-            obs = env.step(policy(obs["policy"]))[0]
+            obs = step(env, lambda o: act(o["policy"]), obs)
         sync()
         elapsed = time.perf_counter() - started
     result = {"num_envs": num_envs, "steps_per_s": round(num_envs * steps / elapsed, 1), "physics": backend,
@@ -86,17 +96,20 @@ def measure_vector_env(policy, num_envs: int, steps: int, device: str, physics: 
     return result
 
 
-def measure_sync_vector_env(policy, num_envs: int, steps: int, device: str) -> float:
+def measure_sync_vector_env(policy_for, num_envs: int, steps: int, device: str) -> float:
     env = gym.vector.SyncVectorEnv([lambda: gym.make("robot_rl/QuadJuggle-v0") for _ in range(num_envs)])
     obs, _ = env.reset(seed=0)
+    policy = policy_for(num_envs)
     with torch.inference_mode():
         def act(o):
             return policy(torch.as_tensor(o, device=device)).cpu().numpy()
+        if hasattr(policy, "reset"):
+            act.reset = policy.reset
         for _ in range(3):
-            obs = env.step(act(obs))[0]
+            obs = step(env, act, obs)
         started = time.perf_counter()
         for _ in range(steps):
-            obs = env.step(act(obs))[0]
+            obs = step(env, act, obs)
         elapsed = time.perf_counter() - started
     env.close()
     return num_envs * steps / elapsed
@@ -116,9 +129,9 @@ def main() -> None:
     if args.quick:
         args.num_envs, args.steps, args.reference_steps = [512], 10, 30
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
-    policy, description = load_policy(args.device)
-    sizes = [measure_vector_env(policy, n, args.steps, args.device, args.physics) for n in args.num_envs]
-    reference = measure_sync_vector_env(policy, args.reference_envs, args.reference_steps, args.device)
+    policy_for, description = load_policy(args.device)
+    sizes = [measure_vector_env(policy_for, n, args.steps, args.device, args.physics) for n in args.num_envs]
+    reference = measure_sync_vector_env(policy_for, args.reference_envs, args.reference_steps, args.device)
     print(f"gymnasium SyncVectorEnv ({args.reference_envs} x robot_rl/QuadJuggle-v0): {reference:,.0f} policy steps/s")
     ours = sizes[-1]["steps_per_s"]
     result = {"steps_per_s": ours, "reference_steps_per_s": round(reference, 1), "ratio": round(ours / reference, 2),
