@@ -48,7 +48,8 @@ def load_policy(device: str):
 
 
 def step(env, act, obs):
-    """One step of `env` with `act`'s actions for `obs`; the streams whose episode ended start a new window."""
+    """One step of `env` with `act`'s actions for `obs` (the policy's part of the env's observation); the streams
+    whose episode ended start a new window. Returns the env's next observation."""
     obs, _, terminated, truncated = env.step(act(obs))[:4]
     if hasattr(act, "reset"):
         act.reset(torch.as_tensor(terminated | truncated))
@@ -65,12 +66,12 @@ def measure_vector_env(policy_for, num_envs: int, steps: int, device: str, physi
     obs, _ = env.reset()
     with torch.inference_mode():
         for _ in range(3):  # warm-up (MJX and torch compile here)
-            obs = step(env, lambda o: act(o["policy"]), obs)
+            obs = step(env, act, obs["policy"])
         sync()
         warmup_s = time.perf_counter() - started
         started = time.perf_counter()
         for _ in range(steps):
-            obs = step(env, lambda o: act(o["policy"]), obs)
+            obs = step(env, act, obs["policy"])
         sync()
         elapsed = time.perf_counter() - started
     result = {"num_envs": num_envs, "steps_per_s": round(num_envs * steps / elapsed, 1), "physics": backend,
