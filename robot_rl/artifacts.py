@@ -55,6 +55,28 @@ def load_weights(path: str | os.PathLike, device: str = "cpu") -> dict[str, Any]
     return tensors
 
 
+def load_checkpoint(path: str | os.PathLike, device: str = "cpu", weights_only: bool = True) -> dict[str, Any]:
+    """The dict a `torch.save` checkpoint (.pt) holds; refuses a missing, truncated or foreign one by name (torch's
+    own errors name neither the file nor what to do)."""
+    import pickle
+    import zipfile
+
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} is missing")
+    try:
+        state = torch.load(path, map_location=device, weights_only=weights_only)
+    except (RuntimeError, pickle.UnpicklingError, EOFError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
+        reason = str(exc).split(". ")[0].splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"checkpoint {path} is unreadable (truncated, corrupted or not a torch checkpoint: "
+                         f"{reason}); restore it or retrain") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"checkpoint {path} holds a {type(state).__name__}, not a robot_rl checkpoint (a dict)")
+    return state
+
+
 def load_card(path: str | os.PathLike) -> dict[str, Any]:
     """The JSON object of a card file; refuses a missing or malformed one by name."""
     path = Path(path)

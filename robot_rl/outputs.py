@@ -37,6 +37,36 @@ class OutputWriteError(UserError, OSError):
     """Writing an output failed (disk full, no permission); the previous version is intact."""
 
 
+OUTPUT_MARKERS: dict[str, tuple[str, ...]] = {
+    "dataset": ("zarr.json", ".zgroup"),
+    "LeRobot dataset": ("meta/info.json",),
+    "run directory": ("params.yaml", "history.json", "eval.json", "checkpoint.pt", "ppo_checkpoint.pt", "tensorboard",
+                      "INTERRUPTED"),
+    "policy directory": ("card.json",),
+    "encoder directory": ("card.json",),
+    "reward model directory": ("card.json",),
+    "keystore": ("enclaves", "public", "private"),
+}
+"""What each kind of directory output of ours holds (any one of these): `--overwrite` replaces only a directory
+that holds one (or is empty), never a user's folder that happens to have the name. Outputs not listed are files."""
+
+
+def _refuse_foreign(path: Path, what: str) -> None:
+    """--overwrite on `path`: refused when it is not a `what` of ours (see OUTPUT_MARKERS), naming what is there."""
+    markers = OUTPUT_MARKERS.get(what)
+    if markers is None:
+        if path.is_dir() and not path.is_symlink():
+            raise UserError(f"--overwrite: {path} is a directory, not a {what}; remove it yourself or choose another "
+                            "path")
+        return
+    if not path.is_dir():
+        raise UserError(f"--overwrite: {path} is a file, not a {what}; remove it yourself or choose another path")
+    if any(path.iterdir()) and not any((path / marker).exists() for marker in markers):
+        found = ", ".join(sorted(child.name for child in path.iterdir())[:3])
+        raise UserError(f"--overwrite: {path} holds {found} but no {' or '.join(markers)}, so it is not a {what} "
+                        "robot-rl wrote; remove it yourself or choose another path")
+
+
 def _what_exists(path: Path, what: str, allowed: tuple[str, ...]) -> str:
     options = " or ".join(f"--{flag}" for flag in allowed)
     return f"{what} {path} already exists; pass {options} (or choose another path)"
@@ -59,9 +89,43 @@ def check_output(path: str | os.PathLike, what: str, *, overwrite: bool = False,
         if not (overwrite or append or resume):
             allowed = (*(("append",) if appendable else ()), *(("resume",) if resumable else ()), "overwrite")
             raise OutputExistsError(_what_exists(path, what, allowed))
+        if overwrite:
+            _refuse_foreign(path, what)
+        elif what in OUTPUT_MARKERS and not path.is_dir():
+            raise UserError(f"--{'resume' if resume else 'append'}: {path} is a file, not a {what}")
     elif resume:
         raise UserError(f"--resume: {what} {path} does not exist")
     return path
+
+
+USER_ERRNOS = {errno.EROFS: "read-only file system", errno.ENOSPC: "no space left on the device",
+               errno.EDQUOT: "disk quota exceeded", errno.EACCES: "permission denied",
+               errno.EPERM: "operation not permitted", errno.EEXIST: "a file of that name is in the way",
+               errno.ENOTDIR: "a part of the path is a file, not a directory", errno.EISDIR: "is a directory",
+               errno.ENOENT: "no such file or directory", errno.ENAMETOOLONG: "the name is too long"}
+"""OS errors that the user's paths and disks cause (and can fix), by errno, with the words that say so."""
+PATH_ERRORS = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
+
+
+def expected_failure(exc: BaseException) -> str | None:
+    """The one line a command (or a node starting) prints for a failure the user caused and can fix: a refused
+    input (UserError, ValueError: a value, a setting, a corrupt file named in the message), a malformed YAML file,
+    or a path or disk the OS refused. None for anything else, which is a bug and keeps its traceback. The one
+    decision of what is the user's to fix, shared by the `robot-rl` command and every node's start."""
+    import yaml
+
+    if isinstance(exc, OSError) and not isinstance(exc, UserError):
+        # raised with an errno by the OS, or without one by our code (FileNotFoundError("no dataset at ..."))
+        if exc.errno not in USER_ERRNOS and not (exc.errno is None and isinstance(exc, PATH_ERRORS)):
+            return None
+        text = " ".join(str(exc).split()) if exc.errno is None else USER_ERRNOS[exc.errno]
+        filename = exc.filename
+        if filename is not None and exc.filename2 is not None:
+            filename = f"{filename} -> {exc.filename2}"
+        return f"{filename}: {text}" if filename is not None and str(filename) not in text else text
+    if isinstance(exc, (UserError, ValueError, yaml.YAMLError)):
+        return " ".join(str(exc).split()) or type(exc).__name__
+    return None
 
 
 def _write_error(path: Path, exc: OSError) -> OutputWriteError:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from robot_rl.agents.networks import EnsembleLinear, fast_tanh
-from robot_rl.artifacts import load_card, load_weights, model_directory, save_card, save_weights
+from robot_rl.artifacts import load_card, load_checkpoint, load_weights, model_directory, save_card, save_weights
 from robot_rl.resources import package_path
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -200,8 +200,7 @@ class ResNet18Trunk(nn.Module):
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"ResNet-18 weights not found at {path} (no downloads: give a local file)")
-        state = load_weights(path) if path.suffix == ".safetensors" else torch.load(path, map_location="cpu",
-                                                                                       weights_only=True)
+        state = load_weights(path) if path.suffix == ".safetensors" else load_checkpoint(path)
         state = {k: v for k, v in state.items() if not k.startswith("fc.")}
         try:
             missing, unexpected = self.load_state_dict(state, strict=False)

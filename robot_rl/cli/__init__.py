@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import sys
 
-import yaml
-
 from robot_rl.cli import data, evaluation, graph, models, view
 from robot_rl.arguments import Parser
-from robot_rl.outputs import UserError
+from robot_rl.outputs import expected_failure
 from robot_rl.robots import registry
 
 
@@ -38,20 +36,6 @@ def build_parser() -> Parser:
     for add_parsers in registry.recipe_parsers():
         add_parsers(sub)
     return parser
-
-
-# Failures a user can cause and fix (a bad path, value, file or setting): one line, exit code 2.
-# Anything else is a bug and keeps its traceback.
-EXPECTED_ERRORS = (UserError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, ValueError,
-                   yaml.YAMLError)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)) and exc.filename \
-            and str(exc.filename) not in text:
-        text = f"{exc.filename}: {text}"
-    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,10 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     name = " ".join(filter(None, (args.command, getattr(args, "action", None))))
     try:
         return args.handler(args)
-    except EXPECTED_ERRORS as exc:
-        if args.debug:
+    except Exception as exc:
+        # A failure the user can cause and fix: one line, exit code 2; anything else is a bug and keeps its traceback.
+        line = expected_failure(exc)
+        if args.debug or line is None:
             raise
-        print(f"robot-rl {name}: {_one_line(exc)}", file=sys.stderr, flush=True)
+        print(f"robot-rl {name}: {line}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:
         if args.debug:

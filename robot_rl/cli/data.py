@@ -166,13 +166,9 @@ def cmd_record_bag(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from robot_rl.training.report import load_run, write_report
 
-    try:
-        rows = load_run(args.run)
-        out = write_report(rows, args.out or Path(args.run) / "report.png", window=args.window,
-                           title=args.title or Path(args.run).resolve().name)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"robot-rl report: {exc}", file=sys.stderr)
-        return 2
+    rows = load_run(args.run)
+    out = check_output(args.out or Path(args.run) / "report.png", "report", overwrite=args.overwrite)
+    out = write_report(rows, out, window=args.window, title=args.title or Path(args.run).resolve().name)
     print(f"wrote {out} ({len(rows)} episodes)")
     return 0
 
@@ -213,6 +209,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     rep.add_argument("--out", help="output PNG (default: <run>/report.png)")
     rep.add_argument("--window", type=at_least(1), default=20, help="episodes per moving average")
     rep.add_argument("--title")
+    overwrite_flag(rep, "an existing report PNG")
     rep.set_defaults(handler=cmd_report)
     dataset = sub.add_parser("dataset", help="check a zarr dataset, or export/import LeRobot datasets")
     dataset_sub = dataset.add_subparsers(dest="action", required=True)

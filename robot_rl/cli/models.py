@@ -16,7 +16,7 @@ def cmd_pretrain_encoder(args: argparse.Namespace) -> int:
 
     check_output(args.out, "encoder directory", overwrite=args.overwrite)
     from robot_rl.cli.gym import adapter_config, checked_env_id, env_kwargs_arg
-    from robot_rl.envs.adapter import make_canonical
+    from robot_rl.envs.adapter import make_canonical, make_env
 
     settings = parse_settings(args.set)
     if any(not key.startswith("adapter.") for key in settings):
@@ -38,16 +38,15 @@ def cmd_pretrain_encoder(args: argparse.Namespace) -> int:
     # of rendering.
     try:
         if config.adapter is None:
-            import gymnasium as gym
-
-            gym.make(config.env_id, **config.env_kwargs).close()
+            make_env(config.env_id, config.env_kwargs).close()
         else:
             env = make_canonical(config.env_id, config.env_kwargs, config.adapter, normalize=False)
             env.close()
             if not env.adapter.cameras:
-                raise ValueError("it has no camera frames to pretrain on (give image observations in --env-kwargs)")
-    except (TypeError, ValueError) as exc:
-        raise UserError(f"--env-kwargs: {config.env_id} refuses {config.env_kwargs}: {exc}") from None
+                raise ValueError(f"{config.env_id} with {config.env_kwargs} has no camera frames to pretrain on "
+                                 "(give image observations in --env-kwargs)")
+    except (TypeError, ValueError) as exc:  # make_env names the environment and the arguments it refused
+        raise UserError(f"--env-kwargs: {exc}") from None
     metrics = pretrain_and_save(config, args.out)
     print(json.dumps(metrics))
     return 0

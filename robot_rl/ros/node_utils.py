@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
@@ -23,6 +24,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from robot_rl.config_fields import ParameterError, closest_name, coerce_to_default, settings_of
+from robot_rl.outputs import expected_failure
 
 
 @dataclass(frozen=True)
@@ -208,7 +210,13 @@ class ResilientExecutor(SingleThreadedExecutor):
 def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> NoReturn:
     """The node process's main: initialises rclpy, spins the node until Ctrl-C/SIGTERM or until it calls
     `request_shutdown`, closes it and ends the process with its exit code (2 for refused parameters)."""
-    rclpy.init(args=args if args is not None else sys.argv)
+    args = args if args is not None else sys.argv
+    try:
+        check_params_files(args)
+        rclpy.init(args=args)
+    except (ValueError, RuntimeError) as exc:  # rclpy's RCLError: arguments rcl could not parse
+        print(f"[robot_rl] {' '.join(str(exc).split())}", file=sys.stderr, flush=True)
+        exit_without_teardown(2)
     node = None
     code = 0
     stop = threading.Event()
@@ -233,8 +241,14 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> NoRe
                     raise
                 break  # Ctrl-C shut the context down between the check and the wait: a normal stop
         code = node.exit_code
-    except ParameterError as exc:
-        print(f"[robot_rl] {exc}", file=sys.stderr, flush=True)
+    except Exception as exc:
+        # Refused parameters, and what the user's inputs cause while the node starts (a run_dir that is a file, a
+        # corrupt checkpoint, a read-only disk): one line and code 2, which is not restarted. A failure once running
+        # stays a crash (code 1, restarted within the node's budget).
+        line = expected_failure(exc) if node is None or isinstance(exc, ParameterError) else None
+        if line is None:
+            raise
+        print(f"[robot_rl] {line}", file=sys.stderr, flush=True)
         code = 2
     except (KeyboardInterrupt, ExternalShutdownException):
         code = 0
@@ -247,6 +261,28 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> NoRe
         if rclpy.ok():
             rclpy.shutdown()
     exit_without_teardown(code)
+
+
+def check_params_files(args: Sequence[str]) -> None:
+    """Every `--params-file FILE` among a node's ROS arguments names a readable YAML mapping; ValueError naming
+    the file otherwise (rcl's own refusal is a C parser's message without the reason)."""
+    import yaml
+
+    ros_args = args[list(args).index("--ros-args") + 1:] if "--ros-args" in args else []
+    for flag, value in zip(ros_args, ros_args[1:]):
+        if flag != "--params-file":
+            continue
+        path = Path(value)
+        if not path.is_file():
+            raise ValueError(f"--params-file {value}: no such file")
+        try:
+            params = yaml.safe_load(path.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise ValueError(f"--params-file {value}: not a readable YAML file ({' '.join(str(exc).split())})") \
+                from None
+        if not isinstance(params, dict):
+            raise ValueError(f"--params-file {value}: expected a mapping of node names to ros__parameters, "
+                             f"not {type(params).__name__}")
 
 
 def exit_without_teardown(code: int) -> NoReturn:

@@ -15,13 +15,13 @@ Every result is a JSON-able dict with the rule it was measured by.
 
 from __future__ import annotations
 
-import inspect
-import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
 import yaml
+
+from robot_rl.artifacts import load_card, load_checkpoint
 
 ENV_POLICY = "policy.pt"
 GRAPH_POLICY = "policy.policy"
@@ -60,7 +60,7 @@ def _evaluate_shipped(directory: Path, episodes: int, seed: int, split: str | No
     from robot_rl.robots import registry
 
     card = directory / "card.json"
-    task = json.loads(card.read_text()).get("task")
+    task = load_card(card).get("task")
     evaluate = registry.shipped_policy_evaluator(task) if isinstance(task, str) else None
     if evaluate is None:
         raise ValueError(f"{card}: a policy for task {task!r}, which robot-rl eval cannot run (it runs shipped "
@@ -70,12 +70,10 @@ def _evaluate_shipped(directory: Path, episodes: int, seed: int, split: str | No
 
 def _evaluate_env_run(file: Path, episodes: int, seed: int, env_id: str | None,
                       env_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
-    import torch
-
     from robot_rl.agents.policy import Policy, PolicySpec
     from robot_rl.envs.adapter import AdapterMismatch, EnvAdapter, make_canonical
 
-    saved = torch.load(file, weights_only=True, map_location="cpu")
+    saved = load_checkpoint(file)
     if "adapter" not in saved:
         raise ValueError(f"{file} was saved before policies carried their environment adapter; retrain it")
     policy = Policy(PolicySpec.from_json(saved["spec"]), saved["weights"])
@@ -120,13 +118,9 @@ def node_params(run: Path, name: str) -> dict[str, Any]:
 
 def env_parameters(env_id: str) -> list[str]:
     """The keyword arguments the environment registered as `env_id` takes."""
-    import gymnasium as gym
+    from robot_rl.envs.adapter import env_signature
 
-    creator = gym.spec(env_id).entry_point
-    if isinstance(creator, str):
-        creator = gym.envs.registration.load_env_creator(creator)
-    return [name for name, p in inspect.signature(creator).parameters.items()
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return list(env_signature(env_id))
 
 
 def env_accepts(env_id: str, name: str) -> bool:

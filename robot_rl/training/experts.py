@@ -28,6 +28,10 @@ ATTEMPTS_PER_EPISODE = 5
 """Keeping only successful episodes, recording stops with an error after this many attempts per episode asked for."""
 
 
+class ExpertError(ValueError):
+    """The expert failed or returned something that is not an action for the environment (one line for the user)."""
+
+
 class Expert(Protocol):
     """A scripted policy in the environment's own terms (see the module); `reset()` is optional."""
 
@@ -99,11 +103,15 @@ def run_expert_episode(env: CanonicalEnv, expert: Expert, seed: int, recorder: E
     success, episode_return, step = False, 0.0, 0
     while True:
         step += 1
-        proposed = expert(observation, info)
+        try:
+            proposed = expert(observation, info)
+        except Exception as exc:  # the user's code: named, with how it is called (--debug shows its traceback)
+            raise ExpertError(f"the expert raised {type(exc).__name__} at step {step} of the episode seeded {seed}: "
+                              f"{exc} (it is called as expert(observation, info) -> action)") from exc
         try:
             action = adapter.agent_action(proposed)
-        except ValueError as exc:
-            raise ValueError(f"the expert's action {proposed!r}: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise ExpertError(f"the expert's action {proposed!r}: {exc}") from None
         if noise > 0:
             action = np.clip(action + rng.normal(0.0, noise, action.shape), -1.0, 1.0).astype(np.float32)
         observation, reward, terminated, truncated, info = inner.step(adapter.env_action(action))

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from robot_rl.agents.policy import Policy
+from robot_rl.artifacts import load_checkpoint
 from robot_rl.data.frames import FrameReplayBuffer
 from robot_rl.data.replay import MixedSampler
 from robot_rl.outputs import TEMP_PREFIX, atomic_path
@@ -253,7 +254,7 @@ class OffPolicyCore:
         Raises:
             ValueError: it was written with other network shapes (naming the setting).
         """
-        state = torch.load(path, weights_only=True, map_location=self.device)
+        state = load_checkpoint(path, self.device)
         saved = state.get("network", {})
         for key, value in network.items():
             if key in saved and saved[key] != value:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import torch
 
 from robot_rl.agents.ppo import PPO, PPOConfig
+from robot_rl.artifacts import load_checkpoint
 
 __all__ = ["OnPolicyRunner"]
 
@@ -118,6 +119,6 @@ class OnPolicyRunner:
                     "total_env_steps": self.total_env_steps}, path)
 
     def load(self, path: str) -> None:
-        state = torch.load(path, map_location=self.device, weights_only=False)
+        state = load_checkpoint(path, self.device, weights_only=False)
         self.alg.load_state_dict(state["alg"])
         self.iteration, self.total_env_steps = int(state["iteration"]), int(state["total_env_steps"])

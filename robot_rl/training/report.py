@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from robot_rl.outputs import atomic_path
+
 __all__ = ["load_run", "rates", "write_report"]
 
 
@@ -86,7 +88,9 @@ def write_report(rows: list[dict], out: str | Path, window: int = 20, title: str
     top.set_title(title)
     fig.tight_layout()
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    try:
+        with atomic_path(out) as tmp:  # a failed write leaves an earlier report whole
+            fig.savefig(tmp, dpi=100, format="png")
+    finally:
+        plt.close(fig)
     return out
