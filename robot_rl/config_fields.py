@@ -96,4 +96,20 @@ def checked_fields(defaults: Any, values: Mapping[str, Any], prefix: str, exclud
             out[name] = value
         else:
             out[name] = coerce_to_default(f"{prefix}{name}", default, value)
+            declared_setting = settings_of(type(defaults)).get(name)
+            if declared_setting is not None:
+                s = declared_setting[1]
+                check_range(f"{prefix}{name}", out[name], s.low, s.high, s.choices)
     return out
+
+
+def check_range(name: str, value: Any, low: float | int | None, high: float | int | None,
+                choices: Sequence[str] | None) -> None:
+    """ParameterError when `value` (each element of a list) is outside [low, high] or not one of `choices`."""
+    if low is not None and high is not None:
+        elements = value if isinstance(value, (list, tuple)) else [value]
+        if not all(low <= element <= high for element in elements):
+            each = "each element of " if isinstance(value, (list, tuple)) else ""
+            raise ParameterError(f"parameter {name!r}={value!r} is outside its range: {each}[{low}, {high}]")
+    if choices is not None and value not in choices:
+        raise ParameterError(f"parameter {name!r}={value!r} is not one of {list(choices)}")

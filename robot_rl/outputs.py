@@ -41,7 +41,7 @@ OUTPUT_MARKERS: dict[str, tuple[str, ...]] = {
     "dataset": ("zarr.json", ".zgroup"),
     "LeRobot dataset": ("meta/info.json",),
     "run directory": ("params.yaml", "history.json", "eval.json", "checkpoint.pt", "ppo_checkpoint.pt", "tensorboard",
-                      "INTERRUPTED"),
+                      "INTERRUPTED", "secret.key"),
     "policy directory": ("card.json",),
     "encoder directory": ("card.json",),
     "reward model directory": ("card.json",),
@@ -63,8 +63,9 @@ def _refuse_foreign(path: Path, what: str) -> None:
         raise UserError(f"--overwrite: {path} is a file, not a {what}; remove it yourself or choose another path")
     if any(path.iterdir()) and not any((path / marker).exists() for marker in markers):
         found = ", ".join(sorted(child.name for child in path.iterdir())[:3])
-        raise UserError(f"--overwrite: {path} holds {found} but no {' or '.join(markers)}, so it is not a {what} "
-                        "robot-rl wrote; remove it yourself or choose another path")
+        expected = " or ".join(markers[:3]) + (" ..." if len(markers) > 3 else "")
+        raise UserError(f"--overwrite: {path} holds {found} but no {expected}, so it is not a {what} robot-rl wrote; "
+                        "remove it yourself or choose another path")
 
 
 def _what_exists(path: Path, what: str, allowed: tuple[str, ...]) -> str:

@@ -70,9 +70,9 @@ class PPOConfig:
     huber_delta: float | None = setting(10.0, "Huber loss delta of the value (0: squared error).", low=0.0, high=1e6,
                                         unset=0.0)
     """Huber loss for the value (MAPPO); None: squared error."""
-    actor_hidden: tuple[int, ...] = setting((128, 128, 128), "Hidden widths of the actor MLP.")
+    actor_hidden: tuple[int, ...] = setting((128, 128, 128), "Hidden widths of the actor MLP.", low=1, high=65536)
     """Hidden widths of the actor MLP."""
-    critic_hidden: tuple[int, ...] = setting((128, 128, 128), "Hidden widths of the critic MLP.")
+    critic_hidden: tuple[int, ...] = setting((128, 128, 128), "Hidden widths of the critic MLP.", low=1, high=65536)
     """Hidden widths of the critic MLP."""
     activation: str = setting("elu", "Hidden activation.", choices=("elu", "relu", "tanh"))
     """Hidden activation: elu, relu or tanh."""

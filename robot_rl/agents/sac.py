@@ -31,7 +31,7 @@ from robot_rl.device import cpu_has_native_bf16, reuse_freed_cpu_memory
 class SACConfig:
     """Hyperparameters; defaults follow SERL/RLPD for state-based control."""
 
-    hidden_dims: tuple[int, ...] = setting((256, 256), "Hidden layer widths of actor and critics.")
+    hidden_dims: tuple[int, ...] = setting((256, 256), "Hidden layer widths of actor and critics.", low=1, high=65536)
     layer_norm: bool = True
     """LayerNorm in every hidden block (RLPD: keeps high-UTD critics stable)."""
     num_critics: int = setting(2, "Critic ensemble size.", low=1, high=32)

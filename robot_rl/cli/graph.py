@@ -240,9 +240,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         config_path,
         load_config,
         node_names,
-        params_file,
-        prepare_run,
-        simulated_demos,
     )
     from robot_rl.ros.settings import node_using, warmup_warning
 
@@ -275,10 +272,32 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"robot_rl: warning: {warning}", file=sys.stderr, flush=True)
     run_dir = Path(args.run_dir or f"runs/{config['robot_rl']['task']}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     config = apply_overrides(config, _rerun_view(args, run_dir))  # a refused --view-out before the run dir changes
-    claim_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite)
-    ensure_run_secret(run_dir)  # the key the learner checks every transition batch against (kept on resume)
+    if args.resume and run_dir.is_dir():  # the same task and networks, refused before anything is written
+        check_resumable(run_dir, build_graph(config, args.backend, str(run_dir), args.namespace))
     env, graph_line = _join_graph(args)
     _check_keystore(env)
+    claim = claim_run_dir(run_dir, resume=args.resume, overwrite=args.overwrite)
+    try:
+        code = _train_in(run_dir, args, config, settings, actor, env, graph_line)
+    except BaseException as exc:
+        claim.finish(completed=False, code=130 if isinstance(exc, KeyboardInterrupt) else 1)
+        raise
+    kept = claim.finish(completed=code == 0, code=code)
+    if code == 130:
+        resume = command_line(args.argv, {"--overwrite": False, "--resume": False, "--run-dir": True},
+                              ["--run-dir", str(kept or run_dir), "--resume"])
+        print(f"robot_rl: interrupted; carry the run on with: {resume}", flush=True)
+    return code
+
+
+def _train_in(run_dir: Path, args: argparse.Namespace, config: dict, settings: dict, actor: str, env: dict,
+              graph_line: str) -> int:
+    """`robot-rl train`'s graph run in the claimed `run_dir` (nodes in the environment `env`, joined as
+    `graph_line` says): the nodes started, watched and stopped, then the evaluation read and printed; returns
+    the command's exit code."""
+    from robot_rl.ros.graph import build_graph, params_file, prepare_run, simulated_demos
+
+    ensure_run_secret(run_dir)  # the key the learner checks every transition batch against (kept on resume)
     print(f"robot_rl: task {config['robot_rl']['task']}, backend {args.backend}, run dir {run_dir}, {graph_line}",
           flush=True)
     learner_here = not args.nodes or "learner" in args.nodes  # demonstrations are the learner's
@@ -289,8 +308,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     specs = build_graph(config, args.backend, str(run_dir), args.namespace)
     if args.nodes:
         specs = _nodes_here(specs, args.nodes)
-    if args.resume:
-        check_resumable(run_dir, specs)
     params_path = params_file(specs, run_dir / "params.yaml")
     actor_params = next((s.parameters for s in specs if s.name == actor), {})
     eval_path = run_dir / "eval.json"
@@ -306,10 +323,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     keyboard_here = _keyboard_here(args)
     codes, code = run_graph(specs, params_path, run_dir, env, monitor, plain=args.plain or keyboard_here,
                             status_period=args.status_period, redraw=keyboard_here)
-    if code == 130:
-        resume = command_line(args.argv, {"--overwrite": False, "--resume": False, "--run-dir": True},
-                              ["--run-dir", str(run_dir), "--resume"])
-        print(f"robot_rl: interrupted; carry the run on with: {resume}", flush=True)
     if codes:
         print("robot_rl: exit codes " + ", ".join(f"{n}={c}" for n, c in codes.items()), flush=True)
     fleet = sorted(run_dir.glob("robot*/eval.json"))

@@ -23,7 +23,7 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from robot_rl.config_fields import ParameterError, closest_name, coerce_to_default, settings_of
+from robot_rl.config_fields import ParameterError, check_range, closest_name, coerce_to_default, settings_of
 from robot_rl.outputs import expected_failure
 
 
@@ -38,8 +38,11 @@ class Param:
 
     def descriptor(self) -> ParameterDescriptor:
         extra = f" One of: {', '.join(self.choices)}." if self.choices else ""
+        if self.low is not None and self.high is not None and isinstance(self.default, (list, tuple)):
+            # ROS ranges are for scalars; an array's is checked element by element (check_bounds) and stated here
+            extra += f" Each element in [{self.low}, {self.high}]."
         d = ParameterDescriptor(description=self.description + extra)
-        if self.low is not None and self.high is not None:
+        if self.low is not None and self.high is not None and not isinstance(self.default, (list, tuple)):
             if isinstance(self.default, bool):
                 raise TypeError(f"{self.name}: a bool parameter cannot have a range")
             if isinstance(self.default, int):
@@ -91,11 +94,8 @@ def coerce_value(param: Param, value: Any) -> Any:
 
 
 def check_bounds(param: Param, value: Any) -> None:
-    """ParameterError when `value` is outside `param`'s range or not one of its choices."""
-    if param.low is not None and param.high is not None and not param.low <= value <= param.high:
-        raise ParameterError(f"parameter {param.name!r}={value!r} is outside its range [{param.low}, {param.high}]")
-    if param.choices is not None and value not in param.choices:
-        raise ParameterError(f"parameter {param.name!r}={value!r} is not one of {list(param.choices)}")
+    """ParameterError when `value` (each element of a list) is outside `param`'s range or not one of its choices."""
+    check_range(param.name, value, param.low, param.high, param.choices)
 
 
 def declare_params(node: Node, params: Sequence[Param]) -> dict[str, Any]:

@@ -17,14 +17,15 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 import yaml
 
-from robot_rl.outputs import UserError, check_output
+from robot_rl.outputs import TEMP_PREFIX, UserError, check_output
 from robot_rl.ros.exits import AfterExit
-from robot_rl.ros.node_kinds import DEPRECATED_NODE_NAMES
+from robot_rl.ros.node_kinds import DEPRECATED_NODE_NAMES, NODE_KINDS
 from robot_rl.ros.settings import declared_params
 from robot_rl.ros.supervisor import Supervisor
 from robot_rl.teleop.session_status import SessionStatus
@@ -35,15 +36,46 @@ _held_locks: list[IO] = []
 process, however it ends, so a killed run never leaves its directory locked)."""
 
 
-def claim_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
-    """Makes `run_dir` this process's: refuses an existing one unless `resume` (carry on with its
-    checkpoint, journal, counters and logs) or `overwrite` (empty it first), and locks it against
-    a second `robot-rl train`. Raises UserError with a one-line reason."""
-    check_output(run_dir, "run directory", overwrite=overwrite, resume=resume, resumable=True)
-    if overwrite and run_dir.is_dir() and any(run_dir.iterdir()) and not (run_dir / "params.yaml").exists():
-        raise UserError(f"--overwrite: {run_dir} holds no params.yaml, so it is not a run directory; "
-                        "remove it yourself or choose another --run-dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
+@dataclass
+class RunDirClaim:
+    """A run directory this process owns (`claim_run_dir`). With --overwrite the run it replaces waits aside,
+    under a hidden name, until `finish` says whether the new run completed: only then is it removed."""
+
+    run_dir: Path
+    replaced: Path | None = None
+    """Where the earlier run waits while this one runs (None: nothing was replaced)."""
+
+    def finish(self, completed: bool, code: int = 1) -> Path | None:
+        """Removes the replaced run when this one `completed`; otherwise puts it back at `run_dir` and keeps this
+        run's files beside it (`<run>-interrupted-<time>` after Ctrl-C, `-failed-` after an error), returning
+        where (None when nothing was replaced or the new run was empty)."""
+        replaced, self.replaced = self.replaced, None
+        if replaced is None:
+            return None
+        if completed:
+            shutil.rmtree(replaced)
+            return None
+        written = [child for child in self.run_dir.iterdir() if child.name != LOCK_NAME]
+        kept = None
+        if written:
+            kept = self.run_dir.with_name(f"{self.run_dir.name}-{'interrupted' if code == 130 else 'failed'}-"
+                                          f"{time.strftime('%Y%m%d-%H%M%S')}")
+            os.replace(self.run_dir, kept)
+        else:
+            shutil.rmtree(self.run_dir)
+        os.replace(replaced, self.run_dir)
+        print(f"robot_rl: --overwrite: the run did not complete, so the run it was to replace is back in "
+              f"{self.run_dir}" + (f"; this run's files are in {kept}" if kept else ""), file=sys.stderr, flush=True)
+        return kept
+
+
+def _replaced_name(run_dir: Path, pid: int | str = "*") -> str:
+    return f"{TEMP_PREFIX}{run_dir.name}-replaced-{pid}"
+
+
+def _lock(run_dir: Path, sign: bool = True) -> IO:
+    """An exclusive lock on `run_dir` (its .lock file names the holder's pid: with `sign`, this process's);
+    UserError when another holds it."""
     lock = open(run_dir / LOCK_NAME, "a+")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -53,42 +85,101 @@ def claim_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
         lock.close()
         raise UserError(f"run directory {run_dir} is in use by another robot-rl train (pid {owner}); "
                         "wait for it to end or choose another --run-dir") from None
-    lock.truncate(0)
-    lock.write(str(os.getpid()))
-    lock.flush()
-    _held_locks.append(lock)
-    if overwrite:
-        for child in run_dir.iterdir():
-            if child.name == LOCK_NAME:
-                continue
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
+    if sign:
+        lock.truncate(0)
+        lock.write(str(os.getpid()))
+        lock.flush()
+    return lock
 
 
-NETWORK_PARAMETERS = ("task", "hidden_dims", "num_critics", "grasp_critic", "encoder")
-"""Learner parameters that decide the networks' shapes: a run directory resumes only with the same ones."""
+def claim_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> RunDirClaim:
+    """Makes `run_dir` this process's: refuses an existing one unless `resume` (carry on with its
+    checkpoint, journal, counters and logs) or `overwrite` (a new run in its place; the old one is
+    moved aside and removed only when the new one completes, see RunDirClaim), and locks it against
+    a second `robot-rl train`. Raises UserError with a one-line reason, having changed nothing."""
+    check_output(run_dir, "run directory", overwrite=overwrite, resume=resume, resumable=True)
+    left = sorted(run_dir.parent.glob(_replaced_name(run_dir))) if run_dir.parent.is_dir() else []
+    if left:  # a `robot-rl train --overwrite` that was killed before its run completed
+        raise UserError(f"{left[0]} holds the run an --overwrite of {run_dir} was replacing when it was killed: "
+                        f"move it back to {run_dir} (or remove it) first")
+    claim = RunDirClaim(run_dir)
+    if overwrite and run_dir.is_dir() and any(child.name != LOCK_NAME for child in run_dir.iterdir()):
+        held = _lock(run_dir, sign=False)  # not while another robot-rl train writes it; its files stay as they are
+        claim.replaced = run_dir.with_name(_replaced_name(run_dir, os.getpid()))
+        os.replace(run_dir, claim.replaced)
+        held.close()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        _held_locks.append(_lock(run_dir))
+    except BaseException:
+        claim.finish(completed=False)
+        raise
+    if resume:
+        adopt_renamed_logs(run_dir)  # a run made before the nodes' renaming keeps its logs
+    return claim
+
+
+TRAINING_ROLES = ("actor", "learner")
+"""The node roles that make a run what it is: a run directory resumes only with the same nodes in them."""
+
+NETWORK_PARAMETERS = {"learner": ("task", "hidden_dims", "num_critics", "grasp_critic", "encoder"),
+                      "ppo_learner": ("num_envs", "actor_hidden", "critic_hidden", "activation", "history_steps",
+                                      "history_latent_dim", "observation_normalization")}
+"""Parameters of each learner kind that decide its networks' shapes (and a PPO learner's rollout storage): a run
+directory resumes only with the same ones."""
+
+
+def _earlier_params(sections: Mapping, spec) -> dict:
+    # params.yaml names nodes by their qualified names ("/learner"); runs before fleets by node names
+    return (sections.get(spec.qualified_name) or sections.get(spec.name) or {}).get("ros__parameters", {})
 
 
 def check_resumable(run_dir: Path, specs) -> None:
-    """A resumed run must build the learner's networks as the run that made `run_dir` did (its
-    checkpoint holds their weights); raises UserError naming the first setting that differs. A run
-    made before the nodes' renaming keeps its logs (see `adopt_renamed_logs`)."""
-    adopt_renamed_logs(run_dir)
-    learner = next((spec for spec in specs if spec.name == "learner"), None)
+    """A resumed run must be the same task as the run that made `run_dir`, and build each learner's networks
+    as that run did (its checkpoint holds their weights); raises UserError naming the first setting that
+    differs. Reads only: call it before anything is written."""
     earlier_path = run_dir / "params.yaml"
-    if learner is None or not earlier_path.exists():
-        return
-    sections = yaml.safe_load(earlier_path.read_text()) or {}
-    # params.yaml names nodes by their qualified names ("/learner"); runs before fleets by node names
-    earlier = sections.get(learner.qualified_name, sections.get("learner", {})).get("ros__parameters", {})
-    defaults = {name: param.default for name, param in declared_params("learner").items()}
-    for name in NETWORK_PARAMETERS:
-        before, now = earlier.get(name, defaults[name]), learner.parameters.get(name, defaults[name])
-        if before != now:
-            raise UserError(f"run directory {run_dir} was made with learner.{name}={before}; this run asks for "
-                            f"{now}: use the same setting, or --overwrite / another --run-dir")
+    if not earlier_path.is_file():
+        if (run_dir / "secret.key").is_file():  # claimed, stopped before its nodes started: nothing to compare
+            return
+        raise UserError(f"--resume: {run_dir} holds no params.yaml, so no robot-rl train run to carry on; "
+                        "use --overwrite or another --run-dir")
+    try:
+        sections = yaml.safe_load(earlier_path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"--resume: {earlier_path} is not valid YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(sections, dict):
+        raise UserError(f"--resume: {earlier_path} holds no node sections")
+    tasks = {section["ros__parameters"]["task"] for section in sections.values() if isinstance(section, dict)
+             and isinstance(section.get("ros__parameters"), dict) and "task" in section["ros__parameters"]}
+    now = {spec.parameters["task"] for spec in specs if "task" in spec.parameters}
+    if tasks and now and tasks != now:
+        raise UserError(f"--resume: run directory {run_dir} was made for task {', '.join(sorted(tasks))}; this run "
+                        f"is {', '.join(sorted(now))}: use --overwrite or another --run-dir")
+    # A task's actor and learner are its training (a graph whose nodes name no task, as the quadrotor's, too)
+    names = {DEPRECATED_NODE_NAMES.get(key.rsplit("/", 1)[-1], key.rsplit("/", 1)[-1]) for key in sections}
+    trainers_before = sorted(name for name in names if name in NODE_KINDS and NODE_KINDS[name].role in TRAINING_ROLES)
+    trainers_now = sorted({spec.name for spec in specs if spec.kind.role in TRAINING_ROLES})
+    if trainers_before != trainers_now:
+        raise UserError(f"--resume: run directory {run_dir} was trained by {', '.join(trainers_before) or 'no node'}; "
+                        f"this run's graph trains with {', '.join(trainers_now)}: use --overwrite or another --run-dir")
+    for spec in specs:
+        names = NETWORK_PARAMETERS.get(spec.name)
+        if names is None:
+            continue
+        earlier = _earlier_params(sections, spec)
+        defaults = {name: param.default for name, param in declared_params(spec.name).items()}
+        for name in names:
+            before, now = earlier.get(name, defaults[name]), spec.parameters.get(name, defaults[name])
+            if _plain(before) != _plain(now):
+                raise UserError(f"run directory {run_dir} was made with {spec.name}.{name}={before}; this run asks "
+                                f"for {now}: use the same setting, or --overwrite / another --run-dir")
+
+
+def _plain(value):
+    """A parameter value as params.yaml holds it (a tuple default as the list it was written as)."""
+    return list(value) if isinstance(value, tuple) else value
+
 
 def adopt_renamed_logs(run_dir: Path) -> None:
     """A run directory made before `sim` and `actor` became `arm_sim` and `arm_actor`: their logs
