@@ -151,6 +151,8 @@ def atomic_path(path: str | os.PathLike, directory: bool = False) -> Iterator[Pa
     `.robot_rl-tmp-` name, never a mixture)."""
     path = Path(path)
     parent = path.parent
+    # the outermost folder made for it: removed again, with those inside it, when writing fails
+    made = next((p for p in reversed([parent, *parent.parents]) if not p.exists()), None)
     try:
         parent.mkdir(parents=True, exist_ok=True)
         if directory:
@@ -177,10 +179,28 @@ def atomic_path(path: str | os.PathLike, directory: bool = False) -> Iterator[Pa
             os.replace(tmp, path)
     except OSError as exc:
         _remove(tmp)
+        _remove_made(made, parent)
         raise _write_error(path, exc) from exc
     except BaseException:
         _remove(tmp)
+        _remove_made(made, parent)
         raise
+
+
+def _remove_made(made: Path | None, parent: Path) -> None:
+    """Removes the empty folders from `parent` up to `made` (those `atomic_path` created): a failed write leaves no
+    trace. A folder something else wrote into meanwhile stays."""
+    if made is None:
+        return
+    folder = parent
+    while True:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        if folder == made:
+            return
+        folder = folder.parent
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:

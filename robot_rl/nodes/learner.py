@@ -139,6 +139,8 @@ def demonstration_arrays(path: str, task, reward_model: str = "", reward_goal: s
         arrays, attrs = load_transitions(path)
         if attrs.get("task") != task.name:
             raise ValueError(f"demos {path} are for task {attrs.get('task')!r}, not {task.name!r}")
+        if not any(len(values) for values in arrays.values()):
+            raise ValueError(f"demos {path} hold no transitions")
         return arrays
     dataset = EpisodeDataset(path)
     if dataset.task_config.get("task", task.name) != task.name:
@@ -166,21 +168,19 @@ class LearnerNode(Node):
             sac = config_from_params(SACConfig, p, actor_lr=p["lr"], critic_lr=p["lr"], temperature_lr=p["lr"])
             config = config_from_params(LearnerConfig, p, obs_dim=task.obs_dim, action_dim=task.action_dim, sac=sac,
                                         cameras=task.cameras, image_size=task.image_size or 64)
+            # read before the run directory is touched: refused demonstrations leave nothing behind
+            demos = demonstration_arrays(p["demos"], task, p["reward_model"], p["reward_goal"]) if p["demos"] else None
             # Only this run's actors hold the secret (created here when the run directory is new).
             self.core = LearnerCore(config, p["run_dir"], key=ensure_run_secret(p["run_dir"]))
             resumed = self.core.restore()
-        except ValueError as exc:
+        except (ValueError, FileNotFoundError) as exc:
             raise ParameterError(str(exc)) from None
         self.params = p
         if resumed:
             self.get_logger().info(f"resumed from {p['run_dir']}: {self.core.agent.num_updates} updates, "
                                    f"{len(self.core.online)} transitions in the buffer")
-        if p["demos"]:
-            try:
-                arrays = demonstration_arrays(p["demos"], task, p["reward_model"], p["reward_goal"])
-            except (ValueError, FileNotFoundError) as exc:
-                raise ParameterError(str(exc)) from None
-            self.get_logger().info(f"loaded {self.core.load_demonstrations(arrays)} demonstration transitions")
+        if demos is not None:
+            self.get_logger().info(f"loaded {self.core.load_demonstrations(demos)} demonstration transitions")
 
         from torch.utils.tensorboard import SummaryWriter
 
