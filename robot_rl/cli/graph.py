@@ -30,6 +30,7 @@ from robot_rl.ros.graph import ACTORS, LEARNERS
 from robot_rl.ros.node_kinds import NODE_KINDS
 from robot_rl.ros.security import ENFORCEMENT_NOTE, init_keystore
 from robot_rl.ros.session import Monitor, check_resumable, claim_run_dir, run_graph
+from robot_rl.training.evaluate import fleet_evaluation
 from robot_rl.teleop.session_status import KEY_LEGEND
 from robot_rl.transport.secret import ensure_run_secret
 
@@ -365,27 +366,6 @@ def _nodes_here(specs: list, wanted: list[str]) -> list:
     """The part of the graph this machine runs (--nodes); the others run on other machines joined
     over the network."""
     return [spec for spec in specs if spec.key in wanted or spec.name in wanted]
-
-
-def fleet_evaluation(paths: list[Path]) -> dict:
-    """One evaluation of a fleet's run from each robot's eval.json: episodes and steps summed, success
-    and return over all episodes, every robot's own result under `robots`."""
-    robots = {path.parent.name: json.loads(path.read_text()) for path in paths}
-    episodes = sum(r["episodes"] for r in robots.values())
-
-    def over_episodes(key: str) -> float:
-        return sum(r[key] * r["episodes"] for r in robots.values()) / max(episodes, 1)
-
-    return {"episodes": episodes, "success_rate": over_episodes("success_rate"),
-            "mean_return": over_episodes("mean_return"),
-            "train_steps": sum(r["train_steps"] for r in robots.values()),
-            "policy_version": min(r["policy_version"] for r in robots.values()),
-            "transitions_sent": sum(r["transitions_sent"] for r in robots.values()),
-            "transitions_acked_all": all(r["transitions_acked_all"] for r in robots.values()),
-            "unacked_payloads": sum(r["unacked_payloads"] for r in robots.values()),
-            **{key: max((r[key] for r in robots.values() if isinstance(r.get(key), float)), default="-")
-               for key in ("act_latency_ms_p99", "control_ms_p99", "learner_wait_ms_p99")},
-            "missed_periods": sum(r.get("missed_periods", 0) for r in robots.values()), "robots": robots}
 
 
 def cmd_record(args: argparse.Namespace) -> int:

@@ -16,7 +16,8 @@ def cmd_pretrain_encoder(args: argparse.Namespace) -> int:
 
     check_output(args.out, "encoder directory", overwrite=args.overwrite)
     from robot_rl.cli.gym import adapter_config, checked_env_id, env_kwargs_arg
-    from robot_rl.envs.adapter import make_canonical, make_env
+    from robot_rl.envs.adapter import make_canonical
+    from robot_rl.envs.env_kwargs import make_env
 
     settings = parse_settings(args.set)
     if any(not key.startswith("adapter.") for key in settings):

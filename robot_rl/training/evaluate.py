@@ -15,6 +15,7 @@ Every result is a JSON-able dict with the rule it was measured by.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -118,7 +119,7 @@ def node_params(run: Path, name: str) -> dict[str, Any]:
 
 def env_parameters(env_id: str) -> list[str]:
     """The keyword arguments the environment registered as `env_id` takes."""
-    from robot_rl.envs.adapter import env_signature
+    from robot_rl.envs.env_kwargs import env_signature
 
     return list(env_signature(env_id))
 
@@ -212,3 +213,24 @@ def evaluate_policy(act: Callable[[Any, Mapping], np.ndarray], env, episodes: in
         env.close()
     return {"success_rate": float(np.mean([r["success"] for r in results])),
             "mean_return": float(np.mean([r["return"] for r in results])), "results": results}
+
+
+def fleet_evaluation(paths: list[Path]) -> dict:
+    """One evaluation of a fleet's run from each robot's eval.json: episodes and steps summed, success
+    and return over all episodes, every robot's own result under `robots`."""
+    robots = {path.parent.name: json.loads(path.read_text()) for path in paths}
+    episodes = sum(r["episodes"] for r in robots.values())
+
+    def over_episodes(key: str) -> float:
+        return sum(r[key] * r["episodes"] for r in robots.values()) / max(episodes, 1)
+
+    return {"episodes": episodes, "success_rate": over_episodes("success_rate"),
+            "mean_return": over_episodes("mean_return"),
+            "train_steps": sum(r["train_steps"] for r in robots.values()),
+            "policy_version": min(r["policy_version"] for r in robots.values()),
+            "transitions_sent": sum(r["transitions_sent"] for r in robots.values()),
+            "transitions_acked_all": all(r["transitions_acked_all"] for r in robots.values()),
+            "unacked_payloads": sum(r["unacked_payloads"] for r in robots.values()),
+            **{key: max((r[key] for r in robots.values() if isinstance(r.get(key), float)), default="-")
+               for key in ("act_latency_ms_p99", "control_ms_p99", "learner_wait_ms_p99")},
+            "missed_periods": sum(r.get("missed_periods", 0) for r in robots.values()), "robots": robots}
