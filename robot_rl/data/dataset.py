@@ -195,12 +195,10 @@ def open_transitions(path: str | os.PathLike, mode: str = "r") -> tuple[zarr.Gro
     names = sorted(group.array_keys())
     listed = attrs.get(MANIFEST_ATTR)
     rows = listed["rows"] if listed else {name: group[name].shape[0] for name in names}
-    if sorted(rows) != names or any(group[name].shape[0] < n for name, n in rows.items()):
-        found = {name: group[name].shape[0] for name in names}
-        raise DatasetCorruptError(f"dataset {path} is damaged: it has arrays (rows) {found}, its manifest lists {rows}")
-    episode_ends = listed.get("episode_ends") if listed else None
+    if sorted(rows) != names:
+        raise DatasetCorruptError(f"dataset {path} is damaged: it has arrays {names}, its manifest lists {sorted(rows)}")
     guard = ChunkGuard(path, group, rows, dict.fromkeys(rows, "steps"), listed,
-                       None if episode_ends is None else np.asarray(episode_ends, np.int64))
+                       listed.get("episode_ends") if listed else None)
     guard.require_present()
     return group, attrs, guard
 

@@ -169,21 +169,13 @@ class EpisodeDataset:
             if array.shape[1:] != row_shape or array.dtype != np.dtype(dtype):
                 raise ValueError(f"{path}: array {key!r} is {array.dtype} rows of {array.shape[1:]}, "
                                  f"expected {np.dtype(dtype)} rows of {row_shape}")
-            # Longer is an uncommitted tail (ignored); shorter means committed data are gone.
-            if array.shape[0] < lengths[counts]:
-                raise ValueError(f"{path}: array {key!r} has {array.shape[0]} rows, but {lengths[counts]} "
-                                 f"{counts} are committed")
         self.guard = ChunkGuard(self.path, self._group,
                                 {key: lengths[counts] for key, (counts, _, _) in self.schema.arrays().items()},
                                 {key: counts for key, (counts, _, _) in self.schema.arrays().items()},
                                 self.attrs.get(MANIFEST_ATTR))
         self.guard.require_present(["episode_ends"])
-        self.episode_ends = self.guard.read("episode_ends", slice(0, episodes))
-        last_end = self.episode_ends[-1] if episodes else 0
-        if last_end != steps or (np.diff(self.episode_ends, prepend=0) < 1).any():
-            raise ValueError(f"{path}: episode_ends must rise by at least 1 per episode up to num_steps={steps}, "
-                             f"got {self.episode_ends.tolist()}")
-        self.guard.episode_ends = self.episode_ends
+        self.guard.set_episode_ends(self.guard.read("episode_ends", slice(0, episodes)), "array 'episode_ends'")
+        self.episode_ends = self.guard.episode_ends
         self.guard.require_present()
         self.success_checks = np.array(_success_checks(self.attrs, episodes, self.path), np.int8)
         """Per episode: the task's own success check where it ended (1, 0; -1 unchecked)."""

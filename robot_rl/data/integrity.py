@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -83,7 +84,9 @@ class ChunkGuard:
 
     `rows` maps each array to its committed rows; `counts` says what an array's rows count
     ("steps", "observations": T + 1 per episode, or "episodes"), and `episode_ends` (cumulative
-    steps, may be set after opening) maps rows to episodes for the messages."""
+    steps, may be set after opening with `set_episode_ends`) maps rows to episodes for the messages.
+    Opening refuses row counts that do not add up: an array shorter than its committed rows, arrays
+    counting the same thing with different committed rows, episode ends that do not rise to the steps."""
 
     def __init__(self, path: str | os.PathLike, group: zarr.Group, rows: Mapping[str, int],
                  counts: Mapping[str, str], manifest_attr: Mapping[str, Any] | None,
@@ -92,11 +95,58 @@ class ChunkGuard:
         self.group = group
         self.rows = dict(rows)
         self.counts = dict(counts)
-        self.episode_ends = episode_ends
+        self.episode_ends: np.ndarray | None = None
         self.checksummed = manifest_attr is not None
         if self.checksummed and manifest_attr.get("rows") != self.rows:
             raise DatasetCorruptError(f"dataset {self.path} is damaged: its chunk manifest lists rows "
                                       f"{manifest_attr.get('rows')} but {self.rows} are committed")
+        self._check_rows()
+        if episode_ends is not None:
+            self.set_episode_ends(episode_ends, "its chunk manifest")
+
+    def _damaged(self, what: str) -> DatasetCorruptError:
+        return DatasetCorruptError(f"dataset {self.path} is damaged: {what}")
+
+    def _check_rows(self) -> None:
+        """Every array holds its committed rows (rows beyond them are an uncommitted tail, which readers
+        ignore), and arrays counting the same thing commit as many rows."""
+        for key, rows in self.rows.items():
+            if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
+                raise self._damaged(f"the committed rows of array {key!r} must be a count, got {rows!r}")
+            found = self.group[key].shape[0]
+            if found < rows:
+                raise self._damaged(f"array {key!r} has {found} rows, but {rows} {self.counts[key]} are committed"
+                                    + (" by its chunk manifest" if self.checksummed else ""))
+        for kind in set(self.counts.values()):
+            same_kind = [key for key in self.rows if self.counts[key] == kind]
+            usual = Counter(self.rows[key] for key in same_kind).most_common(1)[0][0]
+            for key in same_kind:
+                if self.rows[key] != usual:
+                    lists = "its chunk manifest lists" if self.checksummed else "it has"
+                    raise self._damaged(f"{lists} {self.rows[key]} rows of array {key!r} but {usual} of the other "
+                                        f"arrays of {kind}")
+
+    def set_episode_ends(self, ends: Any, where: str) -> None:
+        """Sets where episodes end (cumulative steps; `where` names their source in messages), checked:
+        integers rising by at least 1 per episode, the last at the committed steps."""
+        ends = np.asarray(ends)
+        steps = next((rows for key, rows in self.rows.items() if self.counts[key] == "steps"), None)
+        lengths = np.diff(ends, prepend=0) if ends.ndim == 1 and ends.dtype.kind in "iu" else None
+        if ends.size == 0 and ends.ndim == 1:
+            problem = "it lists no episodes" if steps else None
+        elif lengths is None:
+            problem = f"it is not a list of integers ({ends.dtype} of shape {ends.shape})"
+        elif (lengths < 1).any():
+            episode = int(np.argmax(lengths < 1))
+            problem = f"episode {episode} ends at {ends[episode]}, after {ends[episode - 1] if episode else 0}"
+        elif steps is not None and ends[-1] != steps:
+            problem = f"the last episode ends at {ends[-1]}"
+        else:
+            problem = None
+        if problem is not None:
+            raise self._damaged(f"episode_ends must rise by at least 1 per episode up to the {steps} steps committed, "
+                                f"but {problem} ({where})")
+        self.episode_ends = ends.astype(np.int64)
 
     def _episodes(self, key: str, start: int, stop: int) -> tuple[int, int] | None:
         if self.counts[key] == "episodes":
@@ -118,8 +168,8 @@ class ChunkGuard:
 
     def _error(self, problems: Sequence[ChunkProblem]) -> DatasetCorruptError:
         more = f" (and {len(problems) - 1} more damaged chunks)" if len(problems) > 1 else ""
-        return DatasetCorruptError(f"dataset {self.path} is damaged: {problems[0].describe()}{more}; restore it "
-                                   f"from a copy or re-record it (`robot-rl dataset verify {self.path}` lists it)")
+        return self._damaged(f"{problems[0].describe()}{more}; restore it from a copy or re-record it "
+                             f"(`robot-rl dataset verify {self.path}` lists it)")
 
     def _chunks(self, key: str, row_chunks: Iterable[int] | None = None) -> Iterator[tuple[int, ...]]:
         """Chunk coordinates of `key` holding committed rows (or only the given row chunks)."""

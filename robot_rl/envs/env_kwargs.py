@@ -13,7 +13,7 @@ import numpy as np
 
 def env_signature(env_id: str) -> dict[str, inspect.Parameter]:
     """The keyword parameters of the creator of the environment registered as `env_id`, by name."""
-    creator = gym.spec(env_id).entry_point
+    creator = gym.spec(env_id.rpartition(":")[2]).entry_point  # "module:Name-v0": registered as Name-v0
     if isinstance(creator, str):
         creator = gym.envs.registration.load_env_creator(creator)
     return {name: p for name, p in inspect.signature(creator).parameters.items()

@@ -7,11 +7,14 @@ Training runs on a worker thread (the executor stays free for diagnostics). Stop
 the iteration in progress (tens of seconds on a CPU) at its next network call, so the node exits
 within a second or two of SIGINT; it then saves `<run_dir>/ppo_checkpoint.pt` (the weights after
 the last optimizer step; `iteration` counts completed iterations) and exports `<run_dir>/policy/`.
+A stop while torch.compile compiles the first update (tens of seconds on a loaded CPU, and it
+cannot be interrupted) saves nothing: nothing has been trained yet, and the node exits at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 import time
 from pathlib import Path
@@ -36,6 +39,7 @@ from robot_rl.ros.node_utils import (
     run_node,
     set_torch_threads,
 )
+from robot_rl.training.ppo_runner import Stopped
 from robot_rl.transport.secret import ensure_run_secret
 
 PARAMS = [
@@ -50,8 +54,8 @@ PARAMS = [
 ]
 
 
-class _Stopped(Exception):
-    """Raised inside a PPO iteration once the node is stopping."""
+STOP_WAIT_S = 5.0
+"""How long a stop waits for the iteration in progress to reach its next network call."""
 
 
 class PPOLearnerNode(Node):
@@ -81,22 +85,16 @@ class PPOLearnerNode(Node):
         run_dir = Path(p["run_dir"]) if p["run_dir"] else None
         self.run_dir = run_dir
         self.key = ensure_run_secret(run_dir) if run_dir else None
+        self._stop = threading.Event()
         self.runner = OnPolicyRunner(self.env, self.ppo_config, str(run_dir / "tensorboard") if run_dir else None,
-                                     self.device, seed=p["seed"])
+                                     self.device, seed=p["seed"], stop=self._stop)
         self.policy_pub = self.create_publisher(UInt8MultiArray, "rl/policy", qos.POLICY)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.last_stats: dict[str, float] = {}
         self.published = 0
-        self._stop = threading.Event()
-        for network in self.runner.alg.actor_critic.children():  # every rollout step and minibatch calls one
-            network.register_forward_pre_hook(self._raise_if_stopping)
         self._thread = threading.Thread(target=self._train, name="ppo-train", daemon=True)
         self._thread.start()
         self.create_timer(1.0, self._publish_diagnostics)
-
-    def _raise_if_stopping(self, *_) -> None:
-        if self._stop.is_set():
-            raise _Stopped
 
     def _train(self) -> None:
         try:
@@ -104,7 +102,7 @@ class PPOLearnerNode(Node):
                                                or self.runner.iteration < self.params["iterations"]):
                 self.last_stats = self.runner.learn(1)[0]
                 self._publish_policy()
-        except _Stopped:
+        except Stopped:
             pass
 
     def _publish_policy(self) -> None:
@@ -126,14 +124,19 @@ class PPOLearnerNode(Node):
             "device": str(self.device)}))
 
     def close(self) -> None:
-        """Stops training at its next network call and saves. A stop during the first update waits for that update's
-        compilation to finish (torch.compile cannot be interrupted; seconds on a CPU), so the saved checkpoint is
-        never one the update was still writing."""
+        """Stops training at its next network call and saves. A first update still compiling after STOP_WAIT_S is
+        left to the process's exit: the supervisor's 20 s before SIGKILL did not cover a compilation on a loaded
+        CPU, and saving beside the update could save weights it is writing."""
         from robot_rl.agents.ppo import export_policy
 
         self._stop.set()
-        self._thread.join(timeout=60.0)
-        if self.run_dir is not None:
+        self._thread.join(timeout=STOP_WAIT_S)
+        if self._thread.is_alive() and self.runner.iteration == 0:
+            # The context is down by now (Ctrl-C): the node's logger could not publish this.
+            print("[robot_rl] stopped while torch.compile compiled the first update: nothing trained to save",
+                  file=sys.stderr, flush=True)
+        elif self.run_dir is not None:
+            self._thread.join()  # a later update compiling again: what it trained is saved once it stops
             self.runner.save(str(self.run_dir / "ppo_checkpoint.pt"))
             export_policy(self.runner.alg.actor_critic, self.run_dir / "policy",
                           {"task": "quad_juggle", "iteration": self.runner.iteration,

@@ -198,6 +198,8 @@ class Trainer:
         self.demo_states: list[Any] = []
         """Snapshots of the states scripted demonstrations passed through (return-and-explore)."""
         self.state_dim = state_dim
+        # Opened and checked here, so a dataset that cannot be trained on is refused before anything runs.
+        self.demo_dataset = self._demo_episodes(cfg.demo_dataset) if cfg.demo_dataset else None
         self.steps = 0
         self.history: list[dict[str, Any]] = []
         self.last_evaluation: dict[str, Any] = {}
@@ -281,8 +283,8 @@ class Trainer:
         if cfg.correction_transitions:
             self._expert_episodes(transitions=cfg.correction_transitions)
             stats["expert_transitions_up_front"] = cfg.correction_transitions
-        if cfg.demo_dataset:
-            stats["dataset_transitions"] = self.load_dataset(cfg.demo_dataset)
+        if self.demo_dataset is not None:
+            stats["dataset_transitions"] = self._add_episodes(self.demo_dataset)
         return stats
 
     def _expert_episodes(self, episodes: int = 0, transitions: int = 0) -> tuple[int, int]:
@@ -320,15 +322,25 @@ class Trainer:
         """Every episode of a dataset (ours or LeRobot v3) into the demonstration memory, its actions
         mapped from the environment's units to the agent's and its frames to the adapter's size;
         returns the transitions added."""
+        return self._add_episodes(self._demo_episodes(path))
+
+    def _demo_episodes(self, path: str):
+        """The episodes of the dataset at `path` (ours or LeRobot v3), refused (ValueError) when there are
+        none or they do not fit the environment as adapted."""
         from robot_rl.data.lerobot_format import open_episodes
 
         dataset = open_episodes(path)
+        if not len(dataset):
+            raise ValueError(f"demo dataset {path} holds no episodes: record some into it or train without it")
         schema = dataset.schema
         if schema.state_dim != self.state_dim or set(schema.cameras) != set(self.cameras) \
                 or schema.action_dim != self.adapter.action_dim:
             raise ValueError(f"{path}: episodes of cameras {sorted(schema.cameras)}, state {schema.state_dim}, action "
                              f"{schema.action_dim}; {self.config.env_id} as adapted has cameras {sorted(self.cameras)}, "
                              f"state {self.state_dim}, action {self.adapter.action_dim}")
+        return dataset
+
+    def _add_episodes(self, dataset) -> int:
         added = 0
         for i in range(len(dataset)):
             episode = dataset.episode(i)

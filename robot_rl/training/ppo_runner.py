@@ -10,16 +10,47 @@ Isaac Lab ``ManagerBasedRLEnv`` / ``DirectRLEnv`` task plug in alike.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
 from robot_rl.agents.ppo import PPO, PPOConfig
 from robot_rl.artifacts import load_checkpoint
 
-__all__ = ["OnPolicyRunner"]
+__all__ = ["OnPolicyRunner", "Stopped", "sigint_stops"]
+
+
+class Stopped(KeyboardInterrupt):
+    """Raised at the runner's next network call once its `stop` event is set. A KeyboardInterrupt: whatever
+    stops a run on Ctrl-C stops it on this, and the compiled losses' fallback (`except Exception`) lets it pass."""
+
+
+@contextlib.contextmanager
+def sigint_stops() -> Iterator[threading.Event]:
+    """An event Ctrl-C sets while it also raises KeyboardInterrupt, as Python's own handler does: one that lands
+    in a finalizer (a `__del__` or weakref callback, which torch runs at any moment) is printed as "Exception
+    ignored" and dropped, and the run went on; the event, a runner's `stop`, ends it at its next network call.
+    A SIGINT that is ignored (a background job's) stays ignored. Main thread only."""
+    stop = threading.Event()
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler:
+        yield stop
+        return
+
+    def interrupt(signum, frame) -> None:
+        stop.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class OnPolicyRunner:
@@ -32,15 +63,25 @@ class OnPolicyRunner:
         device: the learner's torch device (the env's tensors are moved there).
         seed: seed of the networks and minibatch order.
         log_fn: called with each iteration's statistics.
+        stop: once set, the iteration in progress ends at its next network call (every rollout step and
+            minibatch makes one) by raising :class:`Stopped`.
     """
 
     def __init__(self, env: Any, config: PPOConfig, log_dir: str | None = None, device: str | torch.device = "cpu",
-                 seed: int = 0, log_fn: Callable[[dict[str, float]], None] | None = None) -> None:
+                 seed: int = 0, log_fn: Callable[[dict[str, float]], None] | None = None,
+                 stop: threading.Event | None = None) -> None:
         self.env, self.config, self.device = env, config, torch.device(device)
         obs, _ = env.reset()
         self.obs, self.critic_obs = self._split(obs)
         self.alg = PPO(self.obs.shape[1], self.critic_obs.shape[1], int(env.num_actions), int(env.num_envs), config,
                        self.device, seed)
+        if stop is not None:
+            def raise_if_stopping(*_) -> None:
+                if stop.is_set():
+                    raise Stopped
+
+            for network in self.alg.actor_critic.children():
+                network.register_forward_pre_hook(raise_if_stopping)
         self.writer = None
         if log_dir is not None:
             from torch.utils.tensorboard import SummaryWriter

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from robot_rl.arguments import at_least, in_range, name_equals_numbers, overwrite_flag
-from robot_rl.outputs import check_output
+from robot_rl.outputs import atomic_path, check_output
 
 
 def cmd_juggle(args: argparse.Namespace) -> int:
@@ -39,7 +39,13 @@ def cmd_juggle(args: argparse.Namespace) -> int:
                      device=args.device, physics=args.physics, time_budget_s=args.time_budget_min * 60.0,
                      hard_fraction=args.hard_fraction, split=args.split, overrides=dict(args.plant))
     config.ppo = replace(config.ppo, history_steps=args.history_steps)
-    card = train_juggling(config, out, run_dir)
+    from robot_rl.training.ppo_runner import sigint_stops
+
+    # Both written in hidden siblings and renamed into place when training ends: a Ctrl-C or an error leaves
+    # neither behind (and an --overwrite'n one as it was).
+    with sigint_stops() as stop, atomic_path(out, directory=True) as out_tmp, \
+            atomic_path(run_dir, directory=True) as run_tmp:
+        card = train_juggling(config, out_tmp, run_tmp, stop=stop)
     print(json.dumps(card.get("evaluation_during_training", {})))
     return 0
 

@@ -6,13 +6,14 @@
 Training runs PPO (:mod:`robot_rl.agents.ppo`) through the generic on-policy runner on
 :class:`~robot_rl.robots.quad.vec_env.QuadJuggleVecEnv`; every ``eval_every`` iterations the
 current policy is evaluated on long trials and the best one is exported (weights + card with the
-training config and the evaluation results) so an interrupted run still leaves its best policy.
+training config and the evaluation results), so a run stopped by its time budget leaves its best policy.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,8 +154,9 @@ def summarize(results: list[TrialResult]) -> dict[str, Any]:
 
 
 def train_juggling(cfg: JuggleTrainConfig, out_dir: str | Path, run_dir: str | Path | None = None,
-                   log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Train from scratch; exports the best evaluated policy to ``out_dir``. Returns the card."""
+                   log: Callable[[str], None] = print, stop: threading.Event | None = None) -> dict[str, Any]:
+    """Train from scratch; exports the best evaluated policy to ``out_dir``. Returns the card. Once ``stop`` is
+    set, training ends at its next network call (``robot_rl.training.ppo_runner.Stopped``)."""
     import torch
 
     from robot_rl.agents.memory import HistoryVecEnv
@@ -180,7 +182,7 @@ def train_juggling(cfg: JuggleTrainConfig, out_dir: str | Path, run_dir: str | P
             log(f"[juggle] iteration {stats['iteration']}  {json.dumps(_short(stats))}")
 
     runner = OnPolicyRunner(env, cfg.ppo, log_dir=str(run_dir / "tensorboard"), device=device, seed=cfg.seed,
-                            log_fn=progress)
+                            log_fn=progress, stop=stop)
     started = time.monotonic()
     best: dict[str, Any] | None = None
     history = []
