@@ -140,8 +140,8 @@ def check_resumable(run_dir: Path, specs) -> None:
     differs. Reads only: call it before anything is written."""
     earlier_path = run_dir / "params.yaml"
     if not earlier_path.is_file():
-        if (run_dir / "secret.key").is_file():  # claimed, stopped before its nodes started: nothing to compare
-            return
+        if {child.name for child in run_dir.iterdir()} <= {LOCK_NAME, "secret.key"}:
+            return  # claimed (perhaps by a train still starting), no node started yet: nothing to compare
         raise UserError(f"--resume: {run_dir} holds no params.yaml, so no robot-rl train run to carry on; "
                         "use --overwrite or another --run-dir")
     try:
