@@ -109,7 +109,7 @@ def check_range(name: str, value: Any, low: float | int | None, high: float | in
     if low is not None and high is not None:
         elements = value if isinstance(value, (list, tuple)) else [value]
         if not all(low <= element <= high for element in elements):
-            each = "each element of " if isinstance(value, (list, tuple)) else ""
-            raise ParameterError(f"parameter {name!r}={value!r} is outside its range: {each}[{low}, {high}]")
+            each = " (each element)" if isinstance(value, (list, tuple)) else ""
+            raise ParameterError(f"parameter {name!r}={value!r} is outside its range [{low}, {high}]{each}")
     if choices is not None and value not in choices:
         raise ParameterError(f"parameter {name!r}={value!r} is not one of {list(choices)}")
