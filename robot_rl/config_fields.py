@@ -87,6 +87,7 @@ def checked_fields(defaults: Any, values: Mapping[str, Any], prefix: str, exclud
     parameters are (`coerce_to_default`); an unknown field or a value of the wrong type raises ParameterError naming
     it as `prefix` + field (and the closest field)."""
     declared = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(defaults) if f.name not in exclude}
+    ranges = {name: s for name, (_, s) in settings_of(type(defaults)).items()}
     out = {}
     for name, value in values.items():
         if name not in declared:
@@ -96,9 +97,8 @@ def checked_fields(defaults: Any, values: Mapping[str, Any], prefix: str, exclud
             out[name] = value
         else:
             out[name] = coerce_to_default(f"{prefix}{name}", default, value)
-            declared_setting = settings_of(type(defaults)).get(name)
-            if declared_setting is not None:
-                s = declared_setting[1]
+            if name in ranges:
+                s = ranges[name]
                 check_range(f"{prefix}{name}", out[name], s.low, s.high, s.choices)
     return out
 

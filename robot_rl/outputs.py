@@ -130,7 +130,7 @@ def expected_failure(exc: BaseException) -> str | None:
 
 
 def _write_error(path: Path, exc: OSError) -> OutputWriteError:
-    reason = "no space left on the device" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+    reason = USER_ERRNOS[errno.ENOSPC] if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
     return OutputWriteError(f"could not write {path}: {reason}; the previous version (if any) is unchanged")
 
 

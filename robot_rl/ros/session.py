@@ -157,8 +157,9 @@ def check_resumable(run_dir: Path, specs) -> None:
         raise UserError(f"--resume: run directory {run_dir} was made for task {', '.join(sorted(tasks))}; this run "
                         f"is {', '.join(sorted(now))}: use --overwrite or another --run-dir")
     # A task's actor and learner are its training (a graph whose nodes name no task, as the quadrotor's, too)
-    names = {DEPRECATED_NODE_NAMES.get(key.rsplit("/", 1)[-1], key.rsplit("/", 1)[-1]) for key in sections}
-    trainers_before = sorted(name for name in names if name in NODE_KINDS and NODE_KINDS[name].role in TRAINING_ROLES)
+    nodes_before = {DEPRECATED_NODE_NAMES.get(key.rsplit("/", 1)[-1], key.rsplit("/", 1)[-1]) for key in sections}
+    trainers_before = sorted(name for name in nodes_before
+                             if name in NODE_KINDS and NODE_KINDS[name].role in TRAINING_ROLES)
     trainers_now = sorted({spec.name for spec in specs if spec.kind.role in TRAINING_ROLES})
     if trainers_before != trainers_now:
         raise UserError(f"--resume: run directory {run_dir} was trained by {', '.join(trainers_before) or 'no node'}; "

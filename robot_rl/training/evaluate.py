@@ -73,6 +73,7 @@ def _evaluate_env_run(file: Path, episodes: int, seed: int, env_id: str | None,
                       env_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
     from robot_rl.agents.policy import Policy, PolicySpec
     from robot_rl.envs.adapter import AdapterMismatch, EnvAdapter, make_canonical
+    from robot_rl.envs.env_kwargs import env_signature
 
     saved = load_checkpoint(file)
     if "adapter" not in saved:
@@ -85,7 +86,7 @@ def _evaluate_env_run(file: Path, episodes: int, seed: int, env_id: str | None,
         env = make_canonical(env_id, kwargs, adapter=adapter, normalize=True)
     except AdapterMismatch as exc:
         # the usual cause: the environment gained an option since the policy was saved, whose default changes a space
-        others = [name for name in env_parameters(env_id) if name not in kwargs]
+        others = [name for name in env_signature(env_id) if name not in kwargs]
         raise ValueError(f"{file}: {exc}. The policy was saved for {env_id} with env_kwargs {kwargs}; build the "
                          f"environment it was trained in with --env-kwargs (it also takes: {', '.join(others)})"
                          ) from None
@@ -117,16 +118,11 @@ def node_params(run: Path, name: str) -> dict[str, Any]:
                  if key.rsplit("/", 1)[-1] == name and isinstance(section, dict)), {})
 
 
-def env_parameters(env_id: str) -> list[str]:
-    """The keyword arguments the environment registered as `env_id` takes."""
-    from robot_rl.envs.env_kwargs import env_signature
-
-    return list(env_signature(env_id))
-
-
 def env_accepts(env_id: str, name: str) -> bool:
     """Whether the environment registered as `env_id` takes keyword argument `name`."""
-    return name in env_parameters(env_id)
+    from robot_rl.envs.env_kwargs import env_signature
+
+    return name in env_signature(env_id)
 
 
 def _evaluate_graph_run(run: Path, episodes: int, seed: int, task_name: str | None, split: str,
